@@ -1,0 +1,93 @@
+"""Orbax checkpoints of the train state plus a JSON record of everything needed to resume."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from hetjax._errors import ConfigError
+from hetjax.train import Hook, StepInfo, TrainState
+
+
+class Checkpointer:
+  """Saves and restores `TrainState` with orbax, atomically.
+
+  A checkpoint is one orbax step directory holding two items: ``state`` (the arrays) and
+  ``meta`` (JSON: task, data position, and room for plan and shares). Orbax writes a step into
+  a temporary directory and renames it when complete, so a process killed during a save leaves
+  no step that `latest_step` would return; unfinished temporaries are ignored.
+
+  Restoring takes an abstract target (`Trainer.abstract_state`) whose shardings may differ from
+  the ones saved: a run saved on a 4x2 mesh restores onto 8x1 or onto one device.
+
+  Example::
+
+    ckpt = Checkpointer(workdir / 'checkpoints')
+    ckpt.save(state, meta={'task': 'mlp'})
+    state, meta = ckpt.restore(trainer.abstract_state())
+  """
+
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
+    self.directory = os.fspath(directory)
+    self._manager = ocp.CheckpointManager(
+        os.path.abspath(self.directory),
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+  def latest_step(self) -> int | None:
+    """The newest complete checkpoint's step, or ``None``."""
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self._manager.all_steps())
+
+  def save(self, state: TrainState, meta: Mapping[str, Any]) -> None:
+    """Starts saving ``state`` at its step (asynchronously; the arrays are copied first)."""
+    step = int(state.step)
+    meta = {**meta, 'step': step}
+    self._manager.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta))))
+
+  def read_meta(self, step: int | None = None) -> dict[str, Any]:
+    """The JSON record of checkpoint ``step`` (default: the latest) without loading arrays."""
+    step = self._require(step)
+    return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+
+  def restore(
+      self, abstract_state: TrainState, step: int | None = None
+  ) -> tuple[TrainState, dict[str, Any]]:
+    """Loads checkpoint ``step`` (default: the latest) into the layout of ``abstract_state``."""
+    step = self._require(step)
+    restored = self._manager.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+    return restored.state, restored.meta
+
+  def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
+    """A loop hook that saves every ``every`` steps and after the last one."""
+    def save(info: StepInfo) -> None:
+      if info.step not in self._manager.all_steps():
+        self.save(info.state, meta)
+
+    return Hook(save, every=every, at_end=True)
+
+  def wait(self) -> None:
+    """Blocks until every started save is on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def _require(self, step: int | None) -> int:
+    if step is None:
+      step = self.latest_step()
+    if step is None or step not in self._manager.all_steps():
+      raise ConfigError(f'no complete checkpoint{"" if step is None else f" at step {step}"} '
+                        f'in {self.directory}')
+    return step

@@ -1,0 +1,31 @@
+"""Deterministic global batches by step, and slicing them among workers."""
+
+from hetjax.data._digits import digits as digits
+from hetjax.data._slicing import batch_size as batch_size
+from hetjax.data._slicing import share_offsets as share_offsets
+from hetjax.data._slicing import slice_batch as slice_batch
+from hetjax.data._slicing import split_batch as split_batch
+from hetjax.data._source import ArraySource as ArraySource
+from hetjax.data._source import Batch as Batch
+from hetjax.data._source import DataSource as DataSource
+from hetjax.data._source import step_rng as step_rng
+from hetjax.data._stdlib_text import StdlibText as StdlibText
+from hetjax.data._stdlib_text import stdlib_text as stdlib_text
+from hetjax.data._zipf_clicks import ZipfClicks as ZipfClicks
+from hetjax.data._zipf_clicks import zipf_clicks as zipf_clicks
+
+__all__ = [
+    'ArraySource',
+    'Batch',
+    'DataSource',
+    'StdlibText',
+    'ZipfClicks',
+    'batch_size',
+    'digits',
+    'share_offsets',
+    'slice_batch',
+    'split_batch',
+    'stdlib_text',
+    'step_rng',
+    'zipf_clicks',
+]

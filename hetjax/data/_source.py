@@ -1,0 +1,68 @@
+"""Data sources whose global batch is a function of (seed, step) only."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+
+
+def step_rng(seed: int, step: int, stream: int = 0) -> np.random.Generator:
+  """A generator determined by ``(seed, step, stream)`` alone, independent across steps."""
+  return np.random.default_rng([seed, step, stream])
+
+
+@runtime_checkable
+class DataSource(Protocol):
+  """Produces the global batch of a step.
+
+  The batch depends on ``(seed, step, size)`` only, never on how many workers there are or how
+  the batch is split among them (Levanter's data-loader design): rebalancing changes who computes
+  which rows, never which rows form the batch. Every array has the batch as its leading axis.
+  """
+
+  def global_batch(self, seed: int, step: int, size: int) -> Batch:
+    ...
+
+
+class ArraySource:
+  """A finite in-memory dataset read in epochs, each epoch a fresh seeded permutation.
+
+  Step ``s`` with batch size ``B`` takes positions ``[s·B, (s+1)·B)`` of the endless sequence
+  formed by concatenating the permutations of epochs 0, 1, 2, …; a batch may straddle two epochs.
+
+  Example::
+
+    >>> src = ArraySource({'x': np.arange(10.0), 'y': np.arange(10)})
+    >>> src.global_batch(seed=0, step=3, size=4)['y'].shape
+    (4,)
+  """
+
+  def __init__(self, arrays: Mapping[str, np.ndarray]):
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+      raise ValueError(f'arrays have different lengths: { {k: len(a) for k, a in arrays.items()} }')
+    self.arrays = {k: np.asarray(a) for k, a in arrays.items()}
+    self.num_examples = lengths.pop()
+    self._permutation = functools.lru_cache(maxsize=4)(self._new_permutation)
+
+  def _new_permutation(self, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(self.num_examples)
+
+  def indices(self, seed: int, step: int, size: int) -> np.ndarray:
+    """The dataset rows that form step ``step``'s batch."""
+    positions = np.arange(step * size, (step + 1) * size)
+    epochs, offsets = np.divmod(positions, self.num_examples)
+    out = np.empty(size, dtype=np.int64)
+    for epoch in np.unique(epochs):
+      mask = epochs == epoch
+      out[mask] = self._permutation(seed, int(epoch))[offsets[mask]]
+    return out
+
+  def global_batch(self, seed: int, step: int, size: int) -> Batch:
+    idx = self.indices(seed, step, size)
+    return {k: a[idx] for k, a in self.arrays.items()}

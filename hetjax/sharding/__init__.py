@@ -1,0 +1,25 @@
+"""Logical-axis rules, meshes, and sharded model creation."""
+
+from hetjax.sharding._constrain import activation_rules as activation_rules
+from hetjax.sharding._constrain import constrain as constrain
+from hetjax.sharding._mesh import DEFAULT_AXES as DEFAULT_AXES
+from hetjax.sharding._mesh import make_mesh as make_mesh
+from hetjax.sharding._mesh import parse_mesh_shape as parse_mesh_shape
+from hetjax.sharding._rules import LogicalRules as LogicalRules
+from hetjax.sharding._rules import ShardingRules as ShardingRules
+from hetjax.sharding._state import abstract_model as abstract_model
+from hetjax.sharding._state import init_sharded as init_sharded
+from hetjax.sharding._state import param_shardings as param_shardings
+
+__all__ = [
+    'DEFAULT_AXES',
+    'LogicalRules',
+    'ShardingRules',
+    'abstract_model',
+    'activation_rules',
+    'constrain',
+    'init_sharded',
+    'make_mesh',
+    'param_shardings',
+    'parse_mesh_shape',
+]

@@ -1,0 +1,39 @@
+"""Activation sharding constraints written with logical names.
+
+Models call `constrain(x, ('batch', None, 'embed'))`; the trainer decides what that means by
+tracing the model inside `activation_rules(mesh, rules)`. Outside such a context (a model used on
+its own, a single device) `constrain` returns its input unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+from hetjax.sharding._rules import LogicalRules
+
+_ACTIVE: contextvars.ContextVar[tuple[Mesh, LogicalRules] | None] = contextvars.ContextVar(
+    'hetjax_activation_rules', default=None)
+
+
+@contextlib.contextmanager
+def activation_rules(mesh: Mesh, rules: LogicalRules) -> Iterator[None]:
+  """Makes `constrain` map logical names with ``rules`` onto ``mesh`` while tracing."""
+  token = _ACTIVE.set((mesh, rules))
+  try:
+    yield
+  finally:
+    _ACTIVE.reset(token)
+
+
+def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
+  """Constrains ``x``'s sharding by the logical names of its dimensions (no-op without rules)."""
+  active = _ACTIVE.get()
+  if active is None:
+    return x
+  mesh, rules = active
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, rules.spec(names)))

@@ -1,0 +1,120 @@
+"""Logical-axis rules: data that maps the logical names models use onto mesh axes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from jax.sharding import Mesh, PartitionSpec
+
+from hetjax._errors import ShardingError
+
+MeshAxes = tuple[str, ...]
+
+
+def _as_axes(value: str | Sequence[str] | None) -> MeshAxes:
+  if value is None:
+    return ()
+  if isinstance(value, str):
+    return (value,)
+  return tuple(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogicalRules:
+  """An ordered table of ``(logical name, mesh axes)`` pairs.
+
+  Models name the dimensions of their parameters and activations with logical names such as
+  ``'batch'``, ``'embed'`` or ``'mlp'``; a rule table says which mesh axes each name is split
+  over. The table is plain data, so a plan can carry it and a checkpoint can record it.
+
+  Resolution follows Flax's ``logical_to_mesh_axes``: for each dimension, the first rule for its
+  name whose mesh axes are still unused in this array is taken; a name with no usable rule is
+  replicated. A mesh axis therefore never shards two dimensions of one array.
+
+  Example::
+
+    >>> rules = LogicalRules.of({'batch': 'data', 'mlp': 'model'})
+    >>> rules.spec(('batch', 'mlp'))
+    PartitionSpec('data', 'model')
+    >>> rules.spec(('embed', 'mlp'))   # 'embed' has no rule: replicated
+    PartitionSpec(None, 'model')
+
+  Attributes:
+    rules: ``(logical name, mesh axes)`` pairs; mesh axes is a tuple of axis names, ``()`` for
+      replicated. Several pairs may name the same logical axis: they are tried in order.
+  """
+
+  rules: tuple[tuple[str, MeshAxes], ...] = ()
+
+  @classmethod
+  def of(cls, mapping: Mapping[str, str | Sequence[str] | None]) -> LogicalRules:
+    """Builds rules from a ``{logical name: mesh axis or axes or None}`` mapping."""
+    return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()))
+
+  def mesh_axes(self, names: Sequence[str | None]) -> tuple[MeshAxes, ...]:
+    """Returns the mesh axes of every dimension, mesh axes used at most once overall."""
+    used: set[str] = set()
+    out = []
+    for name in names:
+      chosen: MeshAxes = ()
+      if name is not None:
+        for rule_name, axes in self.rules:
+          if rule_name == name and not used.intersection(axes):
+            chosen = axes
+            break
+      used.update(chosen)
+      out.append(chosen)
+    return tuple(out)
+
+  def spec(self, names: Sequence[str | None]) -> PartitionSpec:
+    """Returns the `PartitionSpec` for an array whose dimensions carry ``names``."""
+    entries = []
+    for axes in self.mesh_axes(names):
+      entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+    return PartitionSpec(*entries)
+
+  def checked_spec(
+      self, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh, what: str
+  ) -> PartitionSpec:
+    """Like `spec`, but fails if a sharded dimension is not divisible by its mesh axes.
+
+    Args:
+      names: logical name of each dimension (``None`` for an unnamed dimension).
+      shape: the array's shape.
+      mesh: the mesh the array will live on.
+      what: how to name the array in an error, e.g. ``"parameter 'tower/kernel'"``.
+
+    Raises:
+      ShardingError: one line naming the array, the dimension and the sizes.
+    """
+    if len(names) != len(shape):
+      raise ShardingError(
+          f'{what}: {len(names)} logical names {tuple(names)} for a rank-{len(shape)} array')
+    for missing in {a for axes in self.mesh_axes(names) for a in axes} - set(mesh.shape):
+      raise ShardingError(
+          f'{what}: rule maps onto mesh axis {missing!r}, which mesh {dict(mesh.shape)} lacks')
+    for dim, (name, size, axes) in enumerate(zip(names, shape, self.mesh_axes(names), strict=True)):
+      ways = math.prod(mesh.shape[a] for a in axes)
+      if size % ways:
+        raise ShardingError(
+            f'{what}: dimension {dim} ({name!r}, size {size}) is not divisible by mesh axes '
+            f'{axes} of total size {ways}')
+    return self.spec(names)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingRules:
+  """Where parameters live and where compute runs, as two rule tables.
+
+  Following Levanter's ``parameter_axis_mapping`` / ``compute_axis_mapping``: FSDP, for
+  example, stores ``'embed'`` split over every device but computes with the batch split instead.
+
+  Attributes:
+    params: rules for parameters and optimizer state.
+    compute: rules for the batch and for activation constraints inside the model.
+  """
+
+  params: LogicalRules
+  compute: LogicalRules

@@ -1,0 +1,25 @@
+"""Train state, the jitted SPMD step, built-in strategies, and the loop of steps."""
+
+from hetjax.train._loop import Hook as Hook
+from hetjax.train._loop import StepInfo as StepInfo
+from hetjax.train._loop import training_steps as training_steps
+from hetjax.train._metrics import MetricsLogger as MetricsLogger
+from hetjax.train._optimizers import Optimizer as Optimizer
+from hetjax.train._state import TrainState as TrainState
+from hetjax.train._strategies import Strategy as Strategy
+from hetjax.train._task import HasSubmodels as HasSubmodels
+from hetjax.train._task import Task as Task
+from hetjax.train._trainer import Trainer as Trainer
+
+__all__ = [
+    'HasSubmodels',
+    'Hook',
+    'MetricsLogger',
+    'Optimizer',
+    'StepInfo',
+    'Strategy',
+    'Task',
+    'TrainState',
+    'Trainer',
+    'training_steps',
+]

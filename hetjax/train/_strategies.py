@@ -1,0 +1,58 @@
+"""Built-in parallel strategies, each a pair of logical-axis rule tables.
+
+All strategies run on a 2-D mesh with axes ``('data', 'model')`` (`hetjax.sharding.DEFAULT_AXES`);
+the mesh shape decides the degrees, the strategy decides what each axis splits.
+
+| strategy          | batch split over     | parameters split                                  |
+|-------------------|----------------------|---------------------------------------------------|
+| ``data_parallel`` | data × model         | none (replicated)                                 |
+| ``fsdp``          | data × model         | ``table``, else ``embed``, over data × model      |
+| ``tensor_parallel`` | none (replicated)  | ``mlp``, ``heads``, ``vocab``, ``table`` over data × model |
+| ``hybrid``        | data                 | ``mlp``, ``heads``, ``vocab``, ``table`` over model |
+"""
+
+from __future__ import annotations
+
+import enum
+
+from hetjax._errors import ConfigError
+from hetjax.sharding import LogicalRules, ShardingRules
+
+_ALL = ('data', 'model')
+_MODEL_PARALLEL_AXES = ('mlp', 'heads', 'vocab', 'table')
+
+
+class Strategy(enum.Enum):
+  """A named built-in parallel strategy; `rules()` gives its logical-axis rules."""
+
+  DATA_PARALLEL = 'data_parallel'
+  FSDP = 'fsdp'
+  TENSOR_PARALLEL = 'tensor_parallel'
+  HYBRID = 'hybrid'
+
+  @classmethod
+  def parse(cls, name: str | Strategy) -> Strategy:
+    """``'hybrid'`` → `Strategy.HYBRID`; a clear `ConfigError` for an unknown name."""
+    if isinstance(name, Strategy):
+      return name
+    try:
+      return cls(name)
+    except ValueError:
+      known = ', '.join(s.value for s in cls)
+      raise ConfigError(f'unknown strategy {name!r}; choose one of: {known}') from None
+
+  def rules(self) -> ShardingRules:
+    if self is Strategy.DATA_PARALLEL:
+      return ShardingRules(params=LogicalRules(), compute=LogicalRules.of({'batch': _ALL}))
+    if self is Strategy.FSDP:
+      return ShardingRules(
+          params=LogicalRules.of({'table': _ALL, 'embed': _ALL}),
+          compute=LogicalRules.of({'batch': _ALL}))
+    if self is Strategy.TENSOR_PARALLEL:
+      tp = LogicalRules.of({name: _ALL for name in _MODEL_PARALLEL_AXES})
+      return ShardingRules(params=tp, compute=tp)
+    if self is Strategy.HYBRID:
+      tp = {name: 'model' for name in _MODEL_PARALLEL_AXES}
+      return ShardingRules(
+          params=LogicalRules.of(tp), compute=LogicalRules.of({'batch': 'data', **tp}))
+    raise AssertionError(self)

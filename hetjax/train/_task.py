@@ -1,0 +1,42 @@
+"""A task: what the trainer needs to know about a model and its data."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+from flax import nnx
+
+from hetjax.data import Batch, DataSource
+
+
+@runtime_checkable
+class HasSubmodels(Protocol):
+  """A model that names its parts, in forward order, for planners and profilers."""
+
+  def submodels(self) -> dict[str, nnx.Module]:
+    ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+  """A model factory, its per-example loss and its data source, under one name.
+
+  Attributes:
+    name: registry name of the model (``'mlp'``, ``'transformer'``, ``'wide_deep'``).
+    make_model: builds the Flax NNX model from `nnx.Rngs`; parameters carry logical names via
+      `nnx.with_partitioning` and nothing else about sharding.
+    loss: ``loss(model, batch) -> float32[B]``, the loss of every example of ``batch``. The
+      trainer averages it; keeping it per example lets later steps weight or mask rows.
+    data: the source of global batches.
+    config: the keyword arguments that define the task; a checkpoint records them so a resume
+      under another model is refused.
+  """
+
+  name: str
+  make_model: Callable[[nnx.Rngs], nnx.Module]
+  loss: Callable[[nnx.Module, Batch], jax.Array]
+  data: DataSource
+  config: Mapping[str, Any] = dataclasses.field(default_factory=dict)

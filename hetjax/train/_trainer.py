@@ -1,0 +1,131 @@
+"""A jitted SPMD train step for one task on one mesh under one rule set."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hetjax._errors import ConfigError
+from hetjax.data import Batch
+from hetjax.sharding import ShardingRules, abstract_model, activation_rules, param_shardings
+from hetjax.train._state import TrainState
+from hetjax.train._task import Task
+
+PyTree = Any
+
+
+class Trainer:
+  """Owns the compiled train step of ``task`` on ``mesh`` under ``rules``.
+
+  Everything is derived abstractly at construction (shapes from `nnx.eval_shape`, shardings
+  from the logical names), so a bad rule or batch size fails here, before any device work.
+
+  Example::
+
+    trainer = Trainer(task, optax.adam(1e-3), mesh, Strategy.HYBRID.rules(), global_batch=256)
+    state = trainer.init_state()
+    batch = trainer.put_batch(task.data.global_batch(seed=0, step=0, size=256))
+    state, metrics = trainer.train_step(state, batch)
+
+  Args:
+    task: the model, loss and data.
+    optimizer: an optax transformation.
+    mesh: the devices to run on.
+    rules: where parameters live (``rules.params``) and how compute is split (``rules.compute``).
+    global_batch: examples per step over the whole mesh.
+    seed: initialises parameters and selects the data (the batch of step s is a function of
+      ``(seed, s)`` only).
+
+  Raises:
+    ConfigError: if the global batch does not divide over the data-parallel degree, or a
+      parameter dimension does not divide over the mesh axes its rule maps it onto.
+  """
+
+  def __init__(
+      self,
+      task: Task,
+      optimizer: optax.GradientTransformation,
+      mesh: Mesh,
+      rules: ShardingRules,
+      global_batch: int,
+      seed: int = 0,
+  ):
+    self.task, self.optimizer, self.mesh, self.rules = task, optimizer, mesh, rules
+    self.global_batch, self.seed = global_batch, seed
+    batch_axes = rules.compute.mesh_axes(('batch',))[0]
+    self.data_parallel_degree = math.prod(mesh.shape[a] for a in batch_axes)
+    if global_batch <= 0 or global_batch % self.data_parallel_degree:
+      raise ConfigError(
+          f'global batch {global_batch} is not divisible by the data-parallel degree '
+          f'{self.data_parallel_degree} (batch split over mesh axes {batch_axes} of '
+          f'{dict(mesh.shape)})')
+
+    self.graphdef, abstract_params, names = abstract_model(task.make_model, seed)
+    self.replicated = NamedSharding(mesh, PartitionSpec())
+    params_sh = param_shardings(abstract_params, names, mesh, rules.params)
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    opt_sh = optax.tree_map_params(
+        optimizer, lambda _, sharding: sharding, abstract_opt, params_sh,
+        transform_non_params=lambda _: self.replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    self.state_shardings = TrainState(self.replicated, params_sh, opt_sh)
+    self._abstract = TrainState(
+        jax.ShapeDtypeStruct((), jnp.int32), abstract_params, abstract_opt)
+    self._step = jax.jit(
+        self._train_step,
+        in_shardings=(self.state_shardings, None),
+        out_shardings=(self.state_shardings, self.replicated),
+        donate_argnums=0)
+
+  def abstract_state(self) -> TrainState:
+    """Shapes, dtypes and shardings of the state: the restore target for a checkpoint."""
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        self._abstract, self.state_shardings)
+
+  def init_state(self) -> TrainState:
+    """Fresh parameters and optimizer state, created directly in their sharded layout."""
+    def init():
+      with nnx.use_eager_sharding(False):
+        model = self.task.make_model(nnx.Rngs(self.seed))
+      params = nnx.to_pure_dict(nnx.state(model))
+      return TrainState(jnp.zeros((), jnp.int32), params, self.optimizer.init(params))
+
+    return jax.jit(init, out_shardings=self.state_shardings)()
+
+  def batch_sharding(self, ndim: int) -> NamedSharding:
+    """Sharding of a batch array of rank ``ndim``: the leading axis is ``'batch'``."""
+    return NamedSharding(self.mesh, self.rules.compute.spec(('batch',) + (None,) * (ndim - 1)))
+
+  def put_batch(self, batch: Batch) -> dict[str, jax.Array]:
+    """Places a host batch on the mesh, split along the batch axis."""
+    return {k: jax.device_put(v, self.batch_sharding(np.ndim(v))) for k, v in batch.items()}
+
+  def global_batch_at(self, step: int) -> Batch:
+    """The host global batch of ``step`` (a function of the seed and the step only)."""
+    return self.task.data.global_batch(self.seed, step, self.global_batch)
+
+  def loss(self, params: PyTree, batch: dict[str, jax.Array]) -> jax.Array:
+    """Mean loss of ``batch`` under ``params``, traced with this trainer's activation rules."""
+    model = nnx.merge(self.graphdef, params)
+    with activation_rules(self.mesh, self.rules.compute):
+      return jnp.mean(self.task.loss(model, batch))
+
+  def _train_step(self, state: TrainState, batch: dict[str, jax.Array]):
+    loss, grads = jax.value_and_grad(self.loss)(state.params, batch)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(state.step + 1, params, opt_state), {'loss': loss}
+
+  def train_step(
+      self, state: TrainState, batch: dict[str, jax.Array]
+  ) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step; ``state`` is donated. Returns the new state and device metrics."""
+    return self._step(state, batch)

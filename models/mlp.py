@@ -1,0 +1,65 @@
+"""MLP classifier on scikit-learn's bundled digits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from hetjax import data as hdata
+from hetjax.sharding import constrain
+from hetjax.train import Task
+
+_init = nnx.initializers.lecun_normal()
+
+
+def _dense(din: int, dout: int, names: tuple[str, str], rngs: nnx.Rngs) -> nnx.Linear:
+  return nnx.Linear(
+      din, dout, rngs=rngs,
+      kernel_init=nnx.with_partitioning(_init, names),
+      bias_init=nnx.with_partitioning(nnx.initializers.zeros_init(), (names[1],)))
+
+
+class MLP(nnx.Module):
+  """``features → hidden (relu) → width (relu) → classes``.
+
+  Logical axes: the input and the ``width`` layer are ``'embed'``, the hidden layer ``'mlp'`` (the
+  Megatron pattern: the first matrix splits its columns, the second its rows), the output
+  ``'classes'``.
+  """
+
+  def __init__(self, features: int, hidden: int, width: int, classes: int, *, rngs: nnx.Rngs):
+    self.up = _dense(features, hidden, ('embed', 'mlp'), rngs)
+    self.down = _dense(hidden, width, ('mlp', 'embed'), rngs)
+    self.head = _dense(width, classes, ('embed', 'classes'), rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    h = constrain(jax.nn.relu(self.up(x)), ('batch', 'mlp'))
+    h = constrain(jax.nn.relu(self.down(h)), ('batch', 'embed'))
+    return self.head(h)
+
+  def submodels(self) -> dict[str, nnx.Module]:
+    return {'up': self.up, 'down': self.down, 'head': self.head}
+
+
+def loss(model: MLP, batch: hdata.Batch) -> jax.Array:
+  """Softmax cross-entropy of every example."""
+  logits = model(batch['x'])
+  return optax.softmax_cross_entropy_with_integer_labels(logits, batch['y'])
+
+
+def accuracy(model: MLP, batch: hdata.Batch) -> jax.Array:
+  return jnp.mean(jnp.argmax(model(batch['x']), -1) == batch['y'])
+
+
+def make_task(hidden: int = 256, width: int = 128) -> Task:
+  """The digits classifier. ``hidden`` and ``width`` should be multiples of the device count
+  for the tensor-parallel and FSDP strategies to divide them."""
+  source = hdata.digits()
+  features = source.arrays['x'].shape[1]
+
+  def make_model(rngs: nnx.Rngs) -> MLP:
+    return MLP(features, hidden, width, classes=10, rngs=rngs)
+
+  return Task('mlp', make_model, loss, source, config={'hidden': hidden, 'width': width})

@@ -1,0 +1,92 @@
+"""Every model under every built-in strategy trains exactly like one device.
+
+The reference is the same Trainer on a 1x1 mesh. Losses over 5 steps and the parameters after
+them must agree to float32 reduction-order noise: the parallel programs sum the same terms in a
+different order, nothing more.
+"""
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import models
+from hetjax import ConfigError, ShardingError
+from hetjax.sharding import make_mesh
+from hetjax.train import Strategy, Trainer, training_steps
+from tests.conftest import require_devices
+
+STEPS = 5
+# SGD with momentum, not Adam: Adam divides by sqrt(v) per coordinate, so coordinates whose
+# gradient is ~1e-8 turn reduction-order noise into O(learning rate) parameter differences.
+OPTIMIZER = optax.sgd(0.05, momentum=0.9)
+# Small variants of the shipped models; every split dimension still divides by 8.
+MODELS = {
+    'mlp': ({}, 64),
+    'transformer': ({'d_model': 64, 'heads': 8, 'layers': 2, 'mlp': 128, 'seq_len': 32}, 16),
+    'wide_deep': ({'rows': 4096, 'dim': 16, 'hidden': 64, 'hidden2': 32}, 64),
+}
+LAYOUTS = {
+    Strategy.DATA_PARALLEL: (8, 1),
+    Strategy.FSDP: (4, 2),
+    Strategy.TENSOR_PARALLEL: (1, 8),
+    Strategy.HYBRID: (4, 2),
+}
+
+
+def _run(name, strategy, shape):
+  kwargs, batch = MODELS[name]
+  mesh = make_mesh(shape, devices=require_devices(int(np.prod(shape))))
+  task = models.make_task(name, **kwargs)
+  trainer = Trainer(task, OPTIMIZER, mesh, strategy.rules(), global_batch=batch, seed=0)
+  losses, state = [], trainer.init_state()
+  for info in training_steps(trainer, state, STEPS):
+    losses.append(info.metrics['loss'])
+    state = info.state
+  return np.asarray(jax.device_get(losses)), jax.device_get(state.params)
+
+
+@pytest.fixture(scope='module')
+def reference():
+  cache = {}
+
+  def get(name):
+    if name not in cache:
+      cache[name] = _run(name, Strategy.DATA_PARALLEL, (1, 1))
+    return cache[name]
+
+  return get
+
+
+@pytest.mark.parametrize('strategy', list(LAYOUTS), ids=lambda s: s.value)
+@pytest.mark.parametrize('name', list(MODELS))
+def test_strategy_matches_single_device(name, strategy, reference):
+  ref_losses, ref_params = reference(name)
+  losses, params = _run(name, strategy, LAYOUTS[strategy])
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=0)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               params, ref_params)
+
+
+def test_batch_must_divide_over_the_data_parallel_degree():
+  mesh = make_mesh((4, 2), devices=require_devices(8))
+  with pytest.raises(ConfigError, match=r'global batch 12 is not divisible by the data-parallel '
+                     r'degree 8 \(batch split over mesh axes \(\'data\', \'model\'\)'):
+    Trainer(models.make_task('mlp'), optax.sgd(0.1), mesh, Strategy.FSDP.rules(), 12)
+
+
+def test_parameter_that_does_not_divide_is_named():
+  mesh = make_mesh((1, 8), devices=require_devices(8))
+  with pytest.raises(ShardingError, match=r"^parameter 'down/kernel': dimension 0 \('mlp', size 60\)"):
+    Trainer(models.make_task('mlp', hidden=60), optax.sgd(0.1), mesh,
+            Strategy.TENSOR_PARALLEL.rules(), 64)
+
+
+def test_unknown_strategy_and_model():
+  with pytest.raises(ConfigError, match="unknown strategy 'pipeline'; choose one of: data_para"):
+    Strategy.parse('pipeline')
+  with pytest.raises(ConfigError, match="unknown model 'resnet'"):
+    models.make_task('resnet')
+  with pytest.raises(ConfigError, match="model 'mlp' has no argument 'depth'"):
+    models.make_task('mlp', depth=3)
