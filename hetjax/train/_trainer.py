@@ -69,6 +69,7 @@ class Trainer:
 
     self.graphdef, abstract_params, names = abstract_model(task.make_model, seed)
     self.replicated = NamedSharding(mesh, PartitionSpec())
+    self._batch_shardings: dict[int, NamedSharding] = {}
     params_sh = param_shardings(abstract_params, names, mesh, rules.params)
     abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
     opt_sh = optax.tree_map_params(
@@ -102,11 +103,14 @@ class Trainer:
 
   def batch_sharding(self, ndim: int) -> NamedSharding:
     """Sharding of a batch array of rank ``ndim``: the leading axis is ``'batch'``."""
-    return NamedSharding(self.mesh, self.rules.compute.spec(('batch',) + (None,) * (ndim - 1)))
+    if ndim not in self._batch_shardings:
+      spec = self.rules.compute.spec(('batch',) + (None,) * (ndim - 1))
+      self._batch_shardings[ndim] = NamedSharding(self.mesh, spec)
+    return self._batch_shardings[ndim]
 
   def put_batch(self, batch: Batch) -> dict[str, jax.Array]:
-    """Places a host batch on the mesh, split along the batch axis."""
-    return {k: jax.device_put(v, self.batch_sharding(np.ndim(v))) for k, v in batch.items()}
+    """Places a host batch on the mesh, split along the batch axis (one transfer call)."""
+    return jax.device_put(batch, {k: self.batch_sharding(np.ndim(v)) for k, v in batch.items()})
 
   def global_batch_at(self, step: int) -> Batch:
     """The host global batch of ``step`` (a function of the seed and the step only)."""

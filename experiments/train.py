@@ -1,0 +1,127 @@
+"""Trains one of the shipped configs on the local devices.
+
+  python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \
+      --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
+
+Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
+batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sys
+
+if __package__ in (None, ''):  # run as a script: make the checkout's packages importable
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+from absl import app, flags, logging
+
+import models
+from experiments import configs
+from hetjax import ConfigError, checkpoint, sharding, train
+
+_CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
+_SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
+_STRATEGY = flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)')
+_MESH = flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2')
+_STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'s)')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
+_RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')
+_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
+
+
+def _config() -> configs.Config:
+  if not _CONFIG.value:
+    raise ConfigError(f'--config is required: one of {", ".join(configs.names())}')
+  config = configs.override(configs.load(_CONFIG.value), _SET.value)
+  cli = {'strategy': _STRATEGY.value, 'mesh': _MESH.value, 'steps': _STEPS.value}
+  config = configs.override(config, [f'{k}={v!r}' for k, v in cli.items() if v is not None])
+  if config.steps < 1 or config.log_every < 1 or config.checkpoint_every < 1:
+    raise ConfigError('steps, log_every and checkpoint_every must be positive')
+  return config
+
+
+def _prepare_workdir(workdir: pathlib.Path) -> None:
+  exists = (workdir / 'checkpoints').exists() or (workdir / 'metrics.jsonl').exists()
+  if exists and not _RESUME.value:
+    if not _OVERWRITE.value:
+      raise ConfigError(f'{workdir} already holds a run; pass --resume or --overwrite')
+    shutil.rmtree(workdir)
+  if _RESUME.value and not exists:
+    raise ConfigError(f'--resume: no run in {workdir}')
+  workdir.mkdir(parents=True, exist_ok=True)
+
+
+def run() -> dict:
+  config = _config()
+  strategy = train.Strategy.parse(config.strategy)
+  mesh = sharding.make_mesh(sharding.parse_mesh_shape(config.mesh))
+  task = models.make_task(config.model, **config.model_args)
+  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
+  trainer = train.Trainer(task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
+
+  workdir = pathlib.Path(_WORKDIR.value or f'runs/{_CONFIG.value}')
+  _prepare_workdir(workdir)
+  meta = {
+      'task': {'name': task.name, **task.config},
+      'data': {'seed': config.seed, 'global_batch': config.global_batch},
+      'layout': {'strategy': strategy.value, 'mesh': config.mesh},
+  }
+  ckpt = checkpoint.Checkpointer(workdir / 'checkpoints')
+  try:
+    if _RESUME.value:
+      checkpoint.check_compatible(ckpt.read_meta(), meta, str(ckpt.directory))
+      state, _ = ckpt.restore(trainer.abstract_state())
+    else:
+      state = trainer.init_state()
+    (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
+    start = int(state.step)
+    print(f'{task.name}: {strategy.value} on mesh {config.mesh} ({len(mesh.devices.flat)} '
+          f'{jax.devices()[0].platform} devices), global batch {config.global_batch}, '
+          f'steps {start}→{config.steps}, run dir {workdir}', flush=True)
+    logger = train.MetricsLogger(
+        workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
+    hooks = [logger.hook(), ckpt.hook(meta, every=config.checkpoint_every)]
+    try:
+      for _ in train.training_steps(trainer, state, config.steps, hooks):
+        pass
+    finally:
+      logger.close()
+  finally:
+    ckpt.close()
+  summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps()}
+  (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
+  print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
+  return summary
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+  try:
+    run()
+  except ConfigError as e:
+    _fail(str(e))
+
+
+def _fail(message: str) -> None:
+  print(f'train.py: error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e))
+
+
+if __name__ == '__main__':
+  jax.config.config_with_absl()
+  app.run(main, flags_parser=_parse_flags)

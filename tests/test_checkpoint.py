@@ -1,0 +1,91 @@
+"""Checkpoints: exact resume, restore onto another mesh, and no half-written checkpoints."""
+
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import models
+from hetjax import ConfigError
+from hetjax.checkpoint import Checkpointer, check_compatible
+from hetjax.sharding import make_mesh
+from hetjax.train import Strategy, Trainer, training_steps
+from tests.conftest import require_devices
+
+STEPS, SAVE_AT = 6, 3
+
+
+def _trainer(shape, strategy):
+  mesh = make_mesh(shape, devices=require_devices(int(np.prod(shape))))
+  task = models.make_task('wide_deep', rows=2048, dim=16, hidden=64, hidden2=32)
+  return Trainer(task, optax.adam(1e-2), mesh, strategy.rules(), global_batch=64, seed=1)
+
+
+def _losses(trainer, state, until, hooks=()):
+  infos = list(training_steps(trainer, state, until, hooks))
+  return [float(i.metrics['loss']) for i in infos], infos[-1].state
+
+
+@pytest.fixture(scope='module')
+def uninterrupted():
+  trainer = _trainer((4, 2), Strategy.HYBRID)
+  return _losses(trainer, trainer.init_state(), STEPS)
+
+
+def _save_partway(tmp_path):
+  trainer = _trainer((4, 2), Strategy.HYBRID)
+  ckpt = Checkpointer(tmp_path / 'ckpt')
+  first, _ = _losses(trainer, trainer.init_state(), SAVE_AT, [ckpt.hook({'k': 1}, every=SAVE_AT)])
+  ckpt.close()
+  return first
+
+
+def test_stopped_and_resumed_run_repeats_the_uninterrupted_losses(tmp_path, uninterrupted):
+  first = _save_partway(tmp_path)
+  trainer = _trainer((4, 2), Strategy.HYBRID)  # a new process would build a new trainer too
+  ckpt = Checkpointer(tmp_path / 'ckpt')
+  state, meta = ckpt.restore(trainer.abstract_state())
+  assert meta == {'k': 1, 'step': SAVE_AT} and int(state.step) == SAVE_AT
+  rest, final = _losses(trainer, state, STEPS)
+  assert first + rest == uninterrupted[0]  # same program, same data: bit-identical
+  jax.tree.map(np.testing.assert_array_equal,
+               jax.device_get(final.params), jax.device_get(uninterrupted[1].params))
+
+
+@pytest.mark.parametrize('shape, strategy', [((8, 1), Strategy.FSDP), ((1, 1), Strategy.DATA_PARALLEL)])
+def test_restore_onto_another_mesh_and_device_count(tmp_path, uninterrupted, shape, strategy):
+  _save_partway(tmp_path)
+  trainer = _trainer(shape, strategy)
+  state, _ = Checkpointer(tmp_path / 'ckpt').restore(trainer.abstract_state())
+  table = state.params['embedding']['table']
+  assert table.sharding == trainer.state_shardings.params['embedding']['table']
+  rest, _ = _losses(trainer, state, STEPS)
+  np.testing.assert_allclose(rest, uninterrupted[0][SAVE_AT:], rtol=1e-5)
+
+
+def test_unfinished_save_is_never_loaded(tmp_path):
+  _save_partway(tmp_path)
+  # What a process killed mid-save leaves: orbax's temporary directory for the next step.
+  partial = tmp_path / 'ckpt' / f'{SAVE_AT + 1}.orbax-checkpoint-tmp-1234567890'
+  (partial / 'state').mkdir(parents=True)
+  (partial / 'state' / 'garbage').write_bytes(os.urandom(64))
+  ckpt = Checkpointer(tmp_path / 'ckpt')
+  assert ckpt.latest_step() == SAVE_AT and ckpt.all_steps() == [SAVE_AT]
+  ckpt.restore(_trainer((4, 2), Strategy.HYBRID).abstract_state())
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+  with pytest.raises(ConfigError, match='no complete checkpoint in'):
+    Checkpointer(tmp_path / 'empty').read_meta()
+
+
+def test_check_compatible_allows_new_layout_but_not_new_task():
+  saved = {'task': {'name': 'mlp', 'hidden': 256}, 'data': {'seed': 0}, 'layout': {'mesh': '4x2'}}
+  check_compatible(saved, {**saved, 'layout': {'mesh': '8x1'}}, 'ckpt')
+  with pytest.raises(ConfigError, match=r"its task is \{name='mlp', hidden=256\} but this run "
+                     r"has \{name='mlp', hidden=512\}"):
+    check_compatible(saved, {**saved, 'task': {'name': 'mlp', 'hidden': 512}}, 'ckpt')
+  with pytest.raises(ConfigError, match='its data is'):
+    check_compatible(saved, {**saved, 'data': {'seed': 1}}, 'ckpt')

@@ -1,0 +1,127 @@
+"""experiments/train.py end to end: every config, bad input, resume, and a kill during a save."""
+
+import json
+import math
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments import configs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TIMEOUT = 300
+
+
+def _cmd(*args):
+  return [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--jax_num_cpu_devices=8', *args]
+
+
+def train(*args):
+  return subprocess.run(_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def _losses(workdir):
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  return [r['loss'] for r in rows]
+
+
+@pytest.mark.parametrize('name', configs.names())
+def test_every_config_runs_one_step(tmp_path, name):
+  result = train(f'--config={name}', '--steps=1', f'--workdir={tmp_path}')
+  assert result.returncode == 0, result.stderr
+  [loss] = _losses(tmp_path)
+  assert math.isfinite(loss)
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['final_step'] == 1 and summary['checkpoint_steps'] == [1]
+  assert 'step 1/1 | loss' in result.stdout
+
+
+def _expect_usage_error(result, *fragments):
+  assert result.returncode == 2, (result.stdout, result.stderr)
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('train.py: error: '), result.stderr
+  for fragment in fragments:
+    assert fragment in lines[0]
+
+
+@pytest.mark.parametrize('args, fragments', [
+    (['--config=resnet'], ["unknown config 'resnet'"]),
+    (['--config=mlp', '--set', 'model=resnet'], ["unknown model 'resnet'"]),
+    (['--config=mlp', '--mesh=4x4'], ['mesh 4x4 needs 16 devices but 8']),
+    (['--config=mlp', '--mesh=8'], ["mesh '8' is not 2 positive sizes"]),
+    (['--config=mlp', '--set', 'global_batch=100', '--strategy=fsdp'],
+     ['global batch 100 is not divisible by the data-parallel degree 8']),
+    (['--config=mlp', '--strategy=pipeline'], ["unknown strategy 'pipeline'"]),
+    (['--config=mlp', '--set', 'learning_rate=fast'], ['expected float, got str']),
+    (['--config=mlp', '--set', 'model_args.hidden=60', '--strategy=tensor_parallel'],
+     ["parameter 'down/kernel': dimension 0 ('mlp', size 60)"]),
+    (['--config=mlp', '--steps=many'], ['flag --steps=many']),
+    ([], ['--config is required']),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
+  _expect_usage_error(train(*args, f'--workdir={tmp_path}'), *fragments)
+
+
+@pytest.fixture(scope='module')
+def saved_run(tmp_path_factory):
+  """An mlp run of 8 steps, and the same run stopped after 4 steps."""
+  full, part = tmp_path_factory.mktemp('full'), tmp_path_factory.mktemp('part')
+  assert train('--config=mlp', '--steps=8', f'--workdir={full}').returncode == 0
+  assert train('--config=mlp', '--steps=4', f'--workdir={part}').returncode == 0
+  return full, part
+
+
+def test_resume_continues_the_same_run(saved_run):
+  full, part = saved_run
+  result = train('--config=mlp', '--steps=8', f'--workdir={part}', '--resume')
+  assert result.returncode == 0, result.stderr
+  assert 'steps 4→8' in result.stdout
+  assert _losses(part) == _losses(full)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(saved_run):
+  _, part = saved_run
+  _expect_usage_error(train('--config=wide_deep', f'--workdir={part}', '--resume'),
+                      "its task is {name='mlp'", "this run has {name='wide_deep'")
+
+
+def test_existing_run_is_not_overwritten_silently(saved_run):
+  _, part = saved_run
+  _expect_usage_error(train('--config=mlp', f'--workdir={part}'), 'pass --resume or --overwrite')
+
+
+def test_resume_without_a_run_is_an_error(tmp_path):
+  _expect_usage_error(train('--config=mlp', f'--workdir={tmp_path}', '--resume'), 'no run in')
+
+
+@pytest.mark.slow
+def test_kill_during_save_leaves_only_complete_checkpoints(tmp_path):
+  # A large table makes each save long; the process is killed while orbax's temporary directory
+  # for a step exists, i.e. in the middle of writing it.
+  args = ['--config=wide_deep', '--set', 'model_args.rows=400000', '--set', 'checkpoint_every=1',
+          '--steps=50', f'--workdir={tmp_path}']
+  proc = subprocess.Popen(_cmd(*args), cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  ckpt_dir, killed_mid_save = tmp_path / 'checkpoints', False
+  try:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+      names = [p.name for p in ckpt_dir.iterdir()] if ckpt_dir.exists() else []
+      if any(n.isdigit() for n in names) and any('tmp' in n for n in names):
+        proc.send_signal(signal.SIGKILL)
+        killed_mid_save = True
+        break
+      time.sleep(0.005)
+  finally:
+    proc.kill()
+    proc.wait(timeout=30)
+  assert killed_mid_save, 'the run ended before a save could be interrupted'
+  complete = sorted(int(n.name) for n in ckpt_dir.iterdir() if n.name.isdigit())
+  result = train(*args[:-2], '--steps=' + str(complete[-1] + 1), f'--workdir={tmp_path}',
+                 '--resume')
+  assert result.returncode == 0, result.stderr
+  assert f'steps {complete[-1]}→{complete[-1] + 1}' in result.stdout
