@@ -56,6 +56,7 @@ def _expect_usage_error(result, *fragments):
     (['--config=mlp', '--set', 'global_batch=100', '--strategy=fsdp'],
      ['global batch 100 is not divisible by the data-parallel degree 8']),
     (['--config=mlp', '--strategy=pipeline'], ["unknown strategy 'pipeline'"]),
+    (['--config=mlp', '--set', 'optimizer=lion'], ["unknown optimizer 'lion'"]),
     (['--config=mlp', '--set', 'learning_rate=fast'], ['expected float, got str']),
     (['--config=mlp', '--set', 'model_args.hidden=60', '--strategy=tensor_parallel'],
      ["parameter 'down/kernel': dimension 0 ('mlp', size 60)"]),

@@ -72,7 +72,8 @@ def _parse_value(key: str, text: str, current: Any) -> Any:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
     value = text  # a bare word is a string
-  if current is None or isinstance(value, type(current)):
+  if current is None or (isinstance(value, type(current))
+                         and isinstance(value, bool) == isinstance(current, bool)):
     return value
   if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
     return float(value)

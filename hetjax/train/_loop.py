@@ -49,6 +49,7 @@ def training_steps(
   The loop reads ``state.step`` once, then counts on the host, so it never waits for the device
   unless a hook asks for a value: dispatch of step s+1 (and the host work of building its batch)
   overlaps with the device work of step s. Rebalancing, checkpointing and logging are hooks.
+  Each step donates its input state: keep the latest ``info.state``, not an earlier one.
 
   Example::
 

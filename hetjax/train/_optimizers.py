@@ -6,7 +6,7 @@ import enum
 
 import optax
 
-from hetjax._errors import ConfigError
+from hetjax._errors import ConfigError, parse_choice
 
 
 class Optimizer(enum.Enum):
@@ -19,13 +19,7 @@ class Optimizer(enum.Enum):
 
   @classmethod
   def parse(cls, name: str | Optimizer) -> Optimizer:
-    if isinstance(name, Optimizer):
-      return name
-    try:
-      return cls(name)
-    except ValueError:
-      known = ', '.join(o.value for o in cls)
-      raise ConfigError(f'unknown optimizer {name!r}; choose one of: {known}') from None
+    return parse_choice(cls, name, 'optimizer')
 
   def make(self, learning_rate: float) -> optax.GradientTransformation:
     if not learning_rate > 0:

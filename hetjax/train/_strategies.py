@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-from hetjax._errors import ConfigError
+from hetjax._errors import parse_choice
 from hetjax.sharding import LogicalRules, ShardingRules
 
 _ALL = ('data', 'model')
@@ -33,13 +33,7 @@ class Strategy(enum.Enum):
   @classmethod
   def parse(cls, name: str | Strategy) -> Strategy:
     """``'hybrid'`` → `Strategy.HYBRID`; a clear `ConfigError` for an unknown name."""
-    if isinstance(name, Strategy):
-      return name
-    try:
-      return cls(name)
-    except ValueError:
-      known = ', '.join(s.value for s in cls)
-      raise ConfigError(f'unknown strategy {name!r}; choose one of: {known}') from None
+    return parse_choice(cls, name, 'strategy')
 
   def rules(self) -> ShardingRules:
     if self is Strategy.DATA_PARALLEL:
