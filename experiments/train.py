@@ -3,6 +3,14 @@
   python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \
       --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
 
+Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
+one worker of a multi-worker job: each worker computes its share of the global batch on its own
+devices (``--mesh`` is then the per-worker mesh), gradients are combined across workers, and
+worker 0 writes ``telemetry.jsonl`` (per-step, per-worker timings) beside the metrics:
+
+  python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \
+      python experiments/train.py --config=mlp --mesh=1x1 --workdir=runs/bsp
+
 Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
 batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
 """
@@ -22,7 +30,7 @@ from absl import app, flags, logging
 
 import models
 from experiments import configs
-from hetjax import ConfigError, checkpoint, sharding, train
+from hetjax import ConfigError, checkpoint, runtime, sharding, train
 
 _CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
 _SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
@@ -32,6 +40,9 @@ _STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
 _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
+_SHARES = flags.DEFINE_list('shares', None, 'per-worker batch shares (default: uniform, i.e. BSP)')
+_SLOWDOWN = flags.DEFINE_string(
+    'slowdown', None, 'emulated slowdown trace, e.g. static:1,3 (default: the launcher\'s)')
 
 
 def _config() -> configs.Config:
@@ -56,43 +67,97 @@ def _prepare_workdir(workdir: pathlib.Path) -> None:
   workdir.mkdir(parents=True, exist_ok=True)
 
 
-def run() -> dict:
+def _multi_worker(ctx: runtime.WorkerContext) -> bool:
+  return ctx.workers > 1 or bool(_SHARES.value or _SLOWDOWN.value or ctx.slowdown)
+
+
+def _shares_fn(config: configs.Config, workers: int):
+  if not _SHARES.value:
+    policy = runtime.UniformShares(config.global_batch, workers)
+    return lambda step: policy.shares(step, ())
+  try:
+    shares = tuple(int(s) for s in _SHARES.value)
+  except ValueError:
+    raise ConfigError(f'--shares {",".join(_SHARES.value)} are not integers') from None
+  return lambda step: shares
+
+
+def _build(config, ctx, task, optimizer, strategy, mesh_shape):
+  """The trainer, its state factory and the loop, for one process or for a worker of many."""
+  if not _multi_worker(ctx):
+    mesh = sharding.make_mesh(mesh_shape)
+    trainer = train.Trainer(
+        task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
+    devices = f'{len(mesh.devices.flat)} {jax.devices()[0].platform} devices'
+    return trainer, devices, lambda state, hooks, _: train.training_steps(
+        trainer, state, config.steps, hooks)
+  trainer = train.WorkerTrainer(
+      task, optimizer, config.global_batch, mesh_shape, strategy.rules(), config.seed)
+  shares_for = _shares_fn(config, ctx.workers)
+  trainer.check_shares(tuple(shares_for(0)))
+  spec = _SLOWDOWN.value or ctx.slowdown
+  dilation = runtime.TimeDilation(runtime.parse_slowdown(spec, ctx.workers), ctx.worker) \
+      if spec else None
+  devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} devices'
+
+  def loop(state, hooks, telemetry):
+    return train.worker_steps(trainer, state, config.steps, shares_for, dilation, telemetry, hooks)
+
+  return trainer, devices, loop
+
+
+def run() -> dict | None:
+  ctx = runtime.initialize()
   config = _config()
   strategy = train.Strategy.parse(config.strategy)
-  mesh = sharding.make_mesh(sharding.parse_mesh_shape(config.mesh))
+  mesh_shape = sharding.parse_mesh_shape(config.mesh)
   task = models.make_task(config.model, **config.model_args)
   optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
-  trainer = train.Trainer(task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
+  trainer, devices, loop = _build(config, ctx, task, optimizer, strategy, mesh_shape)
 
   workdir = pathlib.Path(_WORKDIR.value or f'runs/{_CONFIG.value}')
-  _prepare_workdir(workdir)
+  if ctx.is_chief:
+    _prepare_workdir(workdir)
+  channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
+  if channel:
+    channel.barrier('workdir-ready')
   meta = {
       'task': {'name': task.name, **task.config},
       'data': {'seed': config.seed, 'global_batch': config.global_batch},
-      'layout': {'strategy': strategy.value, 'mesh': config.mesh},
+      'layout': {'strategy': strategy.value, 'mesh': config.mesh, 'workers': ctx.workers},
   }
   ckpt = checkpoint.Checkpointer(workdir / 'checkpoints')
+  logger = telemetry = None
   try:
     if _RESUME.value:
       checkpoint.check_compatible(ckpt.read_meta(), meta, str(ckpt.directory))
       state, _ = ckpt.restore(trainer.abstract_state())
     else:
       state = trainer.init_state()
-    (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
     start = int(state.step)
-    print(f'{task.name}: {strategy.value} on mesh {config.mesh} ({len(mesh.devices.flat)} '
-          f'{jax.devices()[0].platform} devices), global batch {config.global_batch}, '
-          f'steps {start}→{config.steps}, run dir {workdir}', flush=True)
-    logger = train.MetricsLogger(
-        workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
-    hooks = [logger.hook(), ckpt.hook(meta, every=config.checkpoint_every)]
-    try:
-      for _ in train.training_steps(trainer, state, config.steps, hooks):
-        pass
-    finally:
-      logger.close()
+    hooks = [ckpt.hook(meta, every=config.checkpoint_every)]
+    if _multi_worker(ctx):
+      telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
+                                            workdir / 'telemetry.jsonl')
+    if ctx.is_chief:
+      (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
+      run_info = {'workers': ctx.workers, 'global_batch': config.global_batch,
+                  'model': task.name, 'slowdown': _SLOWDOWN.value or ctx.slowdown,
+                  'policy': 'static' if _SHARES.value else 'uniform'}
+      (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
+      print(f'{task.name}: {strategy.value} on mesh {config.mesh} ({devices}), global batch '
+            f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)
+      logger = train.MetricsLogger(
+          workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
+      hooks.insert(0, logger.hook())
+    for _ in loop(state, hooks, telemetry):
+      pass
   finally:
-    ckpt.close()
+    for closable in (logger, telemetry, ckpt):
+      if closable:
+        closable.close()
+  if not ctx.is_chief:
+    return None
   summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps()}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)

@@ -10,6 +10,10 @@ from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
 from hetjax.train._task import Task as Task
 from hetjax.train._trainer import Trainer as Trainer
+from hetjax.train._worker_loop import measure_speed as measure_speed
+from hetjax.train._worker_loop import worker_steps as worker_steps
+from hetjax.train._workers import WorkerTrainer as WorkerTrainer
+from hetjax.train._workers import worker_meshes as worker_meshes
 
 __all__ = [
     'HasSubmodels',
@@ -21,5 +25,9 @@ __all__ = [
     'Task',
     'TrainState',
     'Trainer',
+    'WorkerTrainer',
+    'measure_speed',
     'training_steps',
+    'worker_meshes',
+    'worker_steps',
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 
@@ -21,12 +22,14 @@ class StepInfo:
     state: the state after the step.
     metrics: device scalars (``'loss'``); reading one with ``float()`` waits for the step.
     time: ``time.perf_counter()`` when the step was dispatched.
+    stats: in multi-worker training, this worker's timings of the step (`WorkerStepStats`).
   """
 
   step: int
   state: TrainState
   metrics: dict[str, jax.Array]
   time: float
+  stats: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

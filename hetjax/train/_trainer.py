@@ -14,7 +14,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.data import Batch
-from hetjax.sharding import ShardingRules, abstract_model, activation_rules, param_shardings
+from hetjax.sharding import ShardingRules, activation_rules
+from hetjax.train._layout import init_state, state_layout
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
 
@@ -67,18 +68,11 @@ class Trainer:
           f'{self.data_parallel_degree} (batch split over mesh axes {batch_axes} of '
           f'{dict(mesh.shape)})')
 
-    self.graphdef, abstract_params, names = abstract_model(task.make_model, seed)
+    self.layout = state_layout(task, optimizer, mesh, rules.params, seed)
+    self.graphdef = self.layout.graphdef
+    self.state_shardings = self.layout.shardings
     self.replicated = NamedSharding(mesh, PartitionSpec())
     self._batch_shardings: dict[int, NamedSharding] = {}
-    params_sh = param_shardings(abstract_params, names, mesh, rules.params)
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
-    opt_sh = optax.tree_map_params(
-        optimizer, lambda _, sharding: sharding, abstract_opt, params_sh,
-        transform_non_params=lambda _: self.replicated,
-        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
-    self.state_shardings = TrainState(self.replicated, params_sh, opt_sh)
-    self._abstract = TrainState(
-        jax.ShapeDtypeStruct((), jnp.int32), abstract_params, abstract_opt)
     self._step = jax.jit(
         self._train_step,
         in_shardings=(self.state_shardings, None),
@@ -87,19 +81,11 @@ class Trainer:
 
   def abstract_state(self) -> TrainState:
     """Shapes, dtypes and shardings of the state: the restore target for a checkpoint."""
-    return jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        self._abstract, self.state_shardings)
+    return self.layout.abstract_state()
 
   def init_state(self) -> TrainState:
     """Fresh parameters and optimizer state, created directly in their sharded layout."""
-    def init():
-      with nnx.use_eager_sharding(False):
-        model = self.task.make_model(nnx.Rngs(self.seed))
-      params = nnx.to_pure_dict(nnx.state(model))
-      return TrainState(jnp.zeros((), jnp.int32), params, self.optimizer.init(params))
-
-    return jax.jit(init, out_shardings=self.state_shardings)()
+    return init_state(self.task, self.optimizer, self.layout, self.seed)
 
   def batch_sharding(self, ndim: int) -> NamedSharding:
     """Sharding of a batch array of rank ``ndim``: the leading axis is ``'batch'``."""

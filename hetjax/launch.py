@@ -1,0 +1,82 @@
+"""Runs one command as N local hetjax workers and exits with the job's status.
+
+  python -m hetjax.launch --workers 4 --devices-per-worker 2 --slowdown static:1,1,2,4 \\
+      --timeout 600 -- python experiments/train.py --config=mlp
+
+Every worker line comes out on stdout as ``[w{i}] line``. If a worker fails, the others are
+stopped and the launcher exits with that worker's status after one line on stderr
+(``launch: worker 2 exited with status 1``); 124 on ``--timeout``, 130 on Ctrl-C. Bad input
+prints ``launch: error: …`` and exits with 2. The work is done by
+`hetjax.runtime._launcher.launch_local`; this file only parses arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from hetjax._errors import ConfigError
+from hetjax.runtime._launcher import launch_local
+from hetjax.runtime._slowdown import parse_slowdown
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+  """``'20000-20100'`` -> ``(20000, 20100)``; anything else is a `ConfigError`."""
+  match = re.fullmatch(r'\s*(\d+)\s*-\s*(\d+)\s*', text)
+  if not match:
+    raise ConfigError(f'port range {text!r} is not LOW-HIGH, e.g. 20000-20100')
+  return int(match[1]), int(match[2])
+
+
+def _fail(message: str) -> NoReturn:
+  print(f'launch: error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message: str) -> NoReturn:  # one line instead of argparse's usage block
+    _fail(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog='python -m hetjax.launch',
+                   usage='%(prog)s --workers N [options] -- COMMAND [ARG ...]',
+                   description='Start N local hetjax worker processes running COMMAND.')
+  parser.add_argument('--workers', type=int, required=True, metavar='N',
+                      help='number of worker processes (1..1024)')
+  parser.add_argument('--devices-per-worker', type=int, default=1, metavar='D',
+                      help='virtual CPU devices per worker (JAX_NUM_CPU_DEVICES; default 1)')
+  parser.add_argument('--slowdown', metavar='SPEC',
+                      help='slowdown spec, passed on as HETJAX_SLOWDOWN')
+  parser.add_argument('--timeout', type=float, metavar='SECONDS',
+                      help='seconds before the whole job is stopped (exit 124; default: none)')
+  parser.add_argument('--init-timeout', type=float, metavar='SECONDS',
+                      help='seconds for workers to join, passed on as HETJAX_INIT_TIMEOUT')
+  parser.add_argument('--port-range', metavar='LOW-HIGH',
+                      help='take the coordinator and transfer ports from this range')
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Parses ``argv`` (default: ``sys.argv[1:]``), runs the job and returns its exit status."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  split = argv.index('--') if '--' in argv else len(argv)
+  args = _parser().parse_args(argv[:split])
+  try:
+    port_range = None if args.port_range is None else parse_port_range(args.port_range)
+    result = launch_local(argv[split + 1:], args.workers, args.devices_per_worker,
+                          slowdown=args.slowdown, timeout=args.timeout,
+                          init_timeout=args.init_timeout, port_range=port_range,
+                          validate_slowdown=lambda spec: parse_slowdown(spec, args.workers))
+  except ConfigError as e:
+    _fail(str(e))
+  if result.returncode != 0:
+    print(f'launch: {result.cause}', file=sys.stderr, flush=True)
+  return result.returncode
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,61 @@
+"""Prints a run's per-worker time table and writes its timeline and throughput plots.
+
+  python -m hetjax.report runs/het4 [--skip N] [--no-plots]
+
+Bad input (no such directory, a malformed telemetry line, an incomplete steps × workers grid, a
+``--skip`` that leaves no steps) prints one line ``report: error: …`` and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from hetjax import report
+from hetjax._errors import ConfigError
+
+PROG = 'report'
+
+
+class _Parser(argparse.ArgumentParser):
+  """An argparse parser whose usage errors are one stderr line, like every hetjax entry point."""
+
+  def error(self, message: str) -> NoReturn:
+    _fail(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+  parser.add_argument('run_dir', metavar='RUN_DIR', help='directory holding telemetry.jsonl')
+  parser.add_argument('--skip', type=int, default=1,
+                      help='leading steps to leave out of the means (compilation); default 1')
+  parser.add_argument('--no-plots', action='store_true', help='print the table only')
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = _parser().parse_args(argv)
+  try:
+    t = report.load_telemetry(args.run_dir)
+    table = report.format_table(report.summarise(t, args.skip),
+                                report.iteration_summary(t, args.skip))
+    paths = [] if args.no_plots else report.write_plots(t, args.skip)
+  except (ConfigError, OSError) as e:  # OSError: an unreadable file, an unwritable directory
+    _fail(str(e))
+  header = ', '.join(f'{k} {t.run[k]}' for k in ('model', 'policy', 'slowdown') if t.run.get(k))
+  if header:
+    print(header)
+  print(table)
+  for path in paths:
+    print(f'wrote {path}')
+  return 0
+
+
+def _fail(message: str) -> NoReturn:
+  print(f'{PROG}: error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,115 @@
+"""PNG plots of a run's telemetry: a per-worker timeline and throughput per step.
+
+Figures are built with `matplotlib.figure.Figure` directly, not pyplot, so plotting needs no
+display, selects no backend and leaves no global figure state behind.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from hetjax.report._telemetry_table import Telemetry, _counted, iteration_summary
+
+# Drawn left to right inside each step: the barrier wait comes before the combine, so the comm
+# segments of all workers end together at the step boundary.
+_SEGMENTS = (('data_s', 'data', '#c7c7c7'), ('compute_s', 'compute', '#1f77b4'),
+             ('dilation_s', 'dilation (emulated slowness)', '#ff7f0e'),
+             ('wait_s', 'wait (barrier)', '#d62728'), ('comm_s', 'comm', '#2ca02c'))
+_OTHER = ('other', '#ececec')
+_STEP_LINES_MAX = 60  # draw a thin line at each step boundary up to this many steps
+
+
+def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:
+  """Writes a horizontal stacked-bar timeline: one row per worker, one block per step.
+
+  All workers start a step together (the previous step ended at a barrier), so step ``i``
+  starts at the sum of the earlier iteration times. Steps before ``skip`` (compilation) are
+  left out so they do not squash the rest; x is seconds since the first plotted step.
+
+  Example::
+
+    plot_timeline(load_telemetry('runs/het4'), 'runs/het4/timeline.png')
+  """
+  rows = _counted(t, skip)
+  iteration = t.iteration_s()[rows]
+  starts = np.concatenate([[0.0], np.cumsum(iteration)[:-1]])
+  fig = Figure(figsize=(11, 1.2 + 0.6 * len(t.workers)), layout='constrained')
+  ax = fig.add_subplot()
+  for i in range(len(t.workers)):
+    offset = starts.copy()
+    for field, _, colour in _SEGMENTS:
+      width = getattr(t, field)[rows, i]
+      ax.broken_barh(list(zip(offset, width, strict=True)), (i - 0.35, 0.7), facecolors=colour)
+      offset = offset + width
+    other = np.maximum(t.step_s[rows, i] - (offset - starts), 0.0)
+    ax.broken_barh(list(zip(offset, other, strict=True)), (i - 0.35, 0.7), facecolors=_OTHER[1])
+  if len(starts) <= _STEP_LINES_MAX:
+    for x in [*starts[1:], starts[-1] + iteration[-1]]:
+      ax.axvline(x, color='black', linewidth=0.6, alpha=0.5)
+  ax.set_yticks(range(len(t.workers)),
+                [f'worker {w}  ×{t.slowdown[rows, i].mean():g}' for i, w in enumerate(t.workers)])
+  ax.invert_yaxis()
+  ax.set_xlim(0, float(iteration.sum()))
+  ax.set_xlabel('seconds since the first plotted step')
+  first, last = t.steps[rows][0], t.steps[-1]
+  ax.set_title(f'{_title(t)}per-worker time, steps {first}–{last}'
+               + (f' (first {skip} skipped: compile)' if rows.start else ''))
+  handles = [Patch(color=c, label=label) for _, label, c in _SEGMENTS]
+  handles.append(Patch(color=_OTHER[1], label=_OTHER[0]))
+  fig.legend(handles=handles, loc='outside lower center', ncols=len(handles), frameon=False)
+  return _save(fig, path)
+
+
+def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:
+  """Writes samples/s of every step, with the mean over the counted steps as a dashed line.
+
+  Example::
+
+    plot_throughput(load_telemetry('runs/het4'), 'runs/het4/throughput.png', skip=1)
+  """
+  summary = iteration_summary(t, skip)
+  rate = t.batch() / np.maximum(t.iteration_s(), 1e-12)
+  steps = np.array(t.steps)
+  fig = Figure(figsize=(9, 4.5), layout='constrained')
+  ax = fig.add_subplot()
+  ax.plot(steps[skip:], rate[skip:], marker='o', markersize=3, color='#1f77b4', label='per step')
+  if skip:
+    ax.plot(steps[:skip], rate[:skip], marker='x', linestyle='none', color='grey',
+            label=f'skipped (first {skip}: compile)')
+  ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
+             label=f'mean {summary.samples_per_s:,.1f} samples/s')
+  ax.set_xlabel('step')
+  ax.set_ylabel('samples/s')
+  ax.set_ylim(bottom=0)
+  ax.grid(alpha=0.3)
+  ax.set_title(f'{_title(t)}throughput, global batch {summary.global_batch:g}')
+  ax.legend(loc='lower right')
+  return _save(fig, path)
+
+
+def write_plots(t: Telemetry, skip: int = 1,
+                out_dir: str | pathlib.Path | None = None) -> list[pathlib.Path]:
+  """Writes ``timeline.png`` and ``throughput.png`` into ``out_dir`` (default: the run dir).
+
+  Example::
+
+    write_plots(load_telemetry('runs/het4'))   # [.../timeline.png, .../throughput.png]
+  """
+  directory = pathlib.Path(out_dir) if out_dir is not None else t.directory
+  return [plot_timeline(t, directory / 'timeline.png', skip),
+          plot_throughput(t, directory / 'throughput.png', skip)]
+
+
+def _title(t: Telemetry) -> str:
+  parts = [f'{k} {t.run[k]}' for k in ('model', 'policy', 'slowdown') if t.run.get(k)]
+  return ', '.join(parts) + '\n' if parts else ''
+
+
+def _save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
+  path = pathlib.Path(path)
+  fig.savefig(path, dpi=110)
+  return path

@@ -1,0 +1,263 @@
+"""Starts N local worker processes for one multi-process JAX job, and never leaves one behind.
+
+One process per worker on one machine is how hetjax tests and benchmarks heterogeneity. Each
+worker gets its base environment plus what `jax.distributed` and hetjax read::
+
+  HETJAX_COORDINATOR=127.0.0.1:P          the same for every worker
+  HETJAX_NUM_WORKERS=N  HETJAX_WORKER_ID=i
+  HETJAX_TRANSFER_ADDRESS=127.0.0.1:Q_i   a different port per worker
+  HETJAX_SLOWDOWN=spec  HETJAX_INIT_TIMEOUT=seconds   only when given
+  JAX_NUM_CPU_DEVICES=D  JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo  PYTHONUNBUFFERED=1
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import itertools
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, TextIO
+
+from hetjax._errors import ConfigError
+
+MAX_WORKERS = 1024
+_POLL_SECONDS = 0.05
+_GRACE_SECONDS = 3.0
+_LIVE_GROUPS: set[int] = set()  # process groups whose leader is not reaped yet
+_SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+  """How a launched job ended.
+
+  Attributes:
+    returncode: 0 if all workers exited 0; else the first failing worker's status (128 + signal if
+      a signal killed it); 124 on timeout; 128 + signal when the launcher gets SIGINT (130),
+      SIGTERM or SIGHUP.
+    failed_worker: the id of the first worker that failed, or None.
+    cause: one sentence for people, e.g. ``'worker 2 exited with status 1'``.
+  """
+
+  returncode: int
+  failed_worker: int | None
+  cause: str
+
+
+def find_free_ports(n: int, port_range: tuple[int, int] | None = None) -> list[int]:
+  """``n`` distinct ports on 127.0.0.1 that were free a moment ago (from ``lo..hi`` if given).
+
+  All ``n`` sockets are held until the last is bound, so the ports differ; a worker can still lose
+  a race for one later (the usual caveat of port 0). A range that cannot supply ``n`` ports (the
+  "more workers than ports" case) is a `ConfigError`.
+
+  Example::
+
+    >>> coordinator, *transfer = find_free_ports(3, (20000, 20100))
+  """
+  if port_range is not None and not 1 <= port_range[0] <= port_range[1] <= 65535:
+    raise ConfigError('port range {}-{} is not LOW-HIGH within 1-65535'.format(*port_range))
+  candidates = [0] * n if port_range is None else range(port_range[0], port_range[1] + 1)
+  with contextlib.ExitStack() as bound:
+    ports: list[int] = []
+    for port in candidates:
+      if len(ports) == n:
+        break
+      sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+      try:
+        sock.bind(('127.0.0.1', port))
+      except OSError:
+        sock.close()
+      else:
+        ports.append(bound.enter_context(sock).getsockname()[1])
+    if len(ports) < n:
+      where = 'on 127.0.0.1' if port_range is None else 'in port range {}-{}'.format(*port_range)
+      raise ConfigError(f'found {len(ports)} free ports {where} but need {n} (workers + 1)')
+    return ports
+
+
+def _check(command: Sequence[str], workers: int, devices_per_worker: int, slowdown: str | None,
+           timeout: float | None, init_timeout: float | None, env: Mapping[str, str]) -> None:
+  if not command:
+    raise ConfigError('no command given; put it after --, e.g. -- python train.py')
+  if not 1 <= workers <= MAX_WORKERS:
+    raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
+  if devices_per_worker < 1:
+    raise ConfigError(f'devices per worker must be at least 1, got {devices_per_worker}')
+  for name, seconds in (('timeout', timeout), ('init timeout', init_timeout)):
+    if seconds is not None and not seconds > 0:
+      raise ConfigError(f'{name} must be a positive number of seconds, got {seconds}')
+  if slowdown is not None and not slowdown.strip():
+    raise ConfigError('slowdown spec is empty')
+  gpus, need = env.get('CUDA_VISIBLE_DEVICES', ''), workers * devices_per_worker
+  # CUDA stops at the first invalid id ('-1'); an empty list hides all GPUs: a CPU job.
+  visible = list(itertools.takewhile(lambda d: d and not d.startswith('-'),
+                                     (d.strip() for d in gpus.split(','))))
+  if visible and len(visible) < need:
+    raise ConfigError(f'{workers} workers x {devices_per_worker} devices need {need} GPUs but '
+                      f'CUDA_VISIBLE_DEVICES={gpus!r} lists {len(visible)}')
+
+
+def _killpg(pid: int, sig: int) -> None:
+  with contextlib.suppress(ProcessLookupError, PermissionError):
+    os.killpg(pid, sig)
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+  for pid in list(_LIVE_GROUPS):
+    _killpg(pid, signal.SIGKILL)
+
+
+def _pump(worker: int, pipe: IO[bytes], out: TextIO, lock: threading.Lock) -> None:
+  """Re-emits each line of a worker's merged stdout/stderr as ``[w{worker}] line``."""
+  with pipe:
+    for raw in iter(pipe.readline, b''):
+      line = raw.decode('utf-8', errors='replace').removesuffix('\n')
+      with lock, contextlib.suppress(OSError, ValueError):  # a closed stdout must not block us
+        out.write(f'[w{worker}] {line}\n')
+        out.flush()
+
+
+class _Workers:
+  """The worker processes, each the leader of its own process group."""
+
+  def __init__(self, out: TextIO):
+    self._out, self._lock, self._readers = out, threading.Lock(), []
+    self.live: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> process not yet reaped
+
+  def start(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+    i = len(self._readers)
+    try:
+      proc = subprocess.Popen(list(command), env=dict(env), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    except OSError as e:
+      raise ConfigError(f'cannot start worker {i}: {command[0]}: {e.strerror}') from None
+    _LIVE_GROUPS.add(proc.pid)
+    self.live[i] = proc
+    self._readers.append(threading.Thread(
+        target=_pump, args=(i, proc.stdout, self._out, self._lock), daemon=True))
+    self._readers[-1].start()
+
+  def reap(self) -> list[tuple[int, int]]:
+    """(worker, returncode) of the workers that exited since the last call, by worker id."""
+    done = [(i, p.returncode) for i, p in sorted(self.live.items()) if p.poll() is not None]
+    for i, _ in done:  # kill what a worker left behind now, while its group id is still ours
+      _killpg(self.live[i].pid, signal.SIGKILL)
+      _LIVE_GROUPS.discard(self.live.pop(i).pid)
+    return done
+
+  def stop(self, sig: int, grace: float, hurry: Callable[[], bool] = lambda: False) -> None:
+    """Sends ``sig`` to every live group, waits up to ``grace`` s, then SIGKILLs the rest."""
+    for s in (sig, signal.SIGKILL):
+      for proc in self.live.values():
+        _killpg(proc.pid, s)
+      deadline = time.monotonic() + grace
+      while self.live and time.monotonic() < deadline and not hurry():
+        time.sleep(_POLL_SECONDS)
+        self.reap()
+    for proc in self.live.values():
+      proc.wait()
+    self.reap()
+    deadline = time.monotonic() + 2.0  # all output out before the verdict, unless a process
+    for reader in self._readers:       # that escaped its group (setsid) still holds a pipe
+      reader.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def launch_local(command: Sequence[str], workers: int, devices_per_worker: int = 1,
+                 slowdown: str | None = None, timeout: float | None = None,
+                 init_timeout: float | None = None, port_range: tuple[int, int] | None = None,
+                 env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
+                 validate_slowdown: Callable[[str], object] | None = None) -> LaunchResult:
+  """Runs ``command`` as ``workers`` local processes and waits for all of them.
+
+  The job ends when every worker exited 0; when the first one fails (the others get SIGTERM, then
+  SIGKILL after a 3 s grace); after ``timeout`` s; or on SIGINT/SIGTERM/SIGHUP to this process
+  (passed on to the workers, same grace; a second signal skips it). Each worker is its own process
+  group and every group is SIGKILLed at the end, so nothing a worker started is left running.
+
+  Example::
+
+    >>> launch_local([sys.executable, 'train.py'], workers=4, slowdown='static:1,1,2,4',
+    ...              timeout=600)
+    [w0] step 1/100 | loss 2.31
+    ...
+    LaunchResult(returncode=1, failed_worker=2, cause='worker 2 exited with status 1')
+
+  Args:
+    command: the program and its arguments, run unchanged by every worker.
+    workers: how many processes (1..1024).
+    devices_per_worker: virtual CPU devices per process (``JAX_NUM_CPU_DEVICES``).
+    slowdown: passed on as ``HETJAX_SLOWDOWN``; must not be empty.
+    timeout: seconds before the whole job is stopped (returncode 124); None: no limit.
+    init_timeout: passed on as ``HETJAX_INIT_TIMEOUT``.
+    port_range: ``(low, high)``, inclusive, to take the ports from; None: any free ports.
+    env: the workers' base environment; None: this process's environment.
+    stdout: where the workers' ``[w{i}] ``-prefixed lines go; None: ``sys.stdout``.
+    validate_slowdown: called with ``slowdown`` first; raises `ConfigError` if it is bad.
+
+  Returns:
+    A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.cause``).
+
+  Raises:
+    ConfigError: bad arguments, too few free ports or GPUs, or a command that cannot start.
+  """
+  base = dict(os.environ if env is None else env)
+  _check(command, workers, devices_per_worker, slowdown, timeout, init_timeout, base)
+  if slowdown is not None and validate_slowdown is not None:
+    validate_slowdown(slowdown)
+  coordinator, *transfer = find_free_ports(workers + 1, port_range)
+  base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}', 'HETJAX_NUM_WORKERS': str(workers),
+           'JAX_NUM_CPU_DEVICES': str(devices_per_worker), 'PYTHONUNBUFFERED': '1',
+           'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo'}
+  optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout}
+  base |= {k: str(v) for k, v in optional.items() if v is not None}
+  # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
+  received: list[int] = []
+  main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+  previous = {s: signal.signal(s, lambda signum, _: received.append(signum))
+              for s in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if main else ())}
+  job = _Workers(sys.stdout if stdout is None else stdout)
+  try:
+    for i, port in enumerate(transfer):
+      job.start(command, base | {'HETJAX_WORKER_ID': str(i),
+                                 'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'})
+    return _supervise(job, timeout, received)
+  finally:
+    job.stop(signal.SIGKILL, 0.0)  # kills leftovers and flushes the output on every path
+    for s, handler in previous.items():
+      signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _supervise(job: _Workers, timeout: float | None, received: list[int]) -> LaunchResult:
+  """Polls every 50 ms until all workers exited 0, one failed, time ran out or a signal came."""
+  deadline = math.inf if timeout is None else time.monotonic() + timeout
+  while True:
+    if received:
+      sig = received[0]
+      job.stop(sig, _GRACE_SECONDS, hurry=lambda: len(received) > 1)
+      name = 'interrupted' if sig == signal.SIGINT else f'interrupted by {signal.Signals(sig).name}'
+      return LaunchResult(128 + sig, None, name)
+    failed = [(i, rc) for i, rc in job.reap() if rc != 0]
+    if failed:
+      worker, rc = failed[0]
+      job.stop(signal.SIGTERM, _GRACE_SECONDS)
+      how = (f'exited with status {rc}' if rc > 0 else
+             f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
+      return LaunchResult(rc if rc > 0 else 128 - rc, worker, f'worker {worker} {how}')
+    if not job.live:
+      return LaunchResult(0, None, 'all workers exited with status 0')
+    if time.monotonic() >= deadline:
+      job.stop(signal.SIGTERM, _GRACE_SECONDS)
+      return LaunchResult(124, None, f'timed out after {timeout:g} s; stopped all workers')
+    time.sleep(_POLL_SECONDS)

@@ -1,0 +1,261 @@
+"""Data parallelism across workers (processes) that each compute a slice of their own size.
+
+Each worker runs its own jitted gradient program on its local devices for its own number of
+rows; only the cross-worker combine is a collective, and it runs on equal-shaped gradient trees.
+That is what lets every worker have a different batch share — and later a different share every
+iteration — while training stays the same SGD as one device computing the whole batch:
+
+    g = Σᵢ Σ_{rows r of worker i} ∇ℓ_r / X        (X = the global batch)
+
+Each worker's program returns its partial sum already divided by X; the combine adds them with
+`lax.psum` over the ``'proc'`` axis of a mesh made of every worker's devices, and applies the
+optimizer in the same program, so the state (replicated over workers) never leaves the devices.
+
+Tensor fusion: every gradient that is replicated inside a worker (all of them under local data
+parallelism), and the loss, travel in one flat buffer, so a step costs one all-reduce instead of
+one per parameter. With gloo on CPU a 7-tensor all-reduce over 4 workers took 30.6 ms and the
+same bytes fused took 5.2 ms (measured on the 2-core development machine).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from hetjax._errors import ConfigError
+from hetjax.data import Batch, slice_batch
+from hetjax.sharding import ShardingRules, activation_rules, make_mesh
+from hetjax.train._layout import init_state, state_layout
+from hetjax.train._state import TrainState
+from hetjax.train._task import Task
+
+PyTree = Any
+PROC = 'proc'
+
+
+def worker_meshes(local_shape: tuple[int, int]) -> tuple[Mesh, Mesh]:
+  """This worker's local mesh ``('data', 'model')`` and the job's ``('proc', 'data', 'model')``.
+
+  Row ``p`` of the global mesh is worker ``p``'s local mesh, device for device, so an array on
+  the global mesh that is replicated over ``'proc'`` has, on each worker, exactly the shards of
+  an array on that worker's local mesh.
+
+  Raises:
+    ConfigError: if workers have different device counts or ``local_shape`` does not match.
+  """
+  workers = jax.process_count()
+  per_worker = [[d for d in jax.devices() if d.process_index == p] for p in range(workers)]
+  counts = {len(devices) for devices in per_worker}
+  if len(counts) != 1:
+    raise ConfigError(f'workers have different device counts: {[len(d) for d in per_worker]}')
+  local = make_mesh(local_shape, devices=jax.local_devices())
+  grid = np.array(per_worker, dtype=object).reshape((workers, *local_shape))
+  return local, Mesh(grid, (PROC, *local.axis_names), axis_types=(AxisType.Auto,) * 3)
+
+
+def _stacked_spec(spec: PartitionSpec, ndim: int) -> PartitionSpec:
+  """The spec of every worker's copy stacked along dimension 0 (rank 0 becomes shape (1,))."""
+  entries = list(spec) + [None] * (ndim - len(spec))
+  if ndim == 0:
+    return PartitionSpec(PROC)
+  first = entries[0]
+  first = () if first is None else (first,) if isinstance(first, str) else tuple(first)
+  return PartitionSpec((PROC, *first), *entries[1:])
+
+
+class WorkerTrainer:
+  """Trains ``task`` over all workers of the job, worker ``i`` computing ``shares[i]`` rows.
+
+  Example (run in every worker, after `hetjax.runtime.initialize()`)::
+
+    trainer = WorkerTrainer(task, optax.adam(1e-3), global_batch=256)
+    state = trainer.init_state()
+    for step in range(100):
+      shares = (64,) * jax.process_count()            # uniform = BSP
+      state, loss = trainer.step(state, shares)
+
+  Args:
+    task: the model, loss and data.
+    optimizer: an optax transformation, applied identically on every worker.
+    global_batch: examples per step over all workers; shares sum to it.
+    local_shape: this worker's local mesh shape over ``('data', 'model')`` (default: all local
+      devices on ``'data'``); the same on every worker.
+    rules: how parameters and compute are laid out inside a worker (default: data parallel).
+    seed: initialises parameters and selects the data.
+  """
+
+  def __init__(
+      self,
+      task: Task,
+      optimizer: optax.GradientTransformation,
+      global_batch: int,
+      local_shape: tuple[int, int] | None = None,
+      rules: ShardingRules | None = None,
+      seed: int = 0,
+  ):
+    from hetjax.train._strategies import Strategy
+
+    self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
+    self.rules = rules or Strategy.DATA_PARALLEL.rules()
+    self.worker, self.workers = jax.process_index(), jax.process_count()
+    self.local_mesh, self.mesh = worker_meshes(local_shape or (jax.local_device_count(), 1))
+    self.local_layout = state_layout(task, optimizer, self.local_mesh, self.rules.params, seed)
+    self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
+    self.graphdef = self.layout.graphdef
+    batch_axes = self.rules.compute.mesh_axes(('batch',))[0]
+    self.local_batch_degree = int(np.prod([self.local_mesh.shape[a] for a in batch_axes]))
+    self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
+    self._batch_shardings: dict[int, NamedSharding] = {}
+    self._seen_rows: set[int] = set()
+    self.compiles, self.last_call_compiled = 0, False
+
+    # Gradient leaves in flat order; replicated ones are fused into one buffer with the loss.
+    leaves, self._treedef = jax.tree.flatten(self.layout.abstract.params)
+    specs = self._treedef.flatten_up_to(self.layout.param_specs)
+    self._shapes = [leaf.shape for leaf in leaves]
+    self._fused = [i for i, spec in enumerate(specs) if all(e is None for e in spec)]
+    self._separate = [i for i in range(len(leaves)) if i not in self._fused]
+    self._fused_size = 1 + sum(int(np.prod(self._shapes[i])) for i in self._fused)
+    self._separate_specs = [specs[i] for i in self._separate]
+    self._separate_stacked = [
+        NamedSharding(self.mesh, _stacked_spec(specs[i], len(self._shapes[i])))
+        for i in self._separate]
+    self._fused_stacked = NamedSharding(self.mesh, PartitionSpec(PROC))
+    local_separate = [NamedSharding(self.local_mesh, specs[i]) for i in self._separate]
+    local_out = (self._local_replicated, local_separate)
+    self._grad = jax.jit(self._local_grad, out_shardings=local_out)
+    self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
+    self._update = jax.jit(
+        self._combine_and_update,
+        in_shardings=(self.layout.shardings, self._fused_stacked, self._separate_stacked),
+        out_shardings=(self.layout.shardings, NamedSharding(self.mesh, PartitionSpec())),
+        donate_argnums=0)
+
+  # -- state -------------------------------------------------------------------------------------
+
+  def init_state(self) -> TrainState:
+    """Fresh state on the global mesh, replicated over workers (identical on every worker)."""
+    return init_state(self.task, self.optimizer, self.layout, self.seed)
+
+  def abstract_state(self) -> TrainState:
+    return self.layout.abstract_state()
+
+  def local_view(self, tree: PyTree) -> PyTree:
+    """This worker's copy of a tree of global arrays, as arrays on the local mesh (no copy)."""
+    def one(x):
+      sharding = NamedSharding(self.local_mesh, x.sharding.spec)
+      return jax.make_array_from_single_device_arrays(
+          x.shape, sharding, [s.data for s in x.addressable_shards])
+    return jax.tree.map(one, tree)
+
+  # -- the two programs --------------------------------------------------------------------------
+
+  def _pack(self, loss: jax.Array, grads: PyTree):
+    """``(flat [loss, replicated grads…], [other grads…])``: what crosses workers."""
+    leaves = self._treedef.flatten_up_to(grads)
+    fused = jnp.concatenate([loss.reshape(1)] + [leaves[i].ravel() for i in self._fused])
+    return fused, [leaves[i] for i in self._separate]
+
+  def _unpack(self, fused: jax.Array, separate: list[jax.Array]):
+    leaves: list[jax.Array | None] = [None] * len(self._shapes)
+    offset = 1
+    for i in self._fused:
+      size = int(np.prod(self._shapes[i]))
+      leaves[i] = fused[offset:offset + size].reshape(self._shapes[i])
+      offset += size
+    for i, leaf in zip(self._separate, separate, strict=True):
+      leaves[i] = leaf
+    return fused[0], self._treedef.unflatten(leaves)
+
+  def _local_grad(self, params: PyTree, batch: dict[str, jax.Array]):
+    def partial_loss(p):
+      model = nnx.merge(self.graphdef, p)
+      with activation_rules(self.local_mesh, self.rules.compute):
+        return jnp.sum(self.task.loss(model, batch)) / self.global_batch
+    return self._pack(*jax.value_and_grad(partial_loss)(params))
+
+  def _zero_grad(self):
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self.layout.abstract.params)
+    return self._pack(jnp.zeros((), jnp.float32), zeros)
+
+  def _combine_and_update(self, state: TrainState, fused: jax.Array, separate: list[jax.Array]):
+    def total(fused_parts, separate_parts):
+      return (lax.psum(fused_parts, PROC),
+              [lax.psum(x, PROC) if x.ndim == len(shape) else lax.psum(x, PROC)[0]
+               for x, shape in zip(separate_parts, [self._shapes[i] for i in self._separate],
+                                   strict=True)])
+
+    stacked_specs = [s.spec for s in self._separate_stacked]
+    fused, separate = jax.shard_map(
+        total, mesh=self.mesh, in_specs=(PartitionSpec(PROC), stacked_specs),
+        out_specs=(PartitionSpec(), self._separate_specs))(fused, separate)
+    loss, grads = self._unpack(fused, separate)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(state.step + 1, params, opt_state), loss
+
+  def _stack(self, local: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """Every worker's ``local`` concatenated along dimension 0, as one global array."""
+    shards = [s.data if local.ndim else s.data.reshape((1,)) for s in local.addressable_shards]
+    shape = (self.workers * (local.shape[0] if local.ndim else 1), *local.shape[1:])
+    return jax.make_array_from_single_device_arrays(shape, sharding, shards)
+
+  # -- one step, in pieces, so a runtime can time each --------------------------------------------
+
+  def check_shares(self, shares: tuple[int, ...]) -> None:
+    if len(shares) != self.workers or sum(shares) != self.global_batch or min(shares) < 0:
+      raise ConfigError(f'shares {tuple(shares)} must be {self.workers} non-negative integers '
+                        f'summing to the global batch {self.global_batch}')
+    for i, s in enumerate(shares):
+      if s % self.local_batch_degree:
+        raise ConfigError(f'share {s} of worker {i} is not divisible by the local '
+                          f'data-parallel degree {self.local_batch_degree}')
+
+  def local_batch(self, step: int, shares: tuple[int, ...]) -> dict[str, jax.Array]:
+    """This worker's rows of step ``step``'s global batch, placed on the local mesh."""
+    host: Batch = self.task.data.global_batch(self.seed, step, self.global_batch)
+    return self.place(slice_batch(host, shares, self.worker))
+
+  def place(self, batch: Batch) -> dict[str, jax.Array]:
+    """Places host rows on the local mesh, split along the batch axis."""
+    return jax.device_put(batch, {k: self._batch_sharding(v.ndim) for k, v in batch.items()})
+
+  def _batch_sharding(self, ndim: int) -> NamedSharding:
+    if ndim not in self._batch_shardings:
+      spec = self.rules.compute.spec(('batch',) + (None,) * (ndim - 1))
+      self._batch_shardings[ndim] = NamedSharding(self.local_mesh, spec)
+    return self._batch_shardings[ndim]
+
+  def local_gradient(self, state: TrainState, batch: dict[str, jax.Array]):
+    """``Σ loss / X`` and ``Σ ∇loss / X`` over this worker's rows, packed for `combine`.
+
+    Each new number of rows compiles a new program (cached by `jax.jit`); `compiles` counts them
+    and `last_call_compiled` tells whether this call was one.
+    """
+    rows = len(next(iter(batch.values())))
+    self.last_call_compiled = rows not in self._seen_rows
+    if self.last_call_compiled:
+      self._seen_rows.add(rows)
+      self.compiles += 1
+    if rows == 0:
+      return self._zero()
+    return self._grad(self.local_view(state.params), batch)
+
+  def combine(self, state: TrainState, packed) -> tuple[TrainState, jax.Array]:
+    """Sums every worker's packed loss and gradient and applies the optimizer (collective)."""
+    fused, separate = packed
+    stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
+    return self._update(state, self._stack(fused, self._fused_stacked), stacked)
+
+  def step(self, state: TrainState, shares: tuple[int, ...]) -> tuple[TrainState, jax.Array]:
+    """One BSP iteration with the given shares; returns the new state and the global loss."""
+    self.check_shares(shares)
+    batch = self.local_batch(int(state.step), shares)
+    return self.combine(state, self.local_gradient(state, batch))

@@ -1,0 +1,103 @@
+"""Multi-worker data parallelism reproduces the single-process run, for any shares.
+
+Each case launches real local worker processes (gloo collectives over loopback) through
+`hetjax.runtime.launch_local`, always with a timeout.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import models
+from hetjax.runtime import launch_local
+from hetjax.sharding import make_mesh
+from hetjax.train import Strategy, Trainer, training_steps
+from tests.conftest import require_devices
+from tests.workers.common import MODELS, OPTIMIZER, STEPS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH_TIMEOUT = 180
+
+
+def _reference(name):
+  kwargs, batch = MODELS[name]
+  mesh = make_mesh((1, 1), devices=require_devices(1))
+  trainer = Trainer(models.make_task(name, **kwargs), OPTIMIZER, mesh,
+                    Strategy.DATA_PARALLEL.rules(), batch)
+  infos = list(training_steps(trainer, trainer.init_state(), STEPS))
+  return [float(i.metrics['loss']) for i in infos], jax.device_get(infos[-1].state.params)
+
+
+def _launch(tmp_path, name, workers, devices, schedule):
+  out = tmp_path / 'out.json'
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'train_shares.py'), str(out), name,
+             f'{devices}x1', json.dumps(schedule)]
+  result = launch_local(command, workers=workers, devices_per_worker=devices,
+                        timeout=LAUNCH_TIMEOUT, init_timeout=60)
+  assert result.returncode == 0, result
+  return json.loads(out.read_text())
+
+
+CASES = [
+    ('mlp', 2, 1, [[32, 32]]),                                   # BSP, 2 workers
+    ('mlp', 4, 2, [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]]),
+    ('wide_deep', 2, 2, [[48, 16], [8, 56], [32, 32]]),          # uneven, changing every step
+]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+@pytest.mark.parametrize('name, workers, devices, schedule', CASES,
+                         ids=[f'{c[0]}-{c[1]}w{c[2]}d' for c in CASES])
+def test_workers_match_single_process(tmp_path, name, workers, devices, schedule):
+  ref_losses, ref_params = _reference(name)
+  got = _launch(tmp_path, name, workers, devices, schedule)
+  np.testing.assert_allclose(got['losses'], ref_losses, rtol=1e-5)
+  for got_leaf, ref_leaf in zip(got['params'], jax.tree.leaves(ref_params), strict=True):
+    np.testing.assert_allclose(np.asarray(got_leaf), ref_leaf, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize('worker, message', [
+    (0, 'worker(s) 1 of 2 did not start within 5 s'),
+    (1, 'worker 0 (the coordinator at 127.0.0.1:'),
+])
+def test_a_worker_that_never_starts_is_named_not_waited_for(tmp_path, worker, message):
+  # One worker of a two-worker job starts; its peer never does.
+  env = dict(os.environ, HETJAX_COORDINATOR=f'127.0.0.1:{_free_port()}', HETJAX_NUM_WORKERS='2',
+             HETJAX_WORKER_ID=str(worker), HETJAX_INIT_TIMEOUT='5', JAX_NUM_CPU_DEVICES='1')
+  start = time.monotonic()
+  result = subprocess.run(
+      [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp', '--mesh=1x1',
+       f'--workdir={tmp_path}'], env=env, capture_output=True, text=True, timeout=50)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert lines == [f'train.py: error: {message}'] or (
+      len(lines) == 1 and lines[0].startswith(f'train.py: error: {message}')), lines
+  assert time.monotonic() - start < 30
+
+
+def _free_port():
+  from hetjax.runtime import find_free_ports
+  return find_free_ports(1)[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_a_dead_worker_ends_the_job_in_seconds(tmp_path):
+  # Worker 1 dies (SIGKILL) in the middle of training; the others must not hang on it.
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'die_midway.py')]
+  start = time.monotonic()
+  result = launch_local(command, workers=3, timeout=80, init_timeout=30)
+  elapsed = time.monotonic() - start
+  assert result.failed_worker == 1 and 'SIGKILL' in result.cause, result
+  assert result.returncode == 128 + 9
+  assert elapsed < 60, elapsed
