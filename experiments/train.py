@@ -101,6 +101,14 @@ def _build(config, ctx, task, optimizer, strategy, mesh_shape):
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} devices'
 
   def loop(state, hooks, telemetry):
+    speed = train.measure_speed(trainer, state, max(shares_for(0)[ctx.worker], 1),
+                                dilation=dilation)
+    cluster = runtime.discover_cluster(speed, telemetry.channel)
+    if ctx.is_chief:
+      (telemetry.path.parent / 'cluster.json').write_text(
+          json.dumps(cluster.to_json(), indent=2) + '\n')
+      print('workers: ' + ', '.join(f'{w.worker}: {w.speed:,.0f} samples/s on {len(w.devices)} '
+                                    f'{w.device_kind}' for w in cluster.workers), flush=True)
     return train.worker_steps(trainer, state, config.steps, shares_for, dilation, telemetry, hooks)
 
   return trainer, devices, loop

@@ -178,3 +178,12 @@ def test_bad_inputs():
                          ({'per_sample_s': 1.0, 'grad_bytes': -1}, 'grad_bytes')]:
     with pytest.raises(ConfigError, match=needle):
       CostModel(**kwargs)
+
+
+def test_per_worker_base_costs():
+  # Worker 1 is twice as slow per sample even without a slowdown factor: T = X / Σ 1/cᵢ.
+  cost = CostModel(per_sample_s=(1e-3, 2e-3))
+  assert cost.balanced_limit_s(300, np.array([1.0, 1.0])) == pytest.approx(0.2)
+  np.testing.assert_allclose(cost.compute_s(np.array([100, 100]), np.array([1.0, 3.0])), [0.1, 0.6])
+  with pytest.raises(ConfigError, match='per_sample_s must be finite and > 0'):
+    CostModel(per_sample_s=(1e-3, -1.0))

@@ -101,3 +101,31 @@ def test_a_dead_worker_ends_the_job_in_seconds(tmp_path):
   assert result.failed_worker == 1 and 'SIGKILL' in result.cause, result
   assert result.returncode == 128 + 9
   assert elapsed < 60, elapsed
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_train_under_the_launcher_writes_telemetry_cluster_and_report(tmp_path):
+  steps = 6
+  command = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp', '--mesh=2x1',
+             f'--steps={steps}', f'--workdir={tmp_path}', '--set', 'log_every=3']
+  result = launch_local(command, workers=2, devices_per_worker=2, slowdown='static:1,2',
+                        timeout=LAUNCH_TIMEOUT, init_timeout=60)
+  assert result.returncode == 0, result
+  rows = [json.loads(line) for line in (tmp_path / 'telemetry.jsonl').read_text().splitlines()]
+  assert [(r['step'], r['worker']) for r in rows] == [(s, w) for s in range(1, 7) for w in (0, 1)]
+  late = [r for r in rows if r['step'] > 1]
+  assert all(r['slowdown'] == (2.0 if r['worker'] == 1 else 1.0) for r in rows)
+  # Time dilation: worker 1 sleeps about its compute time again (compile steps excepted).
+  for r in late:
+    if r['worker'] == 1:
+      assert r['dilation_s'] == pytest.approx(r['compute_s'], rel=0.5, abs=2e-3)
+  assert sum(r['wait_s'] for r in late if r['worker'] == 0) > sum(
+      r['wait_s'] for r in late if r['worker'] == 1)
+  cluster = json.loads((tmp_path / 'cluster.json').read_text())
+  assert [w['worker'] for w in cluster] == [0, 1] and all(len(w['devices']) == 2 for w in cluster)
+  assert json.loads((tmp_path / 'summary.json').read_text())['final_step'] == steps
+  report = subprocess.run([sys.executable, '-m', 'hetjax.report', str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+  assert report.returncode == 0, report.stderr
+  assert (tmp_path / 'timeline.png').stat().st_size > 1000

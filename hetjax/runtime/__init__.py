@@ -1,5 +1,8 @@
 """Workers: joining a job, launching local ones, emulating slowness, telemetry, a virtual clock."""
 
+from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
+from hetjax.runtime._calibrate import fit_allreduce as fit_allreduce
+from hetjax.runtime._calibrate import time_allreduce as time_allreduce
 from hetjax.runtime._cluster import Cluster as Cluster
 from hetjax.runtime._cluster import WorkerInfo as WorkerInfo
 from hetjax.runtime._cluster import discover_cluster as discover_cluster
@@ -29,6 +32,7 @@ from hetjax.runtime._virtual_clock import VirtualRun as VirtualRun
 from hetjax.runtime._virtual_clock import simulate as simulate
 
 __all__ = [
+    'AllReduceFit',
     'Channel',
     'Cluster',
     'CostModel',
@@ -50,10 +54,12 @@ __all__ = [
     'dilation_seconds',
     'discover_cluster',
     'find_free_ports',
+    'fit_allreduce',
     'initialize',
     'launch_local',
     'local_worker_info',
     'parse_slowdown',
     'simulate',
     'split_collective',
+    'time_allreduce',
 ]

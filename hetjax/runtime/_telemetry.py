@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pathlib
 from collections.abc import Sequence
 from typing import IO
 
@@ -71,6 +72,7 @@ class TelemetryGatherer:
   def __init__(self, channel: Channel | None, worker: int, workers: int,
                path: str | os.PathLike | None = None, timeout_s: float = 60.0):
     self.channel, self.worker, self.workers, self.timeout_s = channel, worker, workers, timeout_s
+    self.path = None if path is None else pathlib.Path(path)
     self._file: IO[str] | None = open(path, 'a') if (path and worker == 0) else None  # noqa: SIM115
     self._pending: int | None = None
     self.rows: list[dict] = []  # worker 0: everything written so far

@@ -49,16 +49,22 @@ class CostModel:
     array([0.105, 0.01 ])
   """
 
-  per_sample_s: float
+  per_sample_s: float | tuple[float, ...]  # one value, or one per worker (base speeds differ)
   fixed_s: float = 0.0
   alpha_s: float = 0.0
   beta_bytes_per_s: float = math.inf
   grad_bytes: int = 0
+  host_s: float = 0.0  # per-step work no slowdown stretches: batch slicing, dispatch, update
+
+  def sync_s(self, workers: int) -> float:
+    """The part of a step after the slowest worker's compute: all-reduce plus ``host_s``."""
+    return self.allreduce_s(workers) + self.host_s
 
   def __post_init__(self):
-    if not (math.isfinite(self.per_sample_s) and self.per_sample_s > 0):
+    per_sample = np.atleast_1d(np.asarray(self.per_sample_s, dtype=np.float64))
+    if per_sample.size == 0 or not (np.all(np.isfinite(per_sample)) and np.all(per_sample > 0)):
       raise ConfigError(f'per_sample_s must be finite and > 0, got {self.per_sample_s!r}')
-    for name in ('fixed_s', 'alpha_s'):
+    for name in ('fixed_s', 'alpha_s', 'host_s'):
       if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
         raise ConfigError(f'{name} must be finite and >= 0, got {getattr(self, name)!r}')
     if not self.beta_bytes_per_s > 0:
@@ -67,7 +73,8 @@ class CostModel:
 
   def compute_s(self, shares: np.ndarray, factors: np.ndarray) -> np.ndarray:
     """factors × (fixed_s + per_sample_s × shares); a share of 0 still pays fixed_s × factor."""
-    return np.asarray(factors) * (self.fixed_s + self.per_sample_s * np.asarray(shares))
+    per_sample = np.asarray(self.per_sample_s, dtype=np.float64)
+    return np.asarray(factors) * (self.fixed_s + per_sample * np.asarray(shares))
 
   def allreduce_s(self, workers: int) -> float:
     """Ring all-reduce: 2(n−1) messages of latency alpha, 2(n−1)/n of the bytes each way; 0 at n=1."""
@@ -79,7 +86,7 @@ class CostModel:
 
     It is the T at which the workers, each given exactly the (fractional) share it can finish in
     T, together cover the global batch X: Σᵢ max(0, (T / fᵢ − fixed_s) / per_sample_s) = X, plus
-    the all-reduce. Fractional shares make it a bound rather than a schedule. The left side is
+    `sync_s` (all-reduce and host work). Fractional shares make it a bound rather than a schedule. The left side is
     piecewise linear in T with breaks at fixed_s·fᵢ, so it is solved exactly: with the k fastest
     workers active, T = (X·per_sample_s + k·fixed_s) / Σ_{j≤k} 1/fⱼ. With fixed_s = 0 this is
     X·per_sample_s / Σ 1/fᵢ, i.e. X / Σ vᵢ. A worker whose fixed overhead alone exceeds T is left
@@ -91,12 +98,15 @@ class CostModel:
       0.12
     """
     x = _count(global_batch, 'global_batch', 1)
-    f = np.sort(np.asarray(factors, dtype=np.float64))
+    factors = np.asarray(factors, dtype=np.float64)
+    c = np.broadcast_to(np.asarray(self.per_sample_s, dtype=np.float64), factors.shape)
+    order = np.argsort(factors, kind='stable')
+    f, c = factors[order], c[order]
     breaks = self.fixed_s * f  # T below which worker j (fastest first) gets no share
-    k = np.arange(1, len(f) + 1)
-    level = (x * self.per_sample_s + k * self.fixed_s) / np.cumsum(1.0 / f)
+    # With workers 1..k active: Σ_j (T/f_j − fixed)/c_j = X  ⇒  T = (X + fixed·Σ 1/c_j) / Σ 1/(f_j c_j)
+    level = (x + self.fixed_s * np.cumsum(1.0 / c)) / np.cumsum(1.0 / (f * c))
     fits = level <= np.append(breaks[1:], np.inf)  # the k-active line solves before the next break
-    return float(level[np.argmax(fits)]) + self.allreduce_s(len(f))
+    return float(level[np.argmax(fits)]) + self.sync_s(len(f))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +208,7 @@ def simulate(policy: SharePolicy, trace: SlowdownTrace, cost: CostModel, global_
   if n != trace.workers:
     raise ConfigError(f'trace {trace.describe()!r} has {trace.workers} workers, not {n}')
   _count(steps, 'steps', 1)
-  comm = cost.allreduce_s(n)
+  comm = cost.sync_s(n)
   shares = np.empty((steps, n), dtype=np.int64)
   compute = np.empty((steps, n))
   limit = np.empty(steps)

@@ -138,6 +138,11 @@ class WorkerTrainer:
         out_shardings=(self.layout.shardings, NamedSharding(self.mesh, PartitionSpec())),
         donate_argnums=0)
 
+  @property
+  def fused_size(self) -> int:
+    """Float32 elements in the fused buffer each step's all-reduce carries (loss included)."""
+    return self._fused_size
+
   # -- state -------------------------------------------------------------------------------------
 
   def init_state(self) -> TrainState:

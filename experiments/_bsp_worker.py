@@ -1,0 +1,59 @@
+"""One worker of `bench_bsp.py`: uniform-BSP training with telemetry, plus an all-reduce fit.
+
+  python experiments/_bsp_worker.py OUT_DIR STEPS   (started by hetjax.launch; reads HETJAX_*)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import sys
+
+if __package__ in (None, ''):
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from hetjax import runtime
+
+# The benchmark's model: an MLP wide enough that a worker's gradient (1024 rows) takes tens of
+# milliseconds, so compute, not dispatch, decides the iteration time.
+MODEL = {'hidden': 1024, 'width': 512}
+GLOBAL_BATCH = 4096
+ALLREDUCE_REPEATS = 10
+
+
+def main(out_dir: str, steps: int) -> None:
+  ctx = runtime.initialize(init_timeout_s=120)
+  import optax
+
+  import models
+  from hetjax.train import WorkerTrainer, measure_speed, worker_steps
+
+  out = pathlib.Path(out_dir)
+  trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
+                          GLOBAL_BATCH)
+  channel = runtime.Channel(f'bench/{out}')
+  dilation = None
+  if ctx.slowdown:
+    dilation = runtime.TimeDilation(runtime.parse_slowdown(ctx.slowdown, ctx.workers), ctx.worker)
+  state = trainer.init_state()
+  policy = runtime.UniformShares(GLOBAL_BATCH, ctx.workers)
+  speed = measure_speed(trainer, state, policy.shares(0, ())[ctx.worker], dilation=dilation)
+  cluster = runtime.discover_cluster(speed, channel)
+  fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, ALLREDUCE_REPEATS)
+  telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
+  try:
+    for _ in worker_steps(trainer, state, steps, lambda step: policy.shares(step, ()), dilation,
+                          telemetry):
+      pass
+  finally:
+    telemetry.close()
+  if ctx.is_chief:
+    info = {'workers': ctx.workers, 'global_batch': GLOBAL_BATCH, 'model': 'mlp', **MODEL,
+            'slowdown': ctx.slowdown, 'grad_bytes': 4 * trainer.fused_size,
+            'allreduce': dataclasses.asdict(fit), 'cluster': cluster.to_json()}
+    (out / 'run.json').write_text(json.dumps(info, indent=2) + '\n')
+
+
+if __name__ == '__main__':
+  main(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,67 @@
+"""Measuring the machine at hand: all-reduce latency and bandwidth across workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class AllReduceFit:
+  """A ring all-reduce model fitted to two measurements: t(b) = 2(n−1)·α + 2(n−1)/n · b/β.
+
+  Attributes:
+    workers: n, the number of participants measured.
+    alpha_s: per-message latency.
+    beta_bytes_per_s: bandwidth.
+    small_s, large_s: the measured seconds for ``small_bytes`` and ``large_bytes``.
+  """
+
+  workers: int
+  alpha_s: float
+  beta_bytes_per_s: float
+  small_bytes: int
+  small_s: float
+  large_bytes: int
+  large_s: float
+
+
+def time_allreduce(mesh: Mesh, axis: str, floats: int, repeats: int = 10) -> float:
+  """Median seconds of a `lax.psum` over ``axis`` of ``floats`` float32 per participant.
+
+  Every process of the job must call this with the same arguments (it is a collective).
+  """
+  x = _stacked_ones(mesh, axis, floats)
+  reduce = jax.jit(jax.shard_map(lambda v: lax.psum(v, axis), mesh=mesh,
+                                 in_specs=PartitionSpec(axis), out_specs=PartitionSpec()))
+  jax.block_until_ready(reduce(x))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(reduce(x))
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def _stacked_ones(mesh: Mesh, axis: str, floats: int) -> jax.Array:
+  n = mesh.shape[axis]
+  sharding = NamedSharding(mesh, PartitionSpec(axis))
+  return jax.make_array_from_callback((n * floats,), sharding,
+                                      lambda index: np.ones((floats,), np.float32))
+
+
+def fit_allreduce(mesh: Mesh, axis: str, large_floats: int, repeats: int = 10) -> AllReduceFit:
+  """Fits α and β from an all-reduce of one float and one of ``large_floats`` floats."""
+  n = mesh.shape[axis]
+  small_s = time_allreduce(mesh, axis, 1, repeats)
+  large_s = time_allreduce(mesh, axis, large_floats, repeats)
+  hops = max(2 * (n - 1), 1)
+  alpha = small_s / hops
+  extra = max(large_s - small_s, 1e-9)
+  beta = (2 * (n - 1) / n) * 4 * large_floats / extra if n > 1 else float('inf')
+  return AllReduceFit(n, alpha, beta, 4, small_s, 4 * large_floats, large_s)
