@@ -61,6 +61,9 @@ def _expect_usage_error(result, *fragments):
     (['--config=mlp', '--set', 'model_args.hidden=60', '--strategy=tensor_parallel'],
      ["parameter 'down/kernel': dimension 0 ('mlp', size 60)"]),
     (['--config=mlp', '--steps=many'], ['flag --steps=many']),
+    (['--config=mlp', '--mesh=8x1', '--slowdown=wobble:3'], ["unknown trace 'wobble'"]),
+    (['--config=mlp', '--mesh=8x1', '--slowdown=static:nan'], ['factors must be finite and > 0']),
+    (['--config=mlp', '--mesh=8x1', '--shares=100,20'], ['shares (100, 20) must be 1']),
     ([], ['--config is required']),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):

@@ -35,30 +35,34 @@ def _reference(name):
   return [float(i.metrics['loss']) for i in infos], jax.device_get(infos[-1].state.params)
 
 
-def _launch(tmp_path, name, workers, devices, schedule):
+def _launch(tmp_path, name, workers, local_shape, schedule, strategy):
   out = tmp_path / 'out.json'
   command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'train_shares.py'), str(out), name,
-             f'{devices}x1', json.dumps(schedule)]
+             'x'.join(map(str, local_shape)), json.dumps(schedule), strategy]
+  devices = local_shape[0] * local_shape[1]
   result = launch_local(command, workers=workers, devices_per_worker=devices,
                         timeout=LAUNCH_TIMEOUT, init_timeout=60)
   assert result.returncode == 0, result
   return json.loads(out.read_text())
 
 
-CASES = [
-    ('mlp', 2, 1, [[32, 32]]),                                   # BSP, 2 workers
-    ('mlp', 4, 2, [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]]),
-    ('wide_deep', 2, 2, [[48, 16], [8, 56], [32, 32]]),          # uneven, changing every step
+CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker
+    ('mlp', 2, (1, 1), [[32, 32]], 'data_parallel'),  # BSP
+    ('mlp', 4, (2, 1), [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]],
+     'data_parallel'),
+    ('wide_deep', 2, (2, 1), [[48, 16], [8, 56], [32, 32]], 'data_parallel'),
+    # Tensor parallel inside each worker: split gradients take the unfused all-reduce path.
+    ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid'),
 ]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
-@pytest.mark.parametrize('name, workers, devices, schedule', CASES,
-                         ids=[f'{c[0]}-{c[1]}w{c[2]}d' for c in CASES])
-def test_workers_match_single_process(tmp_path, name, workers, devices, schedule):
+@pytest.mark.parametrize('name, workers, local_shape, schedule, strategy', CASES,
+                         ids=[f'{c[0]}-{c[1]}w-{c[2][0]}x{c[2][1]}-{c[4]}' for c in CASES])
+def test_workers_match_single_process(tmp_path, name, workers, local_shape, schedule, strategy):
   ref_losses, ref_params = _reference(name)
-  got = _launch(tmp_path, name, workers, devices, schedule)
+  got = _launch(tmp_path, name, workers, local_shape, schedule, strategy)
   np.testing.assert_allclose(got['losses'], ref_losses, rtol=1e-5)
   for got_leaf, ref_leaf in zip(got['params'], jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_allclose(np.asarray(got_leaf), ref_leaf, rtol=1e-4, atol=1e-6)

@@ -34,6 +34,7 @@ from hetjax.data import Batch, slice_batch
 from hetjax.sharding import ShardingRules, activation_rules, make_mesh
 from hetjax.train._layout import init_state, state_layout
 from hetjax.train._state import TrainState
+from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
 
 PyTree = Any
@@ -100,13 +101,10 @@ class WorkerTrainer:
       rules: ShardingRules | None = None,
       seed: int = 0,
   ):
-    from hetjax.train._strategies import Strategy
-
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
     self.worker, self.workers = jax.process_index(), jax.process_count()
     self.local_mesh, self.mesh = worker_meshes(local_shape or (jax.local_device_count(), 1))
-    self.local_layout = state_layout(task, optimizer, self.local_mesh, self.rules.params, seed)
     self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
     self.graphdef = self.layout.graphdef
     batch_axes = self.rules.compute.mesh_axes(('batch',))[0]

@@ -1,6 +1,6 @@
 """A worker of tests/test_workers.py: trains 5 steps with given shares, writes the losses.
 
-  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON
+  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON [STRATEGY]
 """
 
 import json
@@ -17,17 +17,19 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import models  # noqa: E402
-from hetjax.train import WorkerTrainer  # noqa: E402
+from hetjax.train import Strategy, WorkerTrainer  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
 
 out, name, local_shape, schedule = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+strategy = Strategy(sys.argv[5] if len(sys.argv) > 5 else 'data_parallel')
 kwargs, batch = MODELS[name]
 trainer = WorkerTrainer(models.make_task(name, **kwargs), OPTIMIZER, batch,
-                        local_shape=tuple(int(x) for x in local_shape.split('x')))
+                        local_shape=tuple(int(x) for x in local_shape.split('x')),
+                        rules=strategy.rules())
 state, losses = trainer.init_state(), []
 for step in range(STEPS):
   state, loss = trainer.step(state, tuple(schedule[step % len(schedule)]))
   losses.append(float(loss))
-params = [np.asarray(x.addressable_shards[0].data).tolist() for x in jax.tree.leaves(state.params)]
+params = [np.asarray(x).tolist() for x in jax.tree.leaves(trainer.local_view(state.params))]
 if ctx.is_chief:
   pathlib.Path(out).write_text(json.dumps({'losses': losses, 'params': params}))
