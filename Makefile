@@ -15,8 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \
-	  --jax_num_cpu_devices=8 --steps=200 --workdir=runs/demo --overwrite
+	$(PY) experiments/demo.py --workdir=runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -43,8 +43,7 @@ def main(out_dir: str, steps: int) -> None:
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, ALLREDUCE_REPEATS)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
   try:
-    for _ in worker_steps(trainer, state, steps, lambda step: policy.shares(step, ()), dilation,
-                          telemetry):
+    for _ in worker_steps(trainer, state, steps, policy, dilation, telemetry):
       pass
   finally:
     telemetry.close()

@@ -30,7 +30,7 @@ from absl import app, flags, logging
 
 import models
 from experiments import configs
-from hetjax import ConfigError, checkpoint, runtime, sharding, train
+from hetjax import ConfigError, balance, checkpoint, runtime, sharding, train
 
 _CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
 _SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
@@ -41,6 +41,16 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CO
 _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
 _SHARES = flags.DEFINE_list('shares', None, 'per-worker batch shares (default: uniform, i.e. BSP)')
+_POLICY = flags.DEFINE_string(
+    'policy', 'uniform', 'share policy of a multi-worker run: uniform (BSP), proportional, '
+    'lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu, oracle')
+_BUCKET = flags.DEFINE_integer(
+    'bucket', None, 'shares are multiples of this (default: 1/16 of a uniform share)')
+_DILATION_BASE = flags.DEFINE_float(
+    'dilation_base', 1.0, 'multiply every worker\'s slowdown by this, so that workers sharing '
+    'a few cores sleep most of a step and stop contending (4 workers on 2 cores: 4)')
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True, 'keep compiled programs across runs (~/.cache/hetjax/jax)')
 _SLOWDOWN = flags.DEFINE_string(
     'slowdown', None, 'emulated slowdown trace, e.g. static:1,3 (default: the launcher\'s)')
 
@@ -68,18 +78,36 @@ def _prepare_workdir(workdir: pathlib.Path) -> None:
 
 
 def _multi_worker(ctx: runtime.WorkerContext) -> bool:
-  return ctx.workers > 1 or bool(_SHARES.value or _SLOWDOWN.value or ctx.slowdown)
+  return ctx.workers > 1 or bool(_SHARES.value or _SLOWDOWN.value or ctx.slowdown) \
+      or _POLICY.value != 'uniform' or _DILATION_BASE.value != 1.0
 
 
-def _shares_fn(config: configs.Config, workers: int):
-  if not _SHARES.value:
-    policy = runtime.UniformShares(config.global_batch, workers)
-    return lambda step: policy.shares(step, ())
-  try:
-    shares = tuple(int(s) for s in _SHARES.value)
-  except ValueError:
-    raise ConfigError(f'--shares {",".join(_SHARES.value)} are not integers') from None
-  return lambda step: shares
+class _FixedShares:
+  """The shares given by --shares, every step."""
+
+  name = 'fixed'
+
+  def __init__(self, shares: tuple[int, ...]):
+    self.values = shares
+
+  def shares(self, step, history):
+    return self.values
+
+
+def _policy(config: configs.Config, ctx: runtime.WorkerContext, trainer, trace):
+  if _SHARES.value:
+    try:
+      return _FixedShares(tuple(int(s) for s in _SHARES.value))
+    except ValueError:
+      raise ConfigError(f'--shares {",".join(_SHARES.value)} are not integers') from None
+  degree = trainer.local_batch_degree
+  # Default: 16 buckets per worker's uniform share, so a worker compiles only a few sizes.
+  bucket = _BUCKET.value or degree * max(1, config.global_batch // (16 * ctx.workers * degree))
+  if bucket < 1 or bucket % degree:
+    raise ConfigError(f'--bucket {bucket} is not a positive multiple of the local data-parallel '
+                      f'degree {degree}')
+  rules = balance.ShareRules(config.global_batch, ctx.workers, bucket)
+  return balance.make_policy(_POLICY.value, rules, trace)
 
 
 def _build(config, ctx, task, optimizer, strategy, mesh_shape):
@@ -93,15 +121,18 @@ def _build(config, ctx, task, optimizer, strategy, mesh_shape):
         trainer, state, config.steps, hooks)
   trainer = train.WorkerTrainer(
       task, optimizer, config.global_batch, mesh_shape, strategy.rules(), config.seed)
-  shares_for = _shares_fn(config, ctx.workers)
-  trainer.check_shares(tuple(shares_for(0)))
   spec = _SLOWDOWN.value or ctx.slowdown
-  dilation = runtime.TimeDilation(runtime.parse_slowdown(spec, ctx.workers), ctx.worker) \
-      if spec else None
+  trace = runtime.parse_slowdown(spec, ctx.workers) if spec else None
+  dilation = None
+  if trace or _DILATION_BASE.value != 1.0:
+    trace = trace or runtime.parse_slowdown('none', ctx.workers)
+    dilation = runtime.TimeDilation(trace, ctx.worker, _DILATION_BASE.value)
+  policy = _policy(config, ctx, trainer, trace)
+  trainer.check_shares(tuple(policy.shares(0, [])))
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} devices'
 
   def loop(state, hooks, telemetry):
-    speed = train.measure_speed(trainer, state, max(shares_for(0)[ctx.worker], 1),
+    speed = train.measure_speed(trainer, state, max(policy.shares(0, [])[ctx.worker], 1),
                                 dilation=dilation)
     cluster = runtime.discover_cluster(speed, telemetry.channel)
     if ctx.is_chief:
@@ -109,13 +140,15 @@ def _build(config, ctx, task, optimizer, strategy, mesh_shape):
           json.dumps(cluster.to_json(), indent=2) + '\n')
       print('workers: ' + ', '.join(f'{w.worker}: {w.speed:,.0f} samples/s on {len(w.devices)} '
                                     f'{w.device_kind}' for w in cluster.workers), flush=True)
-    return train.worker_steps(trainer, state, config.steps, shares_for, dilation, telemetry, hooks)
+    return train.worker_steps(trainer, state, config.steps, policy, dilation, telemetry, hooks)
 
   return trainer, devices, loop
 
 
 def run() -> dict | None:
   ctx = runtime.initialize()
+  if _COMPILATION_CACHE.value:
+    runtime.enable_compilation_cache()
   config = _config()
   strategy = train.Strategy.parse(config.strategy)
   mesh_shape = sharding.parse_mesh_shape(config.mesh)
@@ -151,7 +184,7 @@ def run() -> dict | None:
       (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
       run_info = {'workers': ctx.workers, 'global_batch': config.global_batch,
                   'model': task.name, 'slowdown': _SLOWDOWN.value or ctx.slowdown,
-                  'policy': 'static' if _SHARES.value else 'uniform'}
+                  'policy': 'fixed' if _SHARES.value else _POLICY.value}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {strategy.value} on mesh {config.mesh} ({devices}), global batch '
             f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)

@@ -123,7 +123,7 @@ def _assert_png(path):
 
 def test_plots_are_png_files(run_dir):
   paths = write_plots(load_telemetry(run_dir))
-  assert [p.name for p in paths] == ['timeline.png', 'throughput.png']
+  assert [p.name for p in paths] == ['timeline.png', 'throughput.png', 'shares.png']
   for path in paths:
     assert path.parent == run_dir
     _assert_png(path)
@@ -140,8 +140,9 @@ def test_cli_prints_the_table_and_writes_plots(run_dir):
   lines = result.stdout.splitlines()
   assert lines[0] == 'model mlp, policy static, slowdown 3:3'
   assert '160.0 samples/s' in result.stdout
-  assert lines[-2:] == [f'wrote {run_dir / "timeline.png"}', f'wrote {run_dir / "throughput.png"}']
-  for name in ('timeline.png', 'throughput.png'):
+  assert lines[-3:] == [f'wrote {run_dir / name}'
+                        for name in ('timeline.png', 'throughput.png', 'shares.png')]
+  for name in ('timeline.png', 'throughput.png', 'shares.png'):
     _assert_png(run_dir / name)
 
 

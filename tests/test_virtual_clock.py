@@ -50,7 +50,7 @@ def test_history_is_what_the_policy_sees():
   assert seen == [(0, 0), (1, 1), (2, 2)]
   assert run.shares.tolist() == [[2, 2], [2, 2], [3, 1]]
   comm = 2 * 0.002 + 1000 / 1e6
-  assert run.history[1] == StepStats(1, (2, 2), (0.025, 0.05), comm, 0.05 + comm)
+  assert run.history[1] == StepStats(1, (2, 2), (0.025, 0.05), comm, 0.05 + comm, (1.0, 2.0))
   for stats, row in zip(run.history, run.iter_s, strict=True):
     assert stats.iter_s == row
   np.testing.assert_array_equal(run.iter_s, run.compute_s.max(axis=1) + run.comm_s)
@@ -187,3 +187,13 @@ def test_per_worker_base_costs():
   np.testing.assert_allclose(cost.compute_s(np.array([100, 100]), np.array([1.0, 3.0])), [0.1, 0.6])
   with pytest.raises(ConfigError, match='per_sample_s must be finite and > 0'):
     CostModel(per_sample_s=(1e-3, -1.0))
+
+
+def test_compute_noise_is_seeded_and_unbiased():
+  cost = CostModel(per_sample_s=1e-3)
+  trace = StaticTrace((1.0, 1.0))
+  a = simulate(UniformShares(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
+  b = simulate(UniformShares(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
+  np.testing.assert_array_equal(a.compute_s, b.compute_s)
+  assert a.compute_s.mean() == pytest.approx(0.1, rel=0.03)
+  assert (a.compute_s.std() / a.compute_s.mean()) == pytest.approx(0.4, rel=0.1)

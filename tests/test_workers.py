@@ -46,6 +46,15 @@ def _launch(tmp_path, name, workers, local_shape, schedule, strategy):
   return json.loads(out.read_text())
 
 
+def _random_schedule(workers, batch, seed, bucket=4):
+  """LB-BSP-like shares: random weights, bucketed, every worker at least one bucket."""
+  from hetjax.balance import ShareRules
+
+  rng = np.random.default_rng(seed)
+  rules = ShareRules(batch, workers, bucket)
+  return [list(rules.from_weights(rng.uniform(0.1, 1.0, workers))) for _ in range(STEPS)]
+
+
 CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker
     ('mlp', 2, (1, 1), [[32, 32]], 'data_parallel'),  # BSP
     ('mlp', 4, (2, 1), [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]],
@@ -53,6 +62,9 @@ CASES = [  # model, workers, local mesh, shares per step (cycled), strategy insi
     ('wide_deep', 2, (2, 1), [[48, 16], [8, 56], [32, 32]], 'data_parallel'),
     # Tensor parallel inside each worker: split gradients take the unfused all-reduce path.
     ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid'),
+    # Random bucketed share sequences, as a balancing policy would produce them.
+    ('mlp', 2, (2, 1), _random_schedule(2, 64, seed=7), 'data_parallel'),
+    ('mlp', 4, (1, 1), _random_schedule(4, 64, seed=8), 'data_parallel'),
 ]
 
 

@@ -3,6 +3,7 @@
   python -m hetjax.report runs/het4 --skip 1
 """
 
+from hetjax.report._plots import plot_shares as plot_shares
 from hetjax.report._plots import plot_throughput as plot_throughput
 from hetjax.report._plots import plot_timeline as plot_timeline
 from hetjax.report._plots import write_plots as write_plots
@@ -21,6 +22,7 @@ __all__ = [
     'format_table',
     'iteration_summary',
     'load_telemetry',
+    'plot_shares',
     'plot_throughput',
     'plot_timeline',
     'summarise',

@@ -91,17 +91,42 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
   return _save(fig, path)
 
 
-def write_plots(t: Telemetry, skip: int = 1,
-                out_dir: str | pathlib.Path | None = None) -> list[pathlib.Path]:
-  """Writes ``timeline.png`` and ``throughput.png`` into ``out_dir`` (default: the run dir).
+def plot_shares(t: Telemetry, path: str | pathlib.Path) -> pathlib.Path:
+  """Writes each worker's batch share over the steps, its slowdown factor in the legend.
 
   Example::
 
-    write_plots(load_telemetry('runs/het4'))   # [.../timeline.png, .../throughput.png]
+    plot_shares(load_telemetry('runs/lbbsp'), 'runs/lbbsp/shares.png')
+  """
+  steps = np.array(t.steps)
+  fig = Figure(figsize=(9, 4.5), layout='constrained')
+  ax = fig.add_subplot()
+  for j, worker in enumerate(t.workers):
+    factors = np.unique(t.slowdown[:, j])
+    label = f'worker {worker} (x{factors[0]:g})' if len(factors) == 1 else f'worker {worker}'
+    ax.step(steps, t.share[:, j], where='post', label=label)
+  ax.set_xlabel('step')
+  ax.set_ylabel('rows per step (share)')
+  ax.set_ylim(bottom=0)
+  ax.grid(alpha=0.3)
+  ax.set_title(f'{_title(t)}batch shares, global batch {t.batch()[0]:g}')
+  ax.legend(loc='best')
+  return _save(fig, path)
+
+
+def write_plots(t: Telemetry, skip: int = 1,
+                out_dir: str | pathlib.Path | None = None) -> list[pathlib.Path]:
+  """Writes ``timeline.png``, ``throughput.png`` and ``shares.png`` into ``out_dir`` (default:
+  the run dir).
+
+  Example::
+
+    write_plots(load_telemetry('runs/het4'))   # [.../timeline.png, .../throughput.png, …]
   """
   directory = pathlib.Path(out_dir) if out_dir is not None else t.directory
   return [plot_timeline(t, directory / 'timeline.png', skip),
-          plot_throughput(t, directory / 'throughput.png', skip)]
+          plot_throughput(t, directory / 'throughput.png', skip),
+          plot_shares(t, directory / 'shares.png')]
 
 
 def _title(t: Telemetry) -> str:

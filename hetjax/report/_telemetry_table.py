@@ -20,6 +20,8 @@ from hetjax._errors import ConfigError
 TELEMETRY_FILE = 'telemetry.jsonl'
 RUN_FILE = 'run.json'
 FIELDS = ('share', 'slowdown', 'data_s', 'compute_s', 'dilation_s', 'comm_s', 'wait_s', 'step_s')
+#: Fields newer runs write; absent in older telemetry, read as 0.
+OPTIONAL_FIELDS = ('compile_s', 'load')
 _INTS = ('step', 'worker', 'share')
 
 
@@ -46,6 +48,8 @@ class Telemetry:
   comm_s: np.ndarray
   wait_s: np.ndarray
   step_s: np.ndarray
+  compile_s: np.ndarray
+  load: np.ndarray
 
   def iteration_s(self) -> np.ndarray:
     """Per step, the wall time of the iteration: the slowest worker's ``step_s``."""
@@ -110,8 +114,9 @@ def load_telemetry(run_dir: str | pathlib.Path) -> Telemetry:
   run = _read_run(directory / RUN_FILE)
   steps, workers = (sorted({key[i] for key in rows}) for i in (0, 1))
   _check_grid(rows, steps, workers, run, path)
-  arrays = {f: np.array([[rows[s, w][f] for w in workers] for s in steps],
-                        dtype=np.int64 if f in _INTS else np.float64) for f in FIELDS}
+  arrays = {f: np.array([[rows[s, w].get(f, 0.0) for w in workers] for s in steps],
+                        dtype=np.int64 if f in _INTS else np.float64)
+            for f in FIELDS + OPTIONAL_FIELDS}
   for array in arrays.values():
     array.setflags(write=False)
   return Telemetry(directory, tuple(steps), tuple(workers), run, **arrays)

@@ -1,5 +1,6 @@
 """Workers: joining a job, launching local ones, emulating slowness, telemetry, a virtual clock."""
 
+from hetjax.runtime._cache import enable_compilation_cache as enable_compilation_cache
 from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
 from hetjax.runtime._calibrate import fit_allreduce as fit_allreduce
 from hetjax.runtime._calibrate import time_allreduce as time_allreduce
@@ -53,6 +54,7 @@ __all__ = [
     'WorkerStepStats',
     'dilation_seconds',
     'discover_cluster',
+    'enable_compilation_cache',
     'find_free_ports',
     'fit_allreduce',
     'initialize',

@@ -14,8 +14,10 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
+import math
 import time
 from typing import Protocol, runtime_checkable
 
@@ -265,14 +267,37 @@ class TimeDilation:
 
   trace: SlowdownTrace
   worker: int
+  base: float = 1.0  # every worker's factor is multiplied by this (see `factor`)
 
   def __post_init__(self):
     if not 0 <= self.worker < self.trace.workers:
       raise ConfigError(f'worker {self.worker} out of range for {self.trace.workers} workers')
+    if not (math.isfinite(self.base) and self.base >= 1):
+      raise ConfigError(f'dilation base {self.base!r} must be finite and >= 1')
+    object.__setattr__(self, '_recent', {})  # rows -> last compute times
 
-  def apply(self, step: int, compute_s: float) -> float:
-    """Sleeps the dilation for ``step``; returns the seconds actually slept (0.0 if none)."""
-    seconds = dilation_seconds(self.trace.factor(self.worker, step), compute_s)
+  def factor(self, step: int) -> float:
+    """The slowdown applied at ``step``: ``base`` × the trace's factor.
+
+    A base above 1 emulates hosts slower than this machine's share of a core. With several
+    workers on few cores, most of each worker's step is then sleep, so the workers stop
+    contending for the cores and behave like separate hosts (4 workers on 2 cores: base 4).
+    """
+    return self.base * self.trace.factor(self.worker, step)
+
+  def apply(self, step: int, compute_s: float, rows: int | None = None) -> float:
+    """Sleeps the dilation for ``step``; returns the seconds actually slept (0.0 if none).
+
+    With ``rows`` given, the sleep is (factor − 1) × the median of this worker's last few
+    compute times for that many rows, not × this one. On a machine where workers share cores,
+    a small computation's measured time has scheduler spikes of up to 10x; multiplied by the
+    factor they would emulate a host that is erratic, not just slow.
+    """
+    if rows is not None:
+      recent = self._recent.setdefault(rows, collections.deque(maxlen=5))
+      recent.append(compute_s)
+      compute_s = float(np.median(recent))
+    seconds = dilation_seconds(self.factor(step), compute_s)
     if seconds <= 0:
       return 0.0
     start = time.perf_counter()

@@ -27,6 +27,8 @@ class WorkerStepStats:
     collective_s: the cross-worker combine plus the optimizer update, from dispatch to ready:
       communication plus the wait for the slowest worker.
     step_s: wall time of the whole iteration on this worker.
+    compile_s: compiling a program for a share size seen for the first time (outside compute_s).
+    load: the host-load input given to the share policy (see `StepStats.load`).
   """
 
   step: int
@@ -38,6 +40,8 @@ class WorkerStepStats:
   dilation_s: float
   collective_s: float
   step_s: float
+  compile_s: float = 0.0
+  load: float = 0.0
 
 
 def split_collective(stats: Sequence[WorkerStepStats]) -> list[dict]:

@@ -113,7 +113,11 @@ class CostModel:
 class StepStats:
   """What a share policy sees of one finished step; real runs produce the same type.
 
-  ``compute_s`` is per worker and includes dilation; ``iter_s`` is the whole BSP step.
+  ``compute_s`` is per worker and includes dilation (the time the worker was busy with its
+  share); ``iter_s`` is the whole BSP step. ``load`` is each worker's exogenous host-load input
+  for predictors (LB-BSP's NARX): the background load that slows the host. Under emulation that
+  load is the slowdown factor in force (sleeping does not load a CPU, so no OS counter would see
+  it); on a real cluster it is the host's run-queue load. Empty when unknown.
   """
 
   step: int
@@ -121,6 +125,7 @@ class StepStats:
   compute_s: tuple[float, ...]
   comm_s: float
   iter_s: float
+  load: tuple[float, ...] = ()
 
 
 @runtime_checkable
@@ -193,8 +198,13 @@ def _checked_shares(shares, policy, step: int, workers: int, total: int) -> np.n
 
 
 def simulate(policy: SharePolicy, trace: SlowdownTrace, cost: CostModel, global_batch: int,
-             steps: int, workers: int | None = None) -> VirtualRun:
+             steps: int, workers: int | None = None, noise_cv: float = 0.0,
+             seed: int = 0) -> VirtualRun:
   """Runs ``policy`` for ``steps`` BSP steps on the virtual clock.
+
+  ``noise_cv`` multiplies every modelled compute time by an independent log-normal factor with
+  that coefficient of variation (seeded by ``seed``): real workers sharing cores measure their
+  compute with a CV of 0.3–0.5 per step, and a policy must not chase that noise.
 
   Example::
 
@@ -213,12 +223,18 @@ def simulate(policy: SharePolicy, trace: SlowdownTrace, cost: CostModel, global_
   compute = np.empty((steps, n))
   limit = np.empty(steps)
   history: list[StepStats] = []
+  if not (math.isfinite(noise_cv) and noise_cv >= 0):
+    raise ConfigError(f'noise_cv must be finite and >= 0, got {noise_cv!r}')
+  sigma = math.sqrt(math.log1p(noise_cv ** 2))
+  rng = np.random.default_rng([seed, 0xC10C])
   for t in range(steps):
     shares[t] = x = _checked_shares(policy.shares(t, history), policy, t, n, global_batch)
     factors = trace.factors(t)
-    compute[t] = c = cost.compute_s(x, factors)
+    compute[t] = c = cost.compute_s(x, factors) * (
+        rng.lognormal(-sigma ** 2 / 2, sigma, n) if sigma else 1.0)
     limit[t] = cost.balanced_limit_s(global_batch, factors)
-    history.append(StepStats(t, tuple(x.tolist()), tuple(c.tolist()), comm, float(c.max()) + comm))
+    history.append(StepStats(t, tuple(x.tolist()), tuple(c.tolist()), comm, float(c.max()) + comm,
+                             tuple(factors.tolist())))
   slowest = compute.max(axis=1)
   iter_s = slowest + comm
   arrays = [shares, compute, np.full(steps, comm), iter_s, limit,

@@ -19,6 +19,7 @@ same bytes fused took 5.2 ms (measured on the 2-core development machine).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jax
@@ -111,8 +112,8 @@ class WorkerTrainer:
     self.local_batch_degree = int(np.prod([self.local_mesh.shape[a] for a in batch_axes]))
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
     self._batch_shardings: dict[int, NamedSharding] = {}
-    self._seen_rows: set[int] = set()
-    self.compiles, self.last_call_compiled = 0, False
+    self._executables: dict[int, Any] = {}
+    self.compiles, self.compile_s, self.last_compile_s = 0, 0.0, 0.0
 
     # Gradient leaves in flat order; replicated ones are fused into one buffer with the loss.
     leaves, self._treedef = jax.tree.flatten(self.layout.abstract.params)
@@ -120,7 +121,10 @@ class WorkerTrainer:
     self._shapes = [leaf.shape for leaf in leaves]
     self._fused = [i for i, spec in enumerate(specs) if all(e is None for e in spec)]
     self._separate = [i for i in range(len(leaves)) if i not in self._fused]
-    self._fused_size = 1 + sum(int(np.prod(self._shapes[i])) for i in self._fused)
+    # Fused buffer: [loss, busy seconds per worker, load per worker, replicated grads...]; each
+    # worker writes its own busy/load slot, so the psum hands everyone everyone's timing.
+    self._head = 1 + 2 * self.workers
+    self._fused_size = self._head + sum(int(np.prod(self._shapes[i])) for i in self._fused)
     self._separate_specs = [specs[i] for i in self._separate]
     self._separate_stacked = [
         NamedSharding(self.mesh, _stacked_spec(specs[i], len(self._shapes[i])))
@@ -130,6 +134,8 @@ class WorkerTrainer:
     local_out = (self._local_replicated, local_separate)
     self._grad = jax.jit(self._local_grad, out_shardings=local_out)
     self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
+    slots = np.array([1 + self.worker, 1 + self.workers + self.worker])
+    self._stamp = jax.jit(lambda fused, values: fused.at[slots].set(values), donate_argnums=0)
     self._update = jax.jit(
         self._combine_and_update,
         in_shardings=(self.layout.shardings, self._fused_stacked, self._separate_stacked),
@@ -161,21 +167,22 @@ class WorkerTrainer:
   # -- the two programs --------------------------------------------------------------------------
 
   def _pack(self, loss: jax.Array, grads: PyTree):
-    """``(flat [loss, replicated grads…], [other grads…])``: what crosses workers."""
+    """``(flat [loss, 0…, replicated grads…], [other grads…])``: what crosses workers."""
     leaves = self._treedef.flatten_up_to(grads)
-    fused = jnp.concatenate([loss.reshape(1)] + [leaves[i].ravel() for i in self._fused])
+    head = jnp.zeros((self._head,), jnp.float32).at[0].set(loss)
+    fused = jnp.concatenate([head] + [leaves[i].ravel() for i in self._fused])
     return fused, [leaves[i] for i in self._separate]
 
   def _unpack(self, fused: jax.Array, separate: list[jax.Array]):
     leaves: list[jax.Array | None] = [None] * len(self._shapes)
-    offset = 1
+    offset = self._head
     for i in self._fused:
       size = int(np.prod(self._shapes[i]))
       leaves[i] = fused[offset:offset + size].reshape(self._shapes[i])
       offset += size
     for i, leaf in zip(self._separate, separate, strict=True):
       leaves[i] = leaf
-    return fused[0], self._treedef.unflatten(leaves)
+    return fused[:self._head], self._treedef.unflatten(leaves)
 
   def _local_grad(self, params: PyTree, batch: dict[str, jax.Array]):
     def partial_loss(p):
@@ -199,10 +206,10 @@ class WorkerTrainer:
     fused, separate = jax.shard_map(
         total, mesh=self.mesh, in_specs=(PartitionSpec(PROC), stacked_specs),
         out_specs=(PartitionSpec(), self._separate_specs))(fused, separate)
-    loss, grads = self._unpack(fused, separate)
+    head, grads = self._unpack(fused, separate)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    return TrainState(state.step + 1, params, opt_state), loss
+    return TrainState(state.step + 1, params, opt_state), head
 
   def _stack(self, local: jax.Array, sharding: NamedSharding) -> jax.Array:
     """Every worker's ``local`` concatenated along dimension 0, as one global array."""
@@ -239,26 +246,44 @@ class WorkerTrainer:
   def local_gradient(self, state: TrainState, batch: dict[str, jax.Array]):
     """``Σ loss / X`` and ``Σ ∇loss / X`` over this worker's rows, packed for `combine`.
 
-    Each new number of rows compiles a new program (cached by `jax.jit`); `compiles` counts them
-    and `last_call_compiled` tells whether this call was one.
+    A share size seen for the first time is compiled ahead of time (`lower().compile()`) and the
+    executable kept in memory; `compiles`, `compile_s` and `last_compile_s` account for it, so
+    the caller can keep compilation out of measured compute (and out of time dilation).
     """
     rows = len(next(iter(batch.values())))
-    self.last_call_compiled = rows not in self._seen_rows
-    if self.last_call_compiled:
-      self._seen_rows.add(rows)
-      self.compiles += 1
+    self.last_compile_s = 0.0
     if rows == 0:
       return self._zero()
-    return self._grad(self.local_view(state.params), batch)
+    params = self.local_view(state.params)
+    executable = self._executables.get(rows)
+    if executable is None:
+      start = time.perf_counter()
+      executable = self._grad.lower(params, batch).compile()
+      self.last_compile_s = time.perf_counter() - start
+      self.compiles += 1
+      self.compile_s += self.last_compile_s
+      self._executables[rows] = executable
+    return executable(params, batch)
 
-  def combine(self, state: TrainState, packed) -> tuple[TrainState, jax.Array]:
-    """Sums every worker's packed loss and gradient and applies the optimizer (collective)."""
+  def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0):
+    """Sums every worker's packed loss and gradient and applies the optimizer (collective).
+
+    ``busy_s`` (this worker's compute and dilation seconds) and ``load`` (its host-load input)
+    ride in the same all-reduce, so every worker learns every worker's values without another
+    message: the inputs of a deterministic, identical share decision everywhere.
+
+    Returns:
+      ``(state, loss, busy, load)``; ``busy`` and ``load`` are length-``workers`` device arrays.
+    """
     fused, separate = packed
+    fused = self._stamp(fused, np.array([busy_s, load], np.float32))
     stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
-    return self._update(state, self._stack(fused, self._fused_stacked), stacked)
+    state, head = self._update(state, self._stack(fused, self._fused_stacked), stacked)
+    return state, head[0], head[1:1 + self.workers], head[1 + self.workers:]
 
   def step(self, state: TrainState, shares: tuple[int, ...]) -> tuple[TrainState, jax.Array]:
     """One BSP iteration with the given shares; returns the new state and the global loss."""
     self.check_shares(shares)
     batch = self.local_batch(int(state.step), shares)
-    return self.combine(state, self.local_gradient(state, batch))
+    state, loss, _, _ = self.combine(state, self.local_gradient(state, batch))
+    return state, loss
