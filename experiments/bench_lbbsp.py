@@ -157,7 +157,9 @@ def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> runtime.CostMo
   index = {s: i for i, s in enumerate(t.steps)}
   idx = [index[s] for b in schedule if b['policy'] == 'uniform'
          for s in range(b['first_step'] + 1, b['last_step'] + 1)]
-  per_sample = float((t.compute_s[idx] / t.share[idx]).mean())
+  # Per-sample busy time of a worker at trace factor 1 (the dilation base included).
+  trace_factor = t.slowdown[idx] / run['dilation_base']
+  per_sample = float(((t.compute_s[idx] + t.dilation_s[idx]) / t.share[idx] / trace_factor).mean())
   fit = run['allreduce']
   base = runtime.CostModel(per_sample, alpha_s=fit['alpha_s'],
                            beta_bytes_per_s=fit['beta_bytes_per_s'], grad_bytes=run['grad_bytes'])
