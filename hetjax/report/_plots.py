@@ -81,13 +81,13 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
     ax.plot(steps[:skip], rate[:skip], marker='x', linestyle='none', color='grey',
             label=f'skipped (first {skip}: compile)')
   ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
-             label=f'mean {summary.samples_per_s:,.1f} samples/s')
+             label=f'mean {summary.samples_per_s:,.1f} samples/s (examples / time)')
   ax.set_xlabel('step')
   ax.set_ylabel('samples/s')
   ax.set_ylim(bottom=0)
   ax.grid(alpha=0.3)
   ax.set_title(f'{_title(t)}throughput, global batch {summary.global_batch:g}')
-  ax.legend(loc='lower right')
+  ax.legend(loc='best')
   return _save(fig, path)
 
 
