@@ -51,6 +51,8 @@ _DILATION_BASE = flags.DEFINE_float(
     'a few cores sleep most of a step and stop contending (4 workers on 2 cores: 4)')
 _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'keep compiled programs across runs (~/.cache/hetjax/jax)')
+_MEMORY_CAPS = flags.DEFINE_list(
+    'memory_caps', None, 'most rows each worker can hold per step (one per worker, bucket multiples)')
 _SLOWDOWN = flags.DEFINE_string(
     'slowdown', None, 'emulated slowdown trace, e.g. static:1,3 (default: the launcher\'s)')
 
@@ -106,7 +108,13 @@ def _policy(config: configs.Config, ctx: runtime.WorkerContext, trainer, trace):
   if bucket < 1 or bucket % degree:
     raise ConfigError(f'--bucket {bucket} is not a positive multiple of the local data-parallel '
                       f'degree {degree}')
-  rules = balance.ShareRules(config.global_batch, ctx.workers, bucket)
+  caps = None
+  if _MEMORY_CAPS.value:
+    try:
+      caps = tuple(int(c) for c in _MEMORY_CAPS.value)
+    except ValueError:
+      raise ConfigError(f'--memory_caps {",".join(_MEMORY_CAPS.value)} are not integers') from None
+  rules = balance.ShareRules(config.global_batch, ctx.workers, bucket, maximum=caps)
   return balance.make_policy(_POLICY.value, rules, trace)
 
 

@@ -21,6 +21,7 @@ from hetjax.report import (
     format_table,
     iteration_summary,
     load_telemetry,
+    plot_timeline,
     summarise,
     write_plots,
 )
@@ -127,6 +128,12 @@ def test_plots_are_png_files(run_dir):
   for path in paths:
     assert path.parent == run_dir
     _assert_png(path)
+
+
+def test_long_run_timeline_is_a_png(tmp_path):
+  rows = [_row(step, worker) for step in range(1, 61) for worker in range(4)]
+  path = plot_timeline(load_telemetry(_write(tmp_path, rows)), tmp_path / 'timeline.png')
+  _assert_png(path)  # shows the last 40 steps only
 
 
 def _report(*args):

@@ -64,6 +64,11 @@ def _expect_usage_error(result, *fragments):
     (['--config=mlp', '--mesh=8x1', '--slowdown=wobble:3'], ["unknown trace 'wobble'"]),
     (['--config=mlp', '--mesh=8x1', '--slowdown=static:nan'], ['factors must be finite and > 0']),
     (['--config=mlp', '--mesh=8x1', '--shares=100,20'], ['shares (100, 20) must be 1']),
+    (['--config=mlp', '--mesh=8x1', '--policy=lbbsp', '--bucket=64', '--memory_caps=128'],
+     ['memory caps (128,) hold 128 rows, less than the global batch 256']),
+    (['--config=mlp', '--mesh=8x1', '--policy=lbbsp', '--bucket=12'],
+     ['--bucket 12 is not a positive multiple of the local data-parallel degree 8']),
+    (['--config=mlp', '--mesh=8x1', '--policy=fastest'], ["unknown balance policy 'fastest'"]),
     ([], ['--config is required']),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):

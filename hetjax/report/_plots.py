@@ -20,7 +20,7 @@ _SEGMENTS = (('data_s', 'data', '#c7c7c7'), ('compute_s', 'compute', '#1f77b4'),
              ('dilation_s', 'dilation (emulated slowness)', '#ff7f0e'),
              ('wait_s', 'wait (barrier)', '#d62728'), ('comm_s', 'comm', '#2ca02c'))
 _OTHER = ('other', '#ececec')
-_STEP_LINES_MAX = 60  # draw a thin line at each step boundary up to this many steps
+_TIMELINE_STEPS = 40  # more steps than this turn into noise: the timeline shows the last ones
 
 
 def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:
@@ -28,13 +28,15 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
 
   All workers start a step together (the previous step ended at a barrier), so step ``i``
   starts at the sum of the earlier iteration times. Steps before ``skip`` (compilation) are
-  left out so they do not squash the rest; x is seconds since the first plotted step.
+  left out so they do not squash the rest, and a long run shows only its last 40 steps, each
+  still wide enough to read; x is seconds since the first plotted step.
 
   Example::
 
     plot_timeline(load_telemetry('runs/het4'), 'runs/het4/timeline.png')
   """
   rows = _counted(t, skip)
+  rows = slice(max(rows.start, len(t.steps) - _TIMELINE_STEPS), None)
   iteration = t.iteration_s()[rows]
   starts = np.concatenate([[0.0], np.cumsum(iteration)[:-1]])
   fig = Figure(figsize=(11, 1.2 + 0.6 * len(t.workers)), layout='constrained')
@@ -47,17 +49,17 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
       offset = offset + width
     other = np.maximum(t.step_s[rows, i] - (offset - starts), 0.0)
     ax.broken_barh(list(zip(offset, other, strict=True)), (i - 0.35, 0.7), facecolors=_OTHER[1])
-  if len(starts) <= _STEP_LINES_MAX:
-    for x in [*starts[1:], starts[-1] + iteration[-1]]:
-      ax.axvline(x, color='black', linewidth=0.6, alpha=0.5)
+  for x in [*starts[1:], starts[-1] + iteration[-1]]:
+    ax.axvline(x, color='black', linewidth=0.6, alpha=0.5)
   ax.set_yticks(range(len(t.workers)),
                 [f'worker {w}  ×{t.slowdown[rows, i].mean():g}' for i, w in enumerate(t.workers)])
   ax.invert_yaxis()
   ax.set_xlim(0, float(iteration.sum()))
   ax.set_xlabel('seconds since the first plotted step')
   first, last = t.steps[rows][0], t.steps[-1]
-  ax.set_title(f'{_title(t)}per-worker time, steps {first}–{last}'
-               + (f' (first {skip} skipped: compile)' if rows.start else ''))
+  note = (f'last {len(starts)} of {len(t.steps) - skip} counted steps' if rows.start > skip
+          else f'first {skip} skipped: compile' if skip else '')
+  ax.set_title(f'{_title(t)}per-worker time, steps {first}–{last}' + (f' ({note})' if note else ''))
   handles = [Patch(color=c, label=label) for _, label, c in _SEGMENTS]
   handles.append(Patch(color=_OTHER[1], label=_OTHER[0]))
   fig.legend(handles=handles, loc='outside lower center', ncols=len(handles), frameon=False)
