@@ -84,12 +84,7 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
             label=f'skipped (first {skip}: compile)')
   ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
              label=f'mean {summary.samples_per_s:,.1f} samples/s (examples / time)')
-  ax.set_xlabel('step')
-  ax.set_ylabel('samples/s')
-  ax.set_ylim(bottom=0)
-  ax.grid(alpha=0.3)
-  ax.set_title(f'{_title(t)}throughput, global batch {summary.global_batch:g}')
-  ax.legend(loc='best')
+  _finish(ax, 'samples/s', f'{_title(t)}throughput, global batch {summary.global_batch:g}')
   return _save(fig, path)
 
 
@@ -107,13 +102,18 @@ def plot_shares(t: Telemetry, path: str | pathlib.Path) -> pathlib.Path:
     factors = np.unique(t.slowdown[:, j])
     label = f'worker {worker} (x{factors[0]:g})' if len(factors) == 1 else f'worker {worker}'
     ax.step(steps, t.share[:, j], where='post', label=label)
+  _finish(ax, 'rows per step (share)', f'{_title(t)}batch shares, global batch {t.batch()[0]:g}')
+  return _save(fig, path)
+
+
+def _finish(ax, ylabel: str, title: str) -> None:
+  """The per-step axes style shared by the throughput and shares plots."""
   ax.set_xlabel('step')
-  ax.set_ylabel('rows per step (share)')
+  ax.set_ylabel(ylabel)
   ax.set_ylim(bottom=0)
   ax.grid(alpha=0.3)
-  ax.set_title(f'{_title(t)}batch shares, global batch {t.batch()[0]:g}')
+  ax.set_title(title)
   ax.legend(loc='best')
-  return _save(fig, path)
 
 
 def write_plots(t: Telemetry, skip: int = 1,
