@@ -195,3 +195,19 @@ def test_make_policy_names_and_errors():
   assert isinstance(make_policy('oracle', RULES, trace), Oracle)
   with pytest.raises(ConfigError):
     LBBSP(RULES, EWMA(), damping=0)
+
+
+def test_lbbsp_hedges_toward_uniform_when_reacting_does_not_pay():
+  # 64 workers, each its own fast/slow chain: some worker turns slow every step, so shares fitted
+  # to the last step are wrong for the next. Proportional loses ~40% to uniform; LB-BSP scores
+  # its proposals against uniform on the speeds that happened and falls back.
+  rules = ShareRules(global_batch=512 * 64, workers=64, bucket=32)
+  trace = MarkovTrace(64, slow=3, stay=0.9, seed=1)
+  iters = {n: _run(n, trace, 40, rules).mean_iter_s(3) for n in
+           ('uniform', 'proportional', 'lbbsp-ewma')}
+  assert iters['proportional'] > 1.3 * iters['uniform']
+  assert iters['lbbsp-ewma'] < 1.1 * iters['uniform']
+  # ... while on a static straggler it still reacts fully.
+  static = StaticTrace((1, 1, 1, 3) * 16)
+  assert _run('lbbsp-ewma', static, 10, rules).mean_iter_s(2) == pytest.approx(
+      _run('oracle', static, 10, rules).mean_iter_s(2), rel=0.02)

@@ -59,6 +59,18 @@ class LBBSP:
     self._pristine = copy.deepcopy(predictor)
     self._cursor = HistoryCursor()
     self._decided = False
+    self._proposal: Shares | None = None
+    self._edge = self.OPTIMISM
+
+  # Hedging against uniform: after each step both LB-BSP's proposal and uniform shares are
+  # scored on the speeds that actually happened (full information: no need to have played
+  # them). The discounted log-makespan advantage `_edge` sets how far the played target moves
+  # from uniform toward the proposal: all the way while reacting pays (static, skewed, step
+  # change), back toward uniform where it does not (many workers flipping independently:
+  # whatever is fitted to the last step is wrong for the next). Starts trusting the proposal.
+  OPTIMISM = 0.5
+  MEMORY = 0.8
+  TEMPERATURE = 0.1
 
   @property
   def name(self) -> str:
@@ -68,13 +80,21 @@ class LBBSP:
     restarted, new = self._cursor.advance(history)
     if restarted:
       self.predictor, self._decided = copy.deepcopy(self._pristine), False
+      self._proposal, self._edge = None, self.OPTIMISM
+    uniform = self.rules.uniform()
     for stats, speeds in new:
       load = load_of(stats)
       self.predictor.update(speeds, load if load is None or len(load) == len(speeds) else None)
+      if self._proposal is not None:  # score last proposal against uniform, with what happened
+        edge = np.log(makespan(uniform, speeds) / makespan(self._proposal, speeds))
+        self._edge = self.MEMORY * self._edge + edge
     if not history:
-      return self.rules.uniform()
+      return uniform
     predicted = self.predictor.predict()
-    target = self.rules.from_weights(predicted)
+    self._proposal = self.rules.from_weights(predicted)
+    trust = 1.0 / (1.0 + np.exp(-self._edge / self.TEMPERATURE))
+    u = np.asarray(uniform.values, dtype=np.float64)
+    target = self.rules.from_weights(u + trust * (np.asarray(self._proposal.values) - u))
     try:
       current = Shares(tuple(int(x) for x in history[-1].shares), self.rules)
     except ConfigError:
