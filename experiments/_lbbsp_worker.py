@@ -61,6 +61,7 @@ class _Local:
 
 def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
+  runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
   import optax
 
   import models
