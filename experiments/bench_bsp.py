@@ -1,15 +1,17 @@
 r"""Uniform BSP under a straggler: measured on local workers, and on the virtual clock at scale.
 
-Two real runs of `experiments/_bsp_worker.py` under `hetjax.launch` (4 workers, one device each,
-an MLP whose per-worker gradient takes tens of ms): ``none`` (no slowdown; it calibrates the
-virtual clock) and ``static`` (worker 3 at slowdown 3 by time dilation). For each it reports
+One real job of `experiments/_bsp_worker.py` under `hetjax.launch` (4 workers, one device each,
+an MLP whose per-worker gradient takes tens of ms) alternating blocks of two scenarios, so both
+see the same machine state: ``none`` (no slowdown; it calibrates the virtual clock) and
+``static`` (worker 3 at slowdown 3 by time dilation). For each it reports
 the measured iteration time (mean over steps of the slowest worker's step), each worker's idle
 fraction (waiting at the barrier / step time), the balanced limit X / Σ vᵢ + sync, where
 vᵢ = shareᵢ / (computeᵢ + dilationᵢ) is the measured speed and sync the measured communication
 and batch preparation, and their ratio: the gap that load balancing can close.
 
-The virtual clock is calibrated on the ``none`` run only (per-worker per-sample compute, the
-all-reduce α and β fitted by `hetjax.runtime.fit_allreduce`, the rest of a step as host time)
+The virtual clock is calibrated on the ``none`` run only (per-worker per-sample compute and its
+step-to-step coefficient of variation, the all-reduce α and β fitted by
+`hetjax.runtime.fit_allreduce`, the rest of a step as host time)
 and then predicts the ``static`` run (the agreement check, goal within 15%) and the same
 scenario at 64 and 1024 workers (one worker at 3x, 1024 rows per worker).
 
@@ -45,20 +47,26 @@ _JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
 _KEEP = flags.DEFINE_string('keep', None, 'keep the run directories under this directory')
 
 
-def _launch(out: pathlib.Path, spec: str, steps: int) -> dict:
+BLOCK = 5  # steps per scenario block; the scenarios alternate block by block in one job
+
+
+def _launch(out: pathlib.Path, steps: int) -> dict:
   out.mkdir(parents=True, exist_ok=True)
   worker = pathlib.Path(__file__).with_name('_bsp_worker.py')
-  result = runtime.launch_local([sys.executable, str(worker), str(out), str(steps)], WORKERS,
-                                slowdown=spec, timeout=600, init_timeout=120,
-                                stdout=open('/dev/null', 'w'))  # noqa: SIM115
+  with open(out / 'workers.log', 'w') as log:
+    result = runtime.launch_local([sys.executable, str(worker), str(out), str(steps), str(BLOCK)],
+                                  WORKERS, timeout=600, init_timeout=120, stdout=log)
   if result.returncode:
-    raise RuntimeError(f'scenario {spec}: {result.cause}')
+    raise RuntimeError(f'{result.cause} (see {out / "workers.log"})')
   return json.loads((out / 'run.json').read_text())
 
 
-def _measured(run_dir: pathlib.Path, skip: int) -> dict:
+def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:
   t = load_telemetry(run_dir)
-  keep = slice(skip, None)
+  index = {s: i for i, s in enumerate(t.steps)}
+  blocks = json.loads((run_dir / 'schedule.json').read_text())
+  keep = [index[s] for b in blocks if b['scenario'] == scenario
+          for s in range(b['first_step'], b['last_step'] + 1) if s > skip]
   share, compute = t.share[keep], t.compute_s[keep]
   busy = compute + t.dilation_s[keep]
   iteration = t.step_s[keep].max(axis=1)
@@ -70,6 +78,7 @@ def _measured(run_dir: pathlib.Path, skip: int) -> dict:
       'balanced_limit_s': float(limit),
       'idle_fraction': [float(x) for x in (t.wait_s[keep] / t.step_s[keep]).mean(axis=0)],
       'per_sample_s': [float(x) for x in (compute / share).mean(axis=0)],
+      'noise_cv': float((compute.std(axis=0) / compute.mean(axis=0)).mean()),
       'host_s': float((iteration - busy.max(axis=1)).mean()),
   }
 
@@ -86,11 +95,12 @@ def _cost(calibration: dict, run: dict, workers: int | None = None) -> runtime.C
       grad_bytes=run['grad_bytes'], host_s=max(calibration['host_s'] - allreduce, 0.0))
 
 
-def _virtual(cost: runtime.CostModel, workers: int, rows_per_worker: int, steps: int) -> dict:
+def _virtual(cost: runtime.CostModel, workers: int, rows_per_worker: int, steps: int,
+             noise_cv: float) -> dict:
   factors = (1.0,) * (workers - 1) + (3.0,)
   batch = rows_per_worker * workers
   v = runtime.simulate(runtime.UniformShares(batch, workers), runtime.StaticTrace(factors), cost,
-                       batch, steps)
+                       batch, steps, noise_cv=noise_cv)
   idle = v.idle_fraction.mean(axis=0)
   return {'iter_time_s': v.mean_iter_s(), 'balanced_limit_s': v.mean_balanced_limit_s(),
           'idle_fraction': [float(idle[:-1].mean())] * (workers - 1) + [float(idle[-1])]}
@@ -104,18 +114,20 @@ def _row(scenario: str, workers: int, source: str, r: dict) -> dict:
 
 
 def run(steps: int, skip: int, root: pathlib.Path) -> list[dict]:
-  runs, measured = {}, {}
-  for name, spec in SCENARIOS.items():
-    runs[name] = _launch(root / name, spec, steps)
-    measured[name] = _measured(root / name, skip)
+  info = _launch(root, steps)
+  runs = {name: info for name in SCENARIOS}
+  measured = {name: _measured(root, skip, name) for name in SCENARIOS}
   rows = [_row(name, WORKERS, 'measured', measured[name]) for name in SCENARIOS]
-  rows_per_worker = runs['static']['global_batch'] // WORKERS
-  predicted = _virtual(_cost(measured['none'], runs['none']), WORKERS, rows_per_worker, steps)
+  rows_per_worker = info['global_batch'] // WORKERS
+  noise = measured['none']['noise_cv']  # this machine's step-to-step compute jitter
+  predicted = _virtual(_cost(measured['none'], runs['none']), WORKERS, rows_per_worker, steps,
+                       noise)
   agreement = abs(predicted['iter_time_s'] / measured['static']['iter_time_s'] - 1)
   rows.append(_row('static', WORKERS, 'virtual', predicted) | {'agreement': agreement})
   for n in SCALE:
     rows.append(_row('static', n, 'virtual',
-                     _virtual(_cost(measured['none'], runs['none'], n), n, rows_per_worker, steps)))
+                     _virtual(_cost(measured['none'], runs['none'], n), n, rows_per_worker, steps,
+                              noise)))
   return rows
 
 
