@@ -79,7 +79,6 @@ class TelemetryGatherer:
     self.path = None if path is None else pathlib.Path(path)
     self._file: IO[str] | None = open(path, 'a') if (path and worker == 0) else None  # noqa: SIM115
     self._pending: int | None = None
-    self.rows: list[dict] = []  # worker 0: everything written so far
 
   def record(self, stats: WorkerStepStats) -> None:
     if self.workers == 1 or self.channel is None:
@@ -103,7 +102,6 @@ class TelemetryGatherer:
     if self.worker != 0:
       return
     rows = split_collective(stats)
-    self.rows.extend(rows)
     if self._file:
       self._file.write(''.join(json.dumps(r) + '\n' for r in rows))
       self._file.flush()

@@ -1,5 +1,7 @@
 """Logical-axis rules, meshes, and sharded model creation."""
 
+from hetjax.sharding._batch import batch_sharding as batch_sharding
+from hetjax.sharding._batch import put_batch as put_batch
 from hetjax.sharding._constrain import activation_rules as activation_rules
 from hetjax.sharding._constrain import constrain as constrain
 from hetjax.sharding._mesh import DEFAULT_AXES as DEFAULT_AXES
@@ -17,9 +19,11 @@ __all__ = [
     'ShardingRules',
     'abstract_model',
     'activation_rules',
+    'batch_sharding',
     'constrain',
     'init_sharded',
     'make_mesh',
     'param_shardings',
     'parse_mesh_shape',
+    'put_batch',
 ]

@@ -66,7 +66,12 @@ def training_steps(
     state, metrics = trainer.train_step(state, batch)
     step += 1
     info = StepInfo(step, state, metrics, time.perf_counter())
-    for hook in hooks:
-      if step % hook.every == 0 or (hook.at_end and step == until):
-        hook.fn(info)
+    run_hooks(hooks, info, until)
     yield info
+
+
+def run_hooks(hooks: Sequence[Hook], info: StepInfo, until: int) -> None:
+  """Runs every hook due after step ``info.step`` of a loop that stops at ``until``."""
+  for hook in hooks:
+    if info.step % hook.every == 0 or (hook.at_end and info.step == until):
+      hook.fn(info)

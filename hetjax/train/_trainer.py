@@ -7,14 +7,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.data import Batch
-from hetjax.sharding import ShardingRules, activation_rules
+from hetjax.sharding import ShardingRules, activation_rules, batch_sharding, put_batch
 from hetjax.train._layout import init_state, state_layout
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
@@ -72,7 +71,6 @@ class Trainer:
     self.graphdef = self.layout.graphdef
     self.state_shardings = self.layout.shardings
     self.replicated = NamedSharding(mesh, PartitionSpec())
-    self._batch_shardings: dict[int, NamedSharding] = {}
     self._step = jax.jit(
         self._train_step,
         in_shardings=(self.state_shardings, None),
@@ -89,14 +87,11 @@ class Trainer:
 
   def batch_sharding(self, ndim: int) -> NamedSharding:
     """Sharding of a batch array of rank ``ndim``: the leading axis is ``'batch'``."""
-    if ndim not in self._batch_shardings:
-      spec = self.rules.compute.spec(('batch',) + (None,) * (ndim - 1))
-      self._batch_shardings[ndim] = NamedSharding(self.mesh, spec)
-    return self._batch_shardings[ndim]
+    return batch_sharding(self.mesh, self.rules.compute, ndim)
 
   def put_batch(self, batch: Batch) -> dict[str, jax.Array]:
     """Places a host batch on the mesh, split along the batch axis (one transfer call)."""
-    return jax.device_put(batch, {k: self.batch_sharding(np.ndim(v)) for k, v in batch.items()})
+    return put_batch(batch, self.mesh, self.rules.compute)
 
   def global_batch_at(self, step: int) -> Batch:
     """The host global batch of ``step`` (a function of the seed and the step only)."""

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from hetjax.runtime import SharePolicy, StepStats, TelemetryGatherer, TimeDilation, WorkerStepStats
-from hetjax.train._loop import Hook, StepInfo
+from hetjax.train._loop import Hook, StepInfo, run_hooks
 from hetjax.train._state import TrainState
 from hetjax.train._workers import WorkerTrainer
 
@@ -86,9 +86,7 @@ def worker_steps(
     if telemetry:
       telemetry.record(stats)
     info = StepInfo(step, state, {'loss': loss}, combine, stats)
-    for hook in hooks:
-      if step % hook.every == 0 or (hook.at_end and step == until):
-        hook.fn(info)
+    run_hooks(hooks, info, until)
     yield info
 
 

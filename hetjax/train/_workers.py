@@ -32,7 +32,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.data import Batch, slice_batch
-from hetjax.sharding import ShardingRules, activation_rules, make_mesh
+from hetjax.sharding import ShardingRules, activation_rules, make_mesh, put_batch
 from hetjax.train._layout import init_state, state_layout
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
@@ -111,7 +111,6 @@ class WorkerTrainer:
     batch_axes = self.rules.compute.mesh_axes(('batch',))[0]
     self.local_batch_degree = int(np.prod([self.local_mesh.shape[a] for a in batch_axes]))
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
-    self._batch_shardings: dict[int, NamedSharding] = {}
     self._executables: dict[int, Any] = {}
     self.compiles, self.compile_s, self.last_compile_s = 0, 0.0, 0.0
 
@@ -235,13 +234,7 @@ class WorkerTrainer:
 
   def place(self, batch: Batch) -> dict[str, jax.Array]:
     """Places host rows on the local mesh, split along the batch axis."""
-    return jax.device_put(batch, {k: self._batch_sharding(v.ndim) for k, v in batch.items()})
-
-  def _batch_sharding(self, ndim: int) -> NamedSharding:
-    if ndim not in self._batch_shardings:
-      spec = self.rules.compute.spec(('batch',) + (None,) * (ndim - 1))
-      self._batch_shardings[ndim] = NamedSharding(self.local_mesh, spec)
-    return self._batch_shardings[ndim]
+    return put_batch(batch, self.local_mesh, self.rules.compute)
 
   def local_gradient(self, state: TrainState, batch: dict[str, jax.Array]):
     """``Σ loss / X`` and ``Σ ∇loss / X`` over this worker's rows, packed for `combine`.
