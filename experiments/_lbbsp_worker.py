@@ -62,6 +62,7 @@ class _Local:
 def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
+  import jax
   import optax
 
   import models
@@ -70,7 +71,7 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
 
   out = pathlib.Path(out_dir)
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
-                          GLOBAL_BATCH)
+                          GLOBAL_BATCH, bucket=BUCKET)
   trace = runtime.parse_slowdown(ctx.slowdown or 'none', ctx.workers)
   rules = balance.ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
   made = {name: balance.make_policy(name, rules, trace) for name in policies}
@@ -79,6 +80,10 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, 10)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
   state, schedule = trainer.init_state(), []
+  # The ladder of piece programs is compiled once before the first step; reported on its own.
+  uniform = balance.make_policy('uniform', rules).shares(0, []).values
+  jax.block_until_ready(trainer.local_gradient(state, trainer.local_batch(0, uniform)))
+  warmup_compile_s = trainer.compile_s
   try:
     for r in range(rounds):
       for name in policies:
@@ -92,11 +97,16 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
                          'policy_step': local})
   finally:
     telemetry.close()
+    trainer.close()
   if ctx.is_chief:
     info = {'workers': ctx.workers, 'global_batch': GLOBAL_BATCH, 'bucket': BUCKET,
             'dilation_base': DILATION_BASE,
             'model': 'mlp', **MODEL, 'slowdown': ctx.slowdown, 'grad_bytes': 4 * trainer.fused_size,
             'allreduce': dataclasses.asdict(fit), 'compiles': trainer.compiles,
+            'warmup_compile_s': warmup_compile_s,
+            'background_compiles': trainer.programs.background_compiles,
+            'background_compile_s': trainer.programs.background_compile_s,
+            'piece_steps': trainer.programs.piece_steps,
             'shares': {n: [list(h.shares) for h in histories[n]] for n in policies}}
     (out / 'run.json').write_text(json.dumps(info) + '\n')
     (out / 'schedule.json').write_text(json.dumps(schedule, indent=1) + '\n')

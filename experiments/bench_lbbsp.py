@@ -12,7 +12,10 @@ Per scenario × policy it reports, from measured telemetry (steps of that policy
 * ``of ideal``: the policy's speedup over the ideal one (Uniform iteration / limit), i.e.
   limit / iteration — 1.0 is perfect balance;
 * ``idle``: mean fraction of a step the workers wait at the barrier;
-* ``compile``: share of the policy's time spent compiling new share sizes;
+* ``compile``: share of the policy's time its steps waited for compiles (lowering a new share
+  size's program; the XLA compile runs in the background while the size runs as pieces — see
+  `hetjax.train.WorkerTrainer`'s ``bucket``). The piece ladder, compiled once before the first
+  step, is printed per scenario instead;
 * ``settle``: policy steps until the shares stop moving by more than one bucket (after the
   change for ``step``; ``-`` if they never settle, as expected under Markov);
 * ``reversals``: direction reversals of any share after settling (oscillation).
@@ -211,7 +214,13 @@ def run(root: pathlib.Path, rounds: int, block: int, scenarios, policies) -> lis
 
 def _scenario(root, scenario, policies, rounds, block, cache) -> list[dict]:
   run_info = _launch(root / scenario, SCENARIOS[scenario], policies, rounds, block, cache)
-  return _policy_rows(root / scenario, run_info, scenario)
+  compiles = {k: run_info[k] for k in ('warmup_compile_s', 'background_compiles',
+                                       'background_compile_s', 'piece_steps')}
+  print(f'{scenario} (worker 0): piece ladder compiled before step 1 in '
+        f'{compiles["warmup_compile_s"]:.1f} s; {compiles["background_compiles"]} sizes compiled '
+        f'in the background ({compiles["background_compile_s"]:.1f} s); '
+        f'{compiles["piece_steps"]} steps ran as pieces', flush=True)
+  return [r | compiles for r in _policy_rows(root / scenario, run_info, scenario)]
 
 
 def main(argv: list[str]) -> None:

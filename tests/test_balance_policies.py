@@ -211,3 +211,11 @@ def test_lbbsp_hedges_toward_uniform_when_reacting_does_not_pay():
   static = StaticTrace((1, 1, 1, 3) * 16)
   assert _run('lbbsp-ewma', static, 10, rules).mean_iter_s(2) == pytest.approx(
       _run('oracle', static, 10, rules).mean_iter_s(2), rel=0.02)
+
+
+def test_observed_speeds_skips_steps_marked_as_not_samples_silently(caplog):
+  stats = StepStats(9, (100, 300), (0.1, 3.0), 0.0, 3.0, sampled=(True, False))
+  with caplog.at_level(logging.WARNING, logger='hetjax.balance'):
+    speeds = observed_speeds(stats, np.array([500.0, 700.0]))
+  np.testing.assert_array_equal(speeds, [1000.0, 700.0])  # worker 1 keeps its speed
+  assert not caplog.records

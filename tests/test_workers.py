@@ -35,10 +35,11 @@ def _reference(name):
   return [float(i.metrics['loss']) for i in infos], jax.device_get(infos[-1].state.params)
 
 
-def _launch(tmp_path, name, workers, local_shape, schedule, strategy):
+def _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket=None):
   out = tmp_path / 'out.json'
   command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'train_shares.py'), str(out), name,
-             'x'.join(map(str, local_shape)), json.dumps(schedule), strategy]
+             'x'.join(map(str, local_shape)), json.dumps(schedule), strategy,
+             *([str(bucket)] if bucket else [])]
   devices = local_shape[0] * local_shape[1]
   result = launch_local(command, workers=workers, devices_per_worker=devices,
                         timeout=LAUNCH_TIMEOUT, init_timeout=60)
@@ -55,26 +56,28 @@ def _random_schedule(workers, batch, seed, bucket=4):
   return [list(rules.from_weights(rng.uniform(0.1, 1.0, workers))) for _ in range(STEPS)]
 
 
-CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker
-    ('mlp', 2, (1, 1), [[32, 32]], 'data_parallel'),  # BSP
+CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker, bucket
+    ('mlp', 2, (1, 1), [[32, 32]], 'data_parallel', None),  # BSP
     ('mlp', 4, (2, 1), [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]],
-     'data_parallel'),
-    ('wide_deep', 2, (2, 1), [[48, 16], [8, 56], [32, 32]], 'data_parallel'),
+     'data_parallel', None),
+    ('wide_deep', 2, (2, 1), [[48, 16], [8, 56], [32, 32]], 'data_parallel', None),
     # Tensor parallel inside each worker: split gradients take the unfused all-reduce path.
-    ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid'),
-    # Random bucketed share sequences, as a balancing policy would produce them.
-    ('mlp', 2, (2, 1), _random_schedule(2, 64, seed=7), 'data_parallel'),
-    ('mlp', 4, (1, 1), _random_schedule(4, 64, seed=8), 'data_parallel'),
+    ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid', None),
+    # Random bucketed share sequences, as a balancing policy would produce them, with piece
+    # programs standing in for sizes still compiling in the background.
+    ('mlp', 2, (2, 1), _random_schedule(2, 64, seed=7), 'data_parallel', 4),
+    ('mlp', 4, (1, 1), _random_schedule(4, 64, seed=8), 'data_parallel', 4),
 ]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
-@pytest.mark.parametrize('name, workers, local_shape, schedule, strategy', CASES,
+@pytest.mark.parametrize('name, workers, local_shape, schedule, strategy, bucket', CASES,
                          ids=[f'{c[0]}-{c[1]}w-{c[2][0]}x{c[2][1]}-{c[4]}' for c in CASES])
-def test_workers_match_single_process(tmp_path, name, workers, local_shape, schedule, strategy):
+def test_workers_match_single_process(tmp_path, name, workers, local_shape, schedule, strategy,
+                                      bucket):
   ref_losses, ref_params = _reference(name)
-  got = _launch(tmp_path, name, workers, local_shape, schedule, strategy)
+  got = _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket)
   np.testing.assert_allclose(got['losses'], ref_losses, rtol=1e-5)
   for got_leaf, ref_leaf in zip(got['params'], jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_allclose(np.asarray(got_leaf), ref_leaf, rtol=1e-4, atol=1e-6)

@@ -174,7 +174,8 @@ class LBBSPGpu:
           ratio = t / self.model.time(x)
         self._ok[np.abs(ratio - 1) > self.change_tolerance] = False
       slot = self._seen % self.window
-      self._x[:, slot], self._t[:, slot], self._ok[:, slot] = x, t, True
+      sampled = np.asarray(st.sampled, dtype=bool) if st.sampled else True
+      self._x[:, slot], self._t[:, slot], self._ok[:, slot] = x, t, sampled
       self._seen += 1
     fit, kind = _fit_rows(self._x, self._t, self._ok)
     new = np.array(dataclasses.astuple(fit))

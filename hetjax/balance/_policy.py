@@ -47,8 +47,9 @@ class BalancePolicy(Protocol):
 def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray:
   """Rows per second of each worker at one step, keeping ``previous[i]`` where it is unknowable.
 
-  A compute time that is zero, negative, NaN or inf (a lost or corrupt measurement), or a share
-  of 0 (nothing was measured), says nothing about a worker's speed. Raising would stop training
+  A compute time that is zero, negative, NaN or inf (a lost or corrupt measurement), a share
+  of 0 (nothing was measured), or a step marked as not a sample (`StepStats.sampled`) says
+  nothing about a worker's speed. Raising would stop training
   for one bad clock reading, so the worker keeps its previous speed and one warning names it.
   With no previous estimate the median of the good workers stands in (1.0 if none is good).
 
@@ -69,14 +70,18 @@ def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray
   compute = np.asarray(stats.compute_s, dtype=np.float64)
   with np.errstate(divide='ignore', invalid='ignore'):
     speeds = shares / compute
-  good = np.isfinite(compute) & (compute > 0) & (shares > 0) & np.isfinite(speeds) & (speeds > 0)
+  valid = np.isfinite(compute) & (compute > 0) & np.isfinite(speeds) & (speeds > 0)
+  sampled = np.asarray(stats.sampled, dtype=bool) if stats.sampled else np.ones(len(speeds), bool)
+  good = valid & (shares > 0) & sampled
   if good.all():
     return speeds
   if previous is not None and len(previous) == len(speeds):
     fill = np.asarray(previous, dtype=np.float64)
   else:
     fill = np.full(len(speeds), float(np.median(speeds[good])) if good.any() else 1.0)
-  bad = np.flatnonzero(~good)
+  bad = np.flatnonzero(~good & sampled)
+  if not len(bad):  # only steps marked as not samples: nothing to report
+    return np.where(good, speeds, fill)
   shown = ', '.join(str(i) for i in bad[:8]) + (', …' if len(bad) > 8 else '')
   logger.warning('step %d: no usable compute time for worker(s) %s (got %s); keeping their '
                  'previous speed', stats.step, shown, [stats.compute_s[i] for i in bad[:8]])

@@ -275,6 +275,7 @@ class TimeDilation:
     if not (math.isfinite(self.base) and self.base >= 1):
       raise ConfigError(f'dilation base {self.base!r} must be finite and >= 1')
     object.__setattr__(self, '_recent', {})  # rows -> last compute times
+    object.__setattr__(self, '_per_row', collections.deque(maxlen=5))  # seconds per row, any size
 
   def factor(self, step: int) -> float:
     """The slowdown applied at ``step``: ``base`` × the trace's factor.
@@ -296,7 +297,10 @@ class TimeDilation:
     if rows is not None:
       recent = self._recent.setdefault(rows, collections.deque(maxlen=5))
       recent.append(compute_s)
-      compute_s = float(np.median(recent))
+      self._per_row.append(compute_s / max(rows, 1))
+      # A size seen fewer than 3 times: the median per-row time of recent steps of any size.
+      compute_s = float(np.median(recent) if len(recent) >= 3
+                        else np.median(self._per_row) * rows)
     seconds = dilation_seconds(self.factor(step), compute_s)
     if seconds <= 0:
       return 0.0

@@ -117,7 +117,9 @@ class StepStats:
   share); ``iter_s`` is the whole BSP step. ``load`` is each worker's exogenous host-load input
   for predictors (LB-BSP's NARX): the background load that slows the host. Under emulation that
   load is the slowdown factor in force (sleeping does not load a CPU, so no OS counter would see
-  it); on a real cluster it is the host's run-queue load. Empty when unknown.
+  it); on a real cluster it is the host's run-queue load. Empty when unknown. ``sampled`` is
+  False for a worker whose time says nothing about its speed (it ran a new share size as
+  pieces while the size's own program compiled); empty means every time is a sample.
   """
 
   step: int
@@ -126,6 +128,7 @@ class StepStats:
   comm_s: float
   iter_s: float
   load: tuple[float, ...] = ()
+  sampled: tuple[bool, ...] = ()
 
 
 @runtime_checkable

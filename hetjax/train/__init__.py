@@ -13,6 +13,7 @@ from hetjax.train._trainer import Trainer as Trainer
 from hetjax.train._worker_loop import measure_speed as measure_speed
 from hetjax.train._worker_loop import worker_steps as worker_steps
 from hetjax.train._workers import WorkerTrainer as WorkerTrainer
+from hetjax.train._workers import local_batch_degree as local_batch_degree
 from hetjax.train._workers import worker_meshes as worker_meshes
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     'TrainState',
     'Trainer',
     'WorkerTrainer',
+    'local_batch_degree',
     'measure_speed',
     'training_steps',
     'worker_meshes',

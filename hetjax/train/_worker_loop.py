@@ -65,18 +65,21 @@ def worker_steps(
     start = time.perf_counter()
     batch = jax.block_until_ready(trainer.local_batch(step, shares))
     computed = time.perf_counter()
+    compiling = trainer.programs.compiling
     packed = jax.block_until_ready(trainer.local_gradient(state, batch))
     compile_s = trainer.last_compile_s
     compute_s = time.perf_counter() - computed - compile_s
+    # Pieces, or a compile competing for the cores: a true time, but not this worker's speed.
+    sampled = not (trainer.programs.last_ran_pieces or compiling or trainer.programs.compiling)
     slept = dilation.apply(step, compute_s, rows=shares[trainer.worker]) if dilation else 0.0
     load = host_load(dilation, step)
     combine = time.perf_counter()
-    state, loss, busy, loads = jax.block_until_ready(
-        trainer.combine(state, packed, busy_s=compute_s + slept, load=load))
+    state, loss, busy, loads, samples = jax.block_until_ready(
+        trainer.combine(state, packed, busy_s=compute_s + slept, load=load, sampled=sampled))
     end = time.perf_counter()
     busy, loads = np.asarray(busy, np.float64), np.asarray(loads, np.float64)
     history.append(StepStats(step, shares, tuple(busy.tolist()), 0.0, float(busy.max()),
-                             tuple(loads.tolist())))
+                             tuple(loads.tolist()), tuple(np.asarray(samples).tolist())))
     step += 1
     stats = WorkerStepStats(
         step=step, worker=trainer.worker, share=shares[trainer.worker],

@@ -19,7 +19,7 @@ same bytes fused took 5.2 ms (measured on the 2-core development machine).
 
 from __future__ import annotations
 
-import time
+import math
 from typing import Any
 
 import jax
@@ -34,6 +34,7 @@ from hetjax._errors import ConfigError
 from hetjax.data import Batch, slice_batch
 from hetjax.sharding import ShardingRules, activation_rules, make_mesh, put_batch
 from hetjax.train._layout import init_state, state_layout
+from hetjax.train._share_programs import SharePrograms
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
@@ -60,6 +61,13 @@ def worker_meshes(local_shape: tuple[int, int]) -> tuple[Mesh, Mesh]:
   local = make_mesh(local_shape, devices=jax.local_devices())
   grid = np.array(per_worker, dtype=object).reshape((workers, *local_shape))
   return local, Mesh(grid, (PROC, *local.axis_names), axis_types=(AxisType.Auto,) * 3)
+
+
+def local_batch_degree(rules: ShardingRules, local_shape: tuple[int, int] | None = None) -> int:
+  """How many ways a worker's rows are split over its local mesh: every share (and bucket) must
+  be a multiple of it. ``local_shape`` defaults to all local devices on ``'data'``."""
+  shape = dict(zip(('data', 'model'), local_shape or (jax.local_device_count(), 1), strict=True))
+  return math.prod(shape[a] for a in rules.compute.mesh_axes(('batch',))[0])
 
 
 def _stacked_spec(spec: PartitionSpec, ndim: int) -> PartitionSpec:
@@ -91,6 +99,10 @@ class WorkerTrainer:
       devices on ``'data'``); the same on every worker.
     rules: how parameters and compute are laid out inside a worker (default: data parallel).
     seed: initialises parameters and selects the data.
+    bucket: the granularity of share sizes when shares change (LB-BSP). Given, a share size
+      seen for the first time runs as a sum of already compiled pieces while its own program
+      compiles on a background thread (see `SharePrograms`), so no step waits for a compile
+      after the first. None (fixed shares): each size is compiled when first needed.
   """
 
   def __init__(
@@ -101,6 +113,7 @@ class WorkerTrainer:
       local_shape: tuple[int, int] | None = None,
       rules: ShardingRules | None = None,
       seed: int = 0,
+      bucket: int | None = None,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
@@ -108,11 +121,11 @@ class WorkerTrainer:
     self.local_mesh, self.mesh = worker_meshes(local_shape or (jax.local_device_count(), 1))
     self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
     self.graphdef = self.layout.graphdef
-    batch_axes = self.rules.compute.mesh_axes(('batch',))[0]
-    self.local_batch_degree = int(np.prod([self.local_mesh.shape[a] for a in batch_axes]))
+    self.local_batch_degree = local_batch_degree(self.rules, local_shape)
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
-    self._executables: dict[int, Any] = {}
-    self.compiles, self.compile_s, self.last_compile_s = 0, 0.0, 0.0
+    if bucket is not None and (bucket <= 0 or bucket % self.local_batch_degree):
+      raise ConfigError(f'bucket {bucket} must be a positive multiple of the local data-parallel '
+                        f'degree {self.local_batch_degree}')
 
     # Gradient leaves in flat order; replicated ones are fused into one buffer with the loss.
     leaves, self._treedef = jax.tree.flatten(self.layout.abstract.params)
@@ -132,6 +145,9 @@ class WorkerTrainer:
     local_separate = [NamedSharding(self.local_mesh, specs[i]) for i in self._separate]
     local_out = (self._local_replicated, local_separate)
     self._grad = jax.jit(self._local_grad, out_shardings=local_out)
+    self.programs = SharePrograms(lambda p, b: self._grad.lower(p, b), bucket,
+                                  global_batch - (self.workers - 1) * (bucket or 0))
+    self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), out_shardings=local_out)
     self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
     slots = np.array([1 + self.worker, 1 + self.workers + self.worker])
     self._stamp = jax.jit(lambda fused, values: fused.at[slots].set(values), donate_argnums=0)
@@ -140,6 +156,25 @@ class WorkerTrainer:
         in_shardings=(self.layout.shardings, self._fused_stacked, self._separate_stacked),
         out_shardings=(self.layout.shardings, NamedSharding(self.mesh, PartitionSpec())),
         donate_argnums=0)
+
+  def close(self) -> None:
+    """Drops queued background compiles, so the process exits without waiting for them."""
+    self.programs.close()
+
+  @property
+  def compiles(self) -> int:
+    """Programs compiled while a step waited (background compiles are not counted)."""
+    return self.programs.compiles
+
+  @property
+  def compile_s(self) -> float:
+    """Seconds steps waited for compiles, in total."""
+    return self.programs.compile_s
+
+  @property
+  def last_compile_s(self) -> float:
+    """Seconds the latest `local_gradient` call waited for a compile."""
+    return self.programs.last_compile_s
 
   @property
   def fused_size(self) -> int:
@@ -239,44 +274,48 @@ class WorkerTrainer:
   def local_gradient(self, state: TrainState, batch: dict[str, jax.Array]):
     """``Σ loss / X`` and ``Σ ∇loss / X`` over this worker's rows, packed for `combine`.
 
-    A share size seen for the first time is compiled ahead of time (`lower().compile()`) and the
-    executable kept in memory; `compiles`, `compile_s` and `last_compile_s` account for it, so
+    Programs are compiled ahead of time per share size and kept in memory (`SharePrograms`);
+    `compiles`, `compile_s` and `last_compile_s` count only the compiles a call waited for, so
     the caller can keep compilation out of measured compute (and out of time dilation).
     """
     rows = len(next(iter(batch.values())))
-    self.last_compile_s = 0.0
     if rows == 0:
+      self.programs.last_compile_s = 0.0
       return self._zero()
-    params = self.local_view(state.params)
-    executable = self._executables.get(rows)
-    if executable is None:
-      start = time.perf_counter()
-      executable = self._grad.lower(params, batch).compile()
-      self.last_compile_s = time.perf_counter() - start
-      self.compiles += 1
-      self.compile_s += self.last_compile_s
-      self._executables[rows] = executable
-    return executable(params, batch)
+    return self.programs(self._add, self.local_view(state.params), batch)
 
-  def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0):
+  def zero_gradient(self):
+    """A packed gradient of zeros: what a worker that computed no rows contributes."""
+    return self._zero()
+
+  def accumulate(self, packed, more):
+    """The sum of two packed gradients (each already divided by the global batch)."""
+    return self._add(packed, more)
+
+  def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0,
+              sampled: bool = True):
     """Sums every worker's packed loss and gradient and applies the optimizer (collective).
 
     ``busy_s`` (this worker's compute and dilation seconds) and ``load`` (its host-load input)
     ride in the same all-reduce, so every worker learns every worker's values without another
-    message: the inputs of a deterministic, identical share decision everywhere.
+    message: the inputs of a deterministic, identical share decision everywhere. ``sampled``
+    False says this step's time is not a speed sample (it ran as pieces while its own program
+    compiled); it travels as the sign of ``busy_s``.
 
     Returns:
-      ``(state, loss, busy, load)``; ``busy`` and ``load`` are length-``workers`` device arrays.
+      ``(state, loss, busy, load, sampled)``; the last three are length-``workers`` arrays.
     """
     fused, separate = packed
-    fused = self._stamp(fused, np.array([busy_s, load], np.float32))
+    signed = busy_s if sampled else -max(busy_s, 1e-9)
+    fused = self._stamp(fused, np.array([signed, load], np.float32))
     stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
     state, head = self._update(state, self._stack(fused, self._fused_stacked), stacked)
-    return state, head[0], head[1:1 + self.workers], head[1 + self.workers:]
+    busy = head[1:1 + self.workers]
+    return state, head[0], jnp.abs(busy), head[1 + self.workers:], busy >= 0
 
   def step(self, state: TrainState, shares: tuple[int, ...]) -> tuple[TrainState, jax.Array]:
     """One BSP iteration with the given shares; returns the new state and the global loss."""
     self.check_shares(shares)
     batch = self.local_batch(int(state.step), shares)
-    state, loss, _, _ = self.combine(state, self.local_gradient(state, batch))
+    state, loss, *_ = self.combine(state, self.local_gradient(state, batch))
     return state, loss

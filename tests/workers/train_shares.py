@@ -1,6 +1,9 @@
 """A worker of tests/test_workers.py: trains 5 steps with given shares, writes the losses.
 
-  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON [STRATEGY]
+  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON [STRATEGY [BUCKET]]
+
+With a BUCKET, new share sizes may run as sums of piece programs while their own compile in
+the background (which of the two happens depends on timing; both must give the same numbers).
 """
 
 import json
@@ -22,14 +25,16 @@ from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
 
 out, name, local_shape, schedule = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 strategy = Strategy(sys.argv[5] if len(sys.argv) > 5 else 'data_parallel')
+bucket = int(sys.argv[6]) if len(sys.argv) > 6 else None
 kwargs, batch = MODELS[name]
 trainer = WorkerTrainer(models.make_task(name, **kwargs), OPTIMIZER, batch,
                         local_shape=tuple(int(x) for x in local_shape.split('x')),
-                        rules=strategy.rules())
+                        rules=strategy.rules(), bucket=bucket)
 state, losses = trainer.init_state(), []
 for step in range(STEPS):
   state, loss = trainer.step(state, tuple(schedule[step % len(schedule)]))
   losses.append(float(loss))
+trainer.close()
 params = [np.asarray(x).tolist() for x in jax.tree.leaves(trainer.local_view(state.params))]
 if ctx.is_chief:
   pathlib.Path(out).write_text(json.dumps({'losses': losses, 'params': params}))

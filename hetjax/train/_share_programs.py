@@ -1,0 +1,185 @@
+"""A worker's gradient programs, one per share size, compiled so that a step never waits for one.
+
+LB-BSP changes a worker's share between iterations, and each new share size is a new XLA
+program. Compiling it on the spot (0.3–1 s on the 2-core development machine) stalls the whole
+job at the barrier. With a ``bucket`` this keeps, besides the programs of sizes already seen, a
+binary ladder of *piece* programs (bucket × 1, 2, 4, …), compiled before the first step. A share
+size without its own program yet runs as a sum of pieces — the gradient is a sum over rows, so
+``Σ pieces = whole`` to float rounding — while its own program compiles on a background thread
+and takes over once ready (pieces cost 4–26% more compute than one program on the development
+machine, so they are a stopgap). What a step waits for counts as compile time: the ladder, and
+lowering a new size's program (Python, so it cannot leave the main thread without stalling it
+on the GIL anyway); the XLA compile itself runs off the critical path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+PyTree = Any
+Batch = dict[str, jax.Array]
+
+
+def decompose(rows: int, sizes: list[int]) -> list[int] | None:
+  """``rows`` as a sum of ``sizes`` (repeats allowed), largest first; None if greedy fails."""
+  pieces, left = [], rows
+  for size in sorted(set(sizes), reverse=True):
+    while size <= left:
+      pieces.append(size)
+      left -= size
+  return pieces if left == 0 else None
+
+
+class SharePrograms:
+  """Compiled gradient programs by share size: in memory, with optional background compiles.
+
+  Args:
+    lower: ``lower(params, batch)`` → a `jax.stages.Lowered` for the batch's row count; called
+      with abstract arguments (shape, dtype and sharding).
+    bucket: the granularity of share sizes; when given, pieces of bucket·2ᵏ up to ``max_rows``
+      are compiled at the first call, and each new size compiles in the background.
+    max_rows: the largest share this worker can get.
+
+  Counters: ``compiles``/``compile_s`` are compiles (and lowerings) the caller waited for
+  (``last_compile_s`` for the latest call); ``background_compiles``/``background_compile_s``
+  ran off the critical path; ``piece_steps`` counts calls that ran as a sum of pieces
+  (``last_ran_pieces`` for the latest call).
+  """
+
+  def __init__(self, lower: Callable[[PyTree, Batch], Any], bucket: int | None = None,
+               max_rows: int | None = None):
+    self._lower, self.bucket, self.max_rows = lower, bucket, max_rows
+    self._ready: dict[int, Any] = {}
+    self._pending: dict[int, concurrent.futures.Future] = {}
+    self._lock = threading.Lock()
+    self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='hetjax-compile')
+                  if bucket else None)
+    self.compiles, self.compile_s, self.last_compile_s = 0, 0.0, 0.0
+    self.background_compiles, self.background_compile_s, self.piece_steps = 0, 0.0, 0
+    self.last_ran_pieces = False
+
+  def __call__(self, add: Callable, params: PyTree, batch: Batch):
+    """The program's output for ``batch``: its own program, a sum of pieces, or a fresh compile."""
+    rows = len(next(iter(batch.values())))
+    self.last_compile_s, self.last_ran_pieces = 0.0, False
+    self._collect()
+    if self._pool is not None and not self._ready:
+      self._compile_ladder(params, batch)
+    if rows in self._ready:
+      return self._ready[rows](params, batch)
+    pieces = self._pieces(rows)
+    if pieces is None:
+      self._ready[rows] = self._wait_or_compile(rows, params, batch)
+      return self._ready[rows](params, batch)
+    self._submit(rows, params, batch)
+    return self._run_pieces(add, pieces, params, batch)
+
+  def wait(self) -> None:
+    """Blocks until every queued background compile has finished (tests, warm-ups)."""
+    # A future cancelled by `close` never reaches a finished state: waiting on it would hang.
+    concurrent.futures.wait([f for f in self._pending.values() if not f.cancelled()])
+    self._collect()
+
+  @property
+  def sizes(self) -> tuple[int, ...]:
+    """Row counts with a compiled program ready."""
+    self._collect()
+    return tuple(sorted(self._ready))
+
+  def close(self) -> None:
+    """Drops queued background compiles (one already running finishes); later new sizes are
+    compiled when needed."""
+    if self._pool is not None:
+      self._pool.shutdown(wait=False, cancel_futures=True)
+      self._pool = None
+
+  # -- internals -----------------------------------------------------------------------------------
+
+  def _collect(self) -> None:
+    """Moves finished background compiles into the ready set."""
+    for rows, future in list(self._pending.items()):
+      if future.done():
+        del self._pending[rows]
+        if not future.cancelled() and future.exception() is None:
+          self._ready.setdefault(rows, future.result())
+
+  def _pieces(self, rows: int) -> list[int] | None:
+    if self._pool is None or not self._ready:
+      return None
+    return decompose(rows, list(self._ready))
+
+  def _wait_or_compile(self, rows: int, params: PyTree, batch: Batch):
+    start = time.perf_counter()
+    future = self._pending.pop(rows, None)
+    executable = None
+    if future is not None:
+      try:
+        executable = future.result()
+      except Exception:  # compiled again below, where the error surfaces
+        executable = None
+    if executable is None:
+      executable = self._lower(params, batch).compile()
+    self._count(time.perf_counter() - start, compiles=1)
+    return executable
+
+  @property
+  def compiling(self) -> bool:
+    """Whether a background compile is queued or running (it competes for the cores)."""
+    return any(not f.done() for f in self._pending.values())
+
+  def _run_pieces(self, add: Callable, pieces: list[int], params: PyTree, batch: Batch):
+    self.piece_steps += 1
+    self.last_ran_pieces = True
+    out, start = None, 0
+    for size in pieces:
+      part = {k: jax.device_put(v[start:start + size], v.sharding) for k, v in batch.items()}
+      result = self._ready[size](params, part)
+      out = result if out is None else add(out, result)
+      start += size
+    return out
+
+  def _submit(self, rows: int, params: PyTree, batch: Batch) -> None:
+    """Lowers ``rows``'s program here (Python, holds the GIL: counted as compile time) and
+    compiles it on the background thread (XLA, releases the GIL)."""
+    if rows in self._ready or rows in self._pending:
+      return
+    start = time.perf_counter()
+    lowered = self._lower(jax.tree.map(_abstract, params),
+                          {k: _abstract(v, rows) for k, v in batch.items()})
+    self._count(time.perf_counter() - start)
+
+    def compile_one():
+      start = time.perf_counter()
+      executable = lowered.compile()
+      with self._lock:
+        self.background_compiles += 1
+        self.background_compile_s += time.perf_counter() - start
+      return executable
+
+    self._pending[rows] = self._pool.submit(compile_one)
+
+  def _compile_ladder(self, params: PyTree, batch: Batch) -> None:
+    """Pieces bucket·2ᵏ up to ``max_rows``, compiled before the first step (counted)."""
+    size = self.bucket
+    while size <= (self.max_rows or size):
+      start = time.perf_counter()
+      self._ready[size] = self._lower(jax.tree.map(_abstract, params),
+                                      {k: _abstract(v, size) for k, v in batch.items()}).compile()
+      self._count(time.perf_counter() - start, compiles=1)
+      size *= 2
+
+  def _count(self, seconds: float, compiles: int = 0) -> None:
+    self.last_compile_s += seconds
+    self.compile_s += seconds
+    self.compiles += compiles
+
+
+def _abstract(x: jax.Array, rows: int | None = None) -> jax.ShapeDtypeStruct:
+  shape = x.shape if rows is None else (rows, *x.shape[1:])
+  return jax.ShapeDtypeStruct(shape, x.dtype, sharding=x.sharding)
