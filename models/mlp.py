@@ -8,7 +8,7 @@ import optax
 from flax import nnx
 
 from hetjax import data as hdata
-from hetjax.sharding import constrain
+from hetjax.sharding import constrain, scope
 from hetjax.train import Task
 
 _init = nnx.initializers.lecun_normal()
@@ -35,9 +35,12 @@ class MLP(nnx.Module):
     self.head = _dense(width, classes, ('embed', 'classes'), rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    h = constrain(jax.nn.relu(self.up(x)), ('batch', 'mlp'))
-    h = constrain(jax.nn.relu(self.down(h)), ('batch', 'embed'))
-    return self.head(h)
+    with scope('up'):
+      h = constrain(jax.nn.relu(self.up(x)), ('batch', 'mlp'))
+    with scope('down'):
+      h = constrain(jax.nn.relu(self.down(h)), ('batch', 'embed'))
+    with scope('head'):
+      return self.head(h)
 
   def submodels(self) -> dict[str, nnx.Module]:
     return {'up': self.up, 'down': self.down, 'head': self.head}

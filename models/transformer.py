@@ -11,7 +11,7 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError
-from hetjax.sharding import constrain
+from hetjax.sharding import constrain, scope
 from hetjax.train import Task
 
 VOCAB = 256  # one token per byte value
@@ -125,10 +125,13 @@ class Transformer(nnx.Module):
     self.head = Head(d_model, rngs=rngs)
 
   def __call__(self, tokens: jax.Array) -> jax.Array:
-    x = self.embed(tokens)
-    for block in self.blocks:
-      x = block(x)
-    return self.head(x)
+    with scope('embed'):
+      x = self.embed(tokens)
+    for i, block in enumerate(self.blocks):
+      with scope(f'block_{i}'):
+        x = block(x)
+    with scope('head'):
+      return self.head(x)
 
   def submodels(self) -> dict[str, nnx.Module]:
     """``embed``, ``block_0`` … ``block_{layers-1}``, ``head``, in forward order."""

@@ -8,7 +8,7 @@ import optax
 from flax import nnx
 
 from hetjax import data as hdata
-from hetjax.sharding import constrain
+from hetjax.sharding import constrain, scope
 from hetjax.train import Task
 
 _init = nnx.initializers.lecun_normal()
@@ -89,7 +89,12 @@ class WideDeep(nnx.Module):
     self.tower = Tower(fields * dim + dense, hidden, hidden2, rngs=rngs)
 
   def __call__(self, ids: jax.Array, dense: jax.Array) -> jax.Array:
-    return self.wide(ids, dense) + self.tower(self.embedding(ids), dense)
+    with scope('embedding'):
+      emb = self.embedding(ids)
+    with scope('wide'):
+      wide = self.wide(ids, dense)
+    with scope('tower'):
+      return wide + self.tower(emb, dense)
 
   def submodels(self) -> dict[str, nnx.Module]:
     return {'embedding': self.embedding, 'wide': self.wide, 'tower': self.tower}

@@ -4,6 +4,7 @@ from hetjax.sharding._batch import batch_sharding as batch_sharding
 from hetjax.sharding._batch import put_batch as put_batch
 from hetjax.sharding._constrain import activation_rules as activation_rules
 from hetjax.sharding._constrain import constrain as constrain
+from hetjax.sharding._constrain import scope as scope
 from hetjax.sharding._mesh import DEFAULT_AXES as DEFAULT_AXES
 from hetjax.sharding._mesh import make_mesh as make_mesh
 from hetjax.sharding._mesh import parse_mesh_shape as parse_mesh_shape
@@ -12,6 +13,8 @@ from hetjax.sharding._rules import ShardingRules as ShardingRules
 from hetjax.sharding._state import abstract_model as abstract_model
 from hetjax.sharding._state import init_sharded as init_sharded
 from hetjax.sharding._state import param_shardings as param_shardings
+from hetjax.sharding._state import submodel_names as submodel_names
+from hetjax.sharding._state import submodel_prefixes as submodel_prefixes
 
 __all__ = [
     'DEFAULT_AXES',
@@ -26,4 +29,7 @@ __all__ = [
     'param_shardings',
     'parse_mesh_shape',
     'put_batch',
+    'scope',
+    'submodel_names',
+    'submodel_prefixes',
 ]

@@ -41,17 +41,30 @@ class LogicalRules:
     >>> rules.spec(('embed', 'mlp'))   # 'embed' has no rule: replicated
     PartitionSpec(None, 'model')
 
+  A plan that lays out each sub-model differently carries one table per sub-model in
+  ``scopes``: inside `hetjax.sharding.scope('tower')` (activations) or for parameters under the
+  sub-model ``'tower'``, `in_scope('tower')` is used instead of the top-level table.
+
   Attributes:
     rules: ``(logical name, mesh axes)`` pairs; mesh axes is a tuple of axis names, ``()`` for
       replicated. Several pairs may name the same logical axis: they are tried in order.
+    scopes: ``(sub-model name, rules)`` pairs overriding the table inside that sub-model.
   """
 
   rules: tuple[tuple[str, MeshAxes], ...] = ()
+  scopes: tuple[tuple[str, LogicalRules], ...] = ()
 
   @classmethod
   def of(cls, mapping: Mapping[str, str | Sequence[str] | None]) -> LogicalRules:
     """Builds rules from a ``{logical name: mesh axis or axes or None}`` mapping."""
     return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()))
+
+  def in_scope(self, name: str | None) -> LogicalRules:
+    """The table that applies inside sub-model ``name`` (this one if it has none of its own)."""
+    for scope, rules in self.scopes:
+      if scope == name:
+        return rules
+    return self
 
   def mesh_axes(self, names: Sequence[str | None]) -> tuple[MeshAxes, ...]:
     """Returns the mesh axes of every dimension, mesh axes used at most once overall."""

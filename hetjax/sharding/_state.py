@@ -35,14 +35,49 @@ def abstract_model(make_model: Callable[[nnx.Rngs], nnx.Module], seed: int = 0):
   return graphdef, shapes, names
 
 
-def param_shardings(shapes: PyTree, names: PyTree, mesh: Mesh, rules: LogicalRules) -> PyTree:
+def submodel_names(make_model: Callable[[nnx.Rngs], nnx.Module]) -> tuple[str, ...]:
+  """A model's sub-model names in forward order (empty if it does not name its parts)."""
+  with nnx.use_eager_sharding(False):
+    model = nnx.eval_shape(lambda: make_model(nnx.Rngs(0)))
+  return tuple(model.submodels()) if hasattr(model, 'submodels') else ()
+
+
+def submodel_prefixes(make_model: Callable[[nnx.Rngs], nnx.Module]) -> dict[str, str]:
+  """``{parameter path prefix: sub-model name}`` for a model with ``submodels()`` (else empty).
+
+  Example: the transformer's ``'blocks/0'`` is its sub-model ``'block_0'``.
+  """
+  with nnx.use_eager_sharding(False):
+    model = nnx.eval_shape(lambda: make_model(nnx.Rngs(0)))
+  if not hasattr(model, 'submodels'):
+    return {}
+  ids = {id(module): name for name, module in model.submodels().items()}
+  return {'/'.join(str(k) for k in path): ids[id(node)]
+          for path, node in nnx.iter_graph(model) if id(node) in ids}
+
+
+def param_shardings(shapes: PyTree, names: PyTree, mesh: Mesh, rules: LogicalRules,
+                    prefixes: dict[str, str] | None = None) -> PyTree:
   """Returns a `NamedSharding` per parameter, checking every split dimension divides evenly.
+
+  Args:
+    shapes, names: from `abstract_model`.
+    mesh: where the parameters live.
+    rules: the parameter rules; with ``scopes``, a parameter under a sub-model uses that
+      sub-model's table.
+    prefixes: `submodel_prefixes` of the model (needed only when ``rules`` has scopes).
 
   Raises:
     ShardingError: naming the parameter path, the dimension and the sizes.
   """
   def one(path, shape, logical):
-    spec = rules.checked_spec(logical, shape.shape, mesh, f'parameter {_path_name(path)!r}')
+    name = _path_name(path)
+    scoped = rules
+    for prefix, submodel in (prefixes or {}).items():
+      if name == prefix or name.startswith(prefix + '/'):
+        scoped = rules.in_scope(submodel)
+        break
+    spec = scoped.checked_spec(logical, shape.shape, mesh, f'parameter {name!r}')
     return NamedSharding(mesh, spec)
 
   return jax.tree_util.tree_map_with_path(
@@ -70,7 +105,8 @@ def init_sharded(
     ``(graphdef, params, shardings)``: params as a pure dict of arrays, and their shardings.
   """
   graphdef, shapes, names = abstract_model(make_model, seed)
-  shardings = param_shardings(shapes, names, mesh, rules)
+  prefixes = submodel_prefixes(make_model) if rules.scopes else None
+  shardings = param_shardings(shapes, names, mesh, rules, prefixes)
 
   def init():
     with nnx.use_eager_sharding(False):

@@ -11,7 +11,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hetjax.sharding import LogicalRules, abstract_model, param_shardings
+from hetjax.sharding import LogicalRules, abstract_model, param_shardings, submodel_prefixes
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
 
@@ -56,7 +56,8 @@ def state_layout(
   """
   graphdef, abstract_params, names = abstract_model(task.make_model, seed)
   replicated = NamedSharding(mesh, PartitionSpec())
-  params_sh = param_shardings(abstract_params, names, mesh, param_rules)
+  prefixes = submodel_prefixes(task.make_model) if param_rules.scopes else None
+  params_sh = param_shardings(abstract_params, names, mesh, param_rules, prefixes)
   abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
   opt_sh = optax.tree_map_params(
       optimizer, lambda _, sharding: sharding, abstract_opt, params_sh,

@@ -109,6 +109,17 @@ class Trainer:
     params = optax.apply_updates(state.params, updates)
     return TrainState(state.step + 1, params, opt_state), {'loss': loss}
 
+  def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes, dtypes and shardings of a placed global batch (from step 0's host batch)."""
+    host = self.global_batch_at(0)
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_sharding(v.ndim))
+            for k, v in host.items()}
+
+  def compile_step(self) -> jax.stages.Compiled:
+    """The train step compiled ahead of time, without allocating state: what a plan check
+    inspects (`memory_analysis()`, `cost_analysis()`, `as_text()` for its collectives)."""
+    return self._step.lower(self.abstract_state(), self.abstract_batch()).compile()
+
   def train_step(
       self, state: TrainState, batch: dict[str, jax.Array]
   ) -> tuple[TrainState, dict[str, jax.Array]]:

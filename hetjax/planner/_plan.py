@@ -1,0 +1,173 @@
+"""A plan: a layout per sub-model on one mesh, as data (JSON round trip) and as sharding rules.
+
+The planner writes plans, people write them by hand (``experiments/plans/*.json``), and the
+trainer applies their rules unchanged: ``Trainer(task, opt, plan.mesh(), plan.rules(), batch)``.
+
+Hand-written format (``"*"`` is every sub-model not named)::
+
+  {"name": "hybrid", "devices": 8,
+   "submodels": {"*": {"data": 2, "tensor": 4}, "embedding": {"data": 1, "tensor": 8}}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from hetjax._errors import ConfigError
+from hetjax.planner._layout import Layout, axis_names, mesh_factors
+from hetjax.sharding import LogicalRules, ShardingRules
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmodelPlan:
+  """One sub-model's part of a plan, with what the cost model predicted for it.
+
+  Attributes:
+    name: the sub-model (a key of the model's ``submodels()``).
+    layout: its tensor-parallel degree and FSDP flag.
+    group: the workers whose devices run it (all of them in an SPMD plan).
+    predicted_s: modelled seconds per step (compute + its communication + resharding into it).
+    comm_bytes: modelled bytes per device per step its layout communicates.
+    memory_bytes: modelled bytes per device for its parameters, optimizer state, activations.
+  """
+
+  name: str
+  layout: Layout
+  group: tuple[int, ...] = ()
+  predicted_s: float = 0.0
+  comm_bytes: float = 0.0
+  memory_bytes: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Layouts for every sub-model of a model on ``devices`` devices over ``workers`` workers.
+
+  Attributes:
+    name: ``'planner'`` for a searched plan, else the baseline's name (``'pure_dp'``, …).
+    devices: total devices; every layout's data × tensor degrees multiply to it.
+    workers: processes the devices are spread over (mesh factors put workers first).
+    submodels: in forward order.
+    predicted_step_s: modelled seconds per step (None for a hand-written plan not yet costed).
+  """
+
+  name: str
+  devices: int
+  submodels: tuple[SubmodelPlan, ...]
+  workers: int = 1
+  predicted_step_s: float | None = None
+
+  @property
+  def factors(self) -> tuple[int, ...]:
+    return mesh_factors(self.devices, self.workers)
+
+  def layout(self, submodel: str) -> Layout:
+    for s in self.submodels:
+      if s.name == submodel:
+        return s.layout
+    raise ConfigError(f'plan {self.name!r} has no sub-model {submodel!r}; it has '
+                      f'{", ".join(s.name for s in self.submodels)}')
+
+  def mesh(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """The plan's mesh over ``devices`` (default: all devices, in process order)."""
+    devices = list(devices if devices is not None else jax.devices())
+    if len(devices) != self.devices:
+      raise ConfigError(f'plan {self.name!r} is for {self.devices} devices, '
+                        f'{len(devices)} are available')
+    grid = np.array(devices, dtype=object).reshape(self.factors)
+    return Mesh(grid, axis_names(self.factors), axis_types=(AxisType.Auto,) * grid.ndim)
+
+  def rules(self) -> ShardingRules:
+    """Scoped rules: each sub-model's layout inside its scope; the input batch over all axes."""
+    factors = self.factors
+    every = axis_names(factors)
+    params = LogicalRules(scopes=tuple((s.name, s.layout.params_rules(factors))
+                                       for s in self.submodels))
+    compute = LogicalRules((('batch', every),), scopes=tuple(
+        (s.name, s.layout.compute_rules(factors)) for s in self.submodels))
+    return ShardingRules(params=params, compute=compute)
+
+  def to_json(self) -> dict:
+    return {'name': self.name, 'devices': self.devices, 'workers': self.workers,
+            'predicted_step_s': self.predicted_step_s,
+            'submodels': {s.name: {'data': self.devices // s.layout.tensor,
+                                   'tensor': s.layout.tensor, 'fsdp': s.layout.fsdp,
+                                   'group': list(s.group), 'predicted_s': s.predicted_s,
+                                   'comm_bytes': s.comm_bytes, 'memory_bytes': s.memory_bytes}
+                          for s in self.submodels}}
+
+  @classmethod
+  def from_json(cls, data: Mapping, submodels: Sequence[str] | None = None) -> Plan:
+    """Reads a plan; ``submodels`` (the model's, in forward order) expands ``"*"`` and checks
+    every name.
+
+    Raises:
+      ConfigError: a missing field, an unknown sub-model, degrees that do not multiply to the
+        device count, or a degree the mesh cannot form.
+    """
+    name = str(data.get('name', 'plan'))
+    try:
+      devices, entries = int(data['devices']), dict(data['submodels'])
+      workers = int(data.get('workers', 1))
+    except (KeyError, TypeError, ValueError) as e:
+      raise ConfigError(f'plan {name!r}: needs "devices" (an integer) and "submodels" (a '
+                        f'mapping); {type(e).__name__}: {e}') from None
+    factors = mesh_factors(devices, workers)
+    default = entries.pop('*', None)
+    order = list(submodels) if submodels is not None else list(entries)
+    unknown = sorted(set(entries) - set(order))
+    if unknown:
+      raise ConfigError(f'plan {name!r}: no sub-model named {", ".join(map(repr, unknown))}; '
+                        f'the model has {", ".join(order)}')
+    parts = []
+    for sub in order:
+      entry = entries.get(sub, default)
+      if entry is None:
+        raise ConfigError(f'plan {name!r}: sub-model {sub!r} has no layout (and no "*")')
+      parts.append(_submodel(name, sub, entry, devices, factors))
+    step = data.get('predicted_step_s')
+    return cls(name, devices, tuple(parts), workers, None if step is None else float(step))
+
+  @classmethod
+  def load(cls, path: str | os.PathLike, submodels: Sequence[str] | None = None) -> Plan:
+    path = pathlib.Path(path)
+    try:
+      data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+      raise ConfigError(f'cannot read plan {path}: {e}') from None
+    return cls.from_json(data, submodels)
+
+  def save(self, path: str | os.PathLike) -> None:
+    pathlib.Path(path).write_text(json.dumps(self.to_json(), indent=2) + '\n')
+
+
+def _submodel(plan: str, sub: str, entry: Mapping, devices: int,
+              factors: tuple[int, ...]) -> SubmodelPlan:
+  try:
+    tensor = int(entry.get('tensor', 1))
+    data = int(entry.get('data', devices // max(tensor, 1)))
+  except (TypeError, ValueError, AttributeError):
+    raise ConfigError(f'plan {plan!r}: sub-model {sub!r}: "data" and "tensor" must be '
+                      f'integers, got {entry!r}') from None
+  if data < 1 or tensor < 1 or data * tensor != devices:
+    raise ConfigError(f'plan {plan!r}: sub-model {sub!r} has data {data} × tensor {tensor} = '
+                      f'{data * tensor}, not the {devices} devices')
+  layout = Layout(tensor, bool(entry.get('fsdp', False)))
+  layout.split_axes(factors)  # a degree the mesh cannot form fails here, with the reason
+  group = tuple(int(w) for w in entry.get('group', ()))
+  return SubmodelPlan(sub, layout, group, float(entry.get('predicted_s', 0.0)),
+                      float(entry.get('comm_bytes', 0.0)), float(entry.get('memory_bytes', 0.0)))
+
+
+def degrees_product(plan: Plan) -> list[int]:
+  """data × tensor of every sub-model (all equal to ``plan.devices`` in a valid plan)."""
+  return [math.prod((plan.devices // s.layout.tensor, s.layout.tensor)) for s in plan.submodels]

@@ -1,0 +1,46 @@
+"""What the planner knows about one sub-model: measured sizes and costs, per example."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmodelProfile:
+  """One sub-model's costs, from XLA's analyses of the sub-model compiled alone (or made up,
+  in tests). Per-example quantities scale linearly with the batch.
+
+  Attributes:
+    name: the sub-model's name, as `HasSubmodels.submodels()` gives it.
+    params: parameter count.
+    param_bytes: bytes of its parameters.
+    flops_per_example: forward + backward FLOPs per example (`cost_analysis()['flops']`).
+    bytes_accessed_per_example: memory traffic per example (`cost_analysis()['bytes accessed']`).
+    output_bytes_per_example: bytes of its output activation per example: what crosses to the
+      next sub-model (and back, as a gradient), i.e. what resharding between them moves.
+    activation_bytes_per_example: activations kept for the backward pass per example
+      (`memory_analysis()` temporaries of the sub-model's gradient program).
+    split_sizes: for each logical axis of its parameters that tensor parallelism may split
+      (``'mlp'``, ``'heads'``, ``'vocab'``, ``'table'``), the size of that dimension (the
+      smallest, if several parameters carry the name): a degree must divide it.
+    shard_sizes: the same for the axes FSDP may split (``'embed'``, ``'table'``).
+  """
+
+  name: str
+  params: int
+  param_bytes: float
+  flops_per_example: float
+  bytes_accessed_per_example: float = 0.0
+  output_bytes_per_example: float = 0.0
+  activation_bytes_per_example: float = 0.0
+  split_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  shard_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+  def to_json(self) -> dict:
+    return {**dataclasses.asdict(self), 'split_sizes': dict(self.split_sizes),
+            'shard_sizes': dict(self.shard_sizes)}
+
+  @classmethod
+  def from_json(cls, data: Mapping) -> SubmodelProfile:
+    return cls(**data)
