@@ -31,6 +31,7 @@ from hetjax.runtime._virtual_clock import StepStats as StepStats
 from hetjax.runtime._virtual_clock import UniformShares as UniformShares
 from hetjax.runtime._virtual_clock import VirtualRun as VirtualRun
 from hetjax.runtime._virtual_clock import simulate as simulate
+from hetjax.runtime._virtual_tokens import simulate_tokens as simulate_tokens
 
 __all__ = [
     'AllReduceFit',
@@ -62,6 +63,7 @@ __all__ = [
     'local_worker_info',
     'parse_slowdown',
     'simulate',
+    'simulate_tokens',
     'split_collective',
     'time_allreduce',
 ]

@@ -9,6 +9,8 @@ from hetjax.train._state import TrainState as TrainState
 from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
 from hetjax.train._task import Task as Task
+from hetjax.train._tokens import TokenRules as TokenRules
+from hetjax.train._tokens import token_steps as token_steps
 from hetjax.train._trainer import Trainer as Trainer
 from hetjax.train._worker_loop import measure_speed as measure_speed
 from hetjax.train._worker_loop import worker_steps as worker_steps
@@ -24,11 +26,13 @@ __all__ = [
     'StepInfo',
     'Strategy',
     'Task',
+    'TokenRules',
     'TrainState',
     'Trainer',
     'WorkerTrainer',
     'local_batch_degree',
     'measure_speed',
+    'token_steps',
     'training_steps',
     'worker_meshes',
     'worker_steps',

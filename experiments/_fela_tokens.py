@@ -1,0 +1,230 @@
+"""The token-scheduling part of the Fela benchmark: BSP, LB-BSP and tokens, measured and virtual.
+
+For each scenario one job of 4 local workers (one CPU device each, time dilation for slowness)
+trains with every policy in interleaved blocks (`experiments/_tokens_worker.py`); each policy's
+median iteration time (compile time left out) comes from the measured telemetry. Then the same
+scenarios on the virtual clock at 64 and 1024 workers (512 rows per worker): uniform and LB-BSP
+through `hetjax.runtime.simulate`, tokens (with and without the end game) through
+`simulate_tokens`, all with one cost model calibrated on the static run (see `_calibrate`): a
+gradient call's fixed and per-row cost from the uniform (512-row) and token (128-row) calls,
+host time from the uniform blocks, per-token overhead (pull, placing rows) from the token
+blocks. The ``virtual-nocall`` rows repeat that without the fixed cost per call.
+
+What decides the comparison here is the fixed cost of a gradient call: tokens make 16 calls a
+step where BSP and LB-BSP make 4, and with 4 workers on 2 cores a call cost 45–65 ms whatever its
+rows (128 or 512; scheduler latency under oversubscription), stretched 4× and more by time
+dilation. The calibrated model carries that cost (``fixed_s``), so the virtual rows show it at
+scale too; with ``fixed_s`` 0 (the per-row cost of a 512-row call for every row) the same model
+puts tokens with the end game within 9% of LB-BSP under the static straggler and 1.5× ahead of it
+under Markov. The pull round trip (0.4 ms idle, 2–8 ms loaded) is a minor cost.
+
+  run_tokens(pathlib.Path('/tmp/ft'), quick=True)   # rows for experiments/bench_fela.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+from experiments._lbbsp_worker import BUCKET
+from hetjax import balance, runtime
+from hetjax.report import load_telemetry
+from hetjax.runtime._virtual_tokens import simulate_tokens
+
+WORKERS = 4
+TOKEN_ROWS = 128  # 16 tokens of the 2048-row batch: a bucket, so one of the compiled pieces
+SCENARIOS = {'static': 'static:1,1,1,3', 'markov': 'markov:3:0.9:seed=1'}
+POLICIES = ('uniform', 'lbbsp', 'tokens', 'tokens-greedy')  # tokens: with the end game
+SCALE = (64, 1024)
+ROWS_PER_WORKER = 512  # virtual clock: X = 512 × workers, as in bench_lbbsp
+VIRTUAL_STEPS = 50
+
+
+def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
+            cache: pathlib.Path) -> dict:
+  out.mkdir(parents=True, exist_ok=True)
+  worker = pathlib.Path(__file__).with_name('_tokens_worker.py')
+  env = dict(os.environ, HETJAX_COMPILATION_CACHE=str(cache))
+  with open(out / 'workers.log', 'w') as log:
+    result = runtime.launch_local(
+        [sys.executable, str(worker), str(out), ','.join(policies), str(rounds), str(block),
+         str(TOKEN_ROWS)],
+        WORKERS, slowdown=spec, timeout=600, init_timeout=120, stdout=log, env=env)
+  if result.returncode:
+    raise RuntimeError(f'{spec}: {result.cause} (see {out / "workers.log"})')
+  return json.loads((out / 'run.json').read_text())
+
+
+def _policy_steps(run_dir: pathlib.Path, policy: str, skip_first: bool = False) -> list[int]:
+  """Telemetry row indices of ``policy``'s steps (without each block's first if asked)."""
+  t = load_telemetry(run_dir)
+  index = {s: i for i, s in enumerate(t.steps)}
+  schedule = json.loads((run_dir / 'schedule.json').read_text())
+  return [index[s] for b in schedule if b['policy'] == policy
+          for s in range(b['first_step'] + skip_first, b['last_step'] + 1)]
+
+
+def _measured_rows(run_dir: pathlib.Path, run: dict, scenario: str) -> list[dict]:
+  t = load_telemetry(run_dir)
+  rows = []
+  for name in run['shares']:
+    idx = _policy_steps(run_dir, name)
+    # Medians keep a scheduler spike on the shared 2-core machine from deciding a comparison.
+    iteration = (t.step_s[idx] - t.compile_s[idx]).max(axis=1)
+    busy = t.compute_s[idx] + t.dilation_s[idx]
+    row = {'scenario': scenario, 'policy': name, 'workers': WORKERS, 'source': 'measured',
+           'iter_s': float(np.median(iteration)),
+           'idle_fraction': float((t.wait_s[idx] / t.step_s[idx]).mean()),
+           'compute_ms_per_row': 1e3 * float(t.compute_s[idx].sum() / t.share[idx].sum()),
+           'compute_ms_per_call': 1e3 * float(np.median(
+               (t.compute_s[idx] / np.maximum(_calls(name, t.share[idx]), 1))[t.share[idx] > 0])),
+           'busy_imbalance': float(np.median(busy.max(axis=1) / busy.mean(axis=1)))}
+    if name.startswith('tokens'):
+      tokens = np.asarray(run['shares'][name]) // TOKEN_ROWS
+      row |= {'pull_s': run['pull_s'], 'token_rows': TOKEN_ROWS, 'left_early': run['left_early'],
+              'tokens_per_worker': tokens.sum(axis=0).tolist(),
+              'data_ms_per_step': 1e3 * float(np.median(t.data_s[idx].max(axis=1)))}
+    rows.append(row)
+  return _with_speedups(rows)
+
+
+def _calls(policy: str, share: np.ndarray) -> np.ndarray:
+  """Gradient calls per (step, worker): one per token, or one per non-empty share."""
+  return share // TOKEN_ROWS if policy.startswith('tokens') else (share > 0).astype(int)
+
+
+def _with_speedups(rows: list[dict]) -> list[dict]:
+  uniform = next(r['iter_s'] for r in rows if r['policy'] == 'uniform')
+  return [r | {'speedup_vs_uniform': uniform / r['iter_s']} for r in rows]
+
+
+def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.CostModel, float]:
+  """(cost model, per-token overhead seconds) from a real run.
+
+  A gradient call costs ``fixed_s + per_sample_s × rows`` at trace factor 1 (the dilation base
+  included); the uniform blocks give a 512-row call, the token blocks a 128-row one, and the two
+  give both terms, so share policies pay ``fixed_s`` once per step and tokens once per token.
+  Host time is from the uniform blocks (as ``bench_lbbsp._calibrate``); the per-token overhead
+  outside compute (pull round trip, placing the rows) from the token blocks' data time.
+  """
+  t = load_telemetry(run_dir)
+  base, fit = run['dilation_base'], run['allreduce']
+
+  def per_call(name: str) -> tuple[float, float]:  # (rows, busy seconds per call at factor 1)
+    idx = _policy_steps(run_dir, name, skip_first=True)
+    share, busy = t.share[idx], t.compute_s[idx] + t.dilation_s[idx]
+    count = _calls(name, share)
+    seconds = busy / np.maximum(count, 1) / (t.slowdown[idx] / base)
+    rows = share / np.maximum(count, 1)
+    return float(np.median(rows[count > 0])), float(np.median(seconds[count > 0]))
+
+  (big, big_s), (small, small_s) = per_call('uniform'), per_call('tokens')
+  per_sample = max((big_s - small_s) / (big - small), 1e-3 * big_s / big)
+  fixed = max(small_s - per_sample * small, 0.0)
+  network = dict(alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
+                 grad_bytes=run['grad_bytes'])
+  uniform = _policy_steps(run_dir, 'uniform', skip_first=True)
+  busy = (t.compute_s[uniform] + t.dilation_s[uniform]).max(axis=1)
+  host = float((t.step_s[uniform].max(axis=1) - busy).mean())
+  host -= runtime.CostModel(per_sample, **network).allreduce_s(WORKERS)
+  cost = runtime.CostModel(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
+  # Pulls, placing rows and building the step's batch on the host, per round trip.
+  steps = [i for name in run['shares'] if name.startswith('tokens')
+           for i in _policy_steps(run_dir, name)]
+  return cost, float(t.data_s[steps].sum() / run['pulls'])
+
+
+def _tile(spec: str, workers: int) -> runtime.SlowdownTrace:
+  """The 4-worker scenario repeated over ``workers`` (Markov: every worker its own chain)."""
+  if spec.startswith('markov'):
+    return runtime.parse_slowdown(spec, workers)
+  pattern = runtime.parse_slowdown(spec, WORKERS).factors(0)
+  return runtime.StaticTrace(tuple(np.tile(pattern, workers // WORKERS).tolist()))
+
+
+def _virtual_rows(scenario: str, workers: int, cost: runtime.CostModel,
+                  overhead: float) -> list[dict]:
+  trace = _tile(SCENARIOS[scenario], workers)
+  x = ROWS_PER_WORKER * workers
+  rules = balance.ShareRules(x, workers, BUCKET)
+  runs = {name: runtime.simulate(balance.make_policy(name, rules), trace, cost, x,
+                                 VIRTUAL_STEPS) for name in ('uniform', 'lbbsp')}
+  for name, endgame in (('tokens', True), ('tokens-greedy', False)):
+    runs[name] = simulate_tokens(trace, cost, x, TOKEN_ROWS, VIRTUAL_STEPS,
+                                 pull_s=overhead, endgame=endgame)
+  return _with_speedups([
+      {'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',
+       'iter_s': run.mean_iter_s(), 'limit_s': run.mean_balanced_limit_s(),
+       'idle_fraction': float(run.idle_fraction.mean())} for name, run in runs.items()])
+
+
+def run_tokens(root: pathlib.Path, quick: bool) -> list[dict]:
+  """Measured rows (4 workers) and virtual rows (64, 1024 workers) per scenario and policy.
+
+  Args:
+    root: run directories go to ``root/tokens-SCENARIO``.
+    quick: 2 rounds × 5 steps of uniform, lbbsp and tokens (about 100 s in all on the 2-core
+      machine); else 6 rounds, and tokens-greedy (Fela's plain greedy pulling) too. The virtual
+      rows always include tokens-greedy.
+
+  Returns:
+    dicts with ``scenario``, ``policy``, ``workers``, ``source``, ``iter_s`` and
+    ``speedup_vs_uniform``, plus diagnostics (``pull_s``, compute per call, tokens per worker, the
+    calibration, …). Sources: 'measured' (4 real workers), 'virtual' (the calibrated model) and
+    'virtual-nocall' (the same without the fixed cost per gradient call: what tokens would do
+    where a call costs only its rows).
+  """
+  rounds, block = (2, 5) if quick else (6, 5)
+  policies = POLICIES[:3] if quick else POLICIES  # quick: without tokens-greedy
+  rows, runs = [], {}
+  with tempfile.TemporaryDirectory() as cache:  # cold at the start, warmed by each scenario
+    for scenario, spec in SCENARIOS.items():
+      run_dir = root / f'tokens-{scenario}'
+      runs[scenario] = (run_dir, _launch(run_dir, spec, policies, rounds, block,
+                                         pathlib.Path(cache)))
+      rows += _measured_rows(run_dir, runs[scenario][1], scenario)
+  cost, overhead = _calibrate(*runs['static'])
+  # The counterfactual: no fixed cost per call, every row at the per-row cost of a 512-row call.
+  per_row = cost.fixed_s / ROWS_PER_WORKER + cost.per_sample_s
+  models = {'virtual': (cost, overhead),
+            'virtual-nocall': (dataclasses.replace(cost, fixed_s=0.0, per_sample_s=per_row),
+                               runs['static'][1]['pull_s'])}
+  for source, (model, per_token) in models.items():
+    calibration = {'fixed_s': model.fixed_s, 'per_sample_s': model.per_sample_s,
+                   'host_s': model.host_s, 'token_overhead_s': per_token}
+    for n in SCALE:
+      for scenario in SCENARIOS:
+        rows += [r | calibration | {'source': source}
+                 for r in _virtual_rows(scenario, n, model, per_token)]
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  """An aligned text table of `run_tokens`'s rows, then the goals for tokens, met or not."""
+  head = (f'{"scenario":<9}{"workers":>8} {"source":<15}{"policy":<14}{"iter ms":>9}{"speedup":>9}'
+          f'{"idle":>6}{"ms/call":>9}{"pull ms":>9}  tokens per worker')
+  lines = [head, '-' * len(head)]
+  for r in rows:
+    call = f'{r["compute_ms_per_call"]:.1f}' if 'compute_ms_per_call' in r else '-'
+    pull = f'{1e3 * r["pull_s"]:.2f}' if r.get('pull_s') is not None else '-'
+    lines.append(f'{r["scenario"]:<9}{r["workers"]:>8} {r["source"]:<15}{r["policy"]:<14}'
+                 f'{1e3 * r["iter_s"]:>9.1f}{r["speedup_vs_uniform"]:>9.2f}'
+                 f'{r["idle_fraction"]:>6.2f}{call:>9}{pull:>9}  {r.get("tokens_per_worker", "")}')
+  lines.append('goals for tokens (with the end game): beat uniform everywhere, within 10% of '
+               'LB-BSP under static, beat LB-BSP under Markov')
+  groups = {(r['scenario'], r['workers'], r['source']): {} for r in rows}
+  for r in rows:
+    groups[r['scenario'], r['workers'], r['source']][r['policy']] = r['iter_s']
+  for (scenario, workers, source), t in groups.items():
+    vs_lbbsp = t['tokens'] / t['lbbsp']
+    lbbsp_goal = vs_lbbsp <= 1.1 if scenario == 'static' else vs_lbbsp < 1.0
+    lines.append(f'  {scenario} {workers} {source}: tokens/uniform {t["tokens"] / t["uniform"]:.2f} '
+                 f'({"met" if t["tokens"] < t["uniform"] else "NOT met"}), tokens/lbbsp '
+                 f'{vs_lbbsp:.2f} ({"met" if lbbsp_goal else "NOT met"})')
+  return '\n'.join(lines)

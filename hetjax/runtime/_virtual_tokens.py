@@ -1,0 +1,172 @@
+"""Fela's token scheduling on the virtual clock, and the end-game rule both clocks use.
+
+The same cost model as `simulate` (see `hetjax.runtime.CostModel`), applied per token: worker i
+at step t spends
+
+  token_i = factor_i(t) × (fixed_s + per_sample_s × token_rows)
+
+on each token it takes, after a pull round trip of ``pull_s`` (not stretched by slowdown: it is
+the coordinator's latency, as in `hetjax.train` where the counter lives on the coordination
+service). Pulls are greedy: an event simulation keeps the workers in a heap by the time they
+are next free, and the earliest-free worker (lowest id on ties) takes the next token. Every
+worker makes one more pull that finds the queue empty; the iteration ends when the last worker
+has made it, then the all-reduce and host work (`CostModel.sync_s`) follow, once.
+
+**The end game.** Pure greedy pulling has a tail: a 3× slower worker that frees up near the end
+takes a token and finishes it long after the others are done (4 workers, one 3× slow, 16
+tokens: 6 token times, where 5 suffice). With ``endgame``, a worker about to pull near the end
+first reads how many tokens are left (``increment(key, 0)``, one more round trip) and leaves
+them to the others when they would finish them all sooner than it finishes one
+(`takes_token`). Speeds come from earlier steps (every worker's busy time per token travels in
+the combine) and the worker's own latest token. Every worker takes its first token of a step
+unconditionally (so its speed is measured every step), and the worker that did the most tokens
+in the previous step (an integer every worker knows exactly) never leaves, so every token is
+still computed.
+
+Example::
+
+  >>> cost = CostModel(per_sample_s=1e-3)
+  >>> run = simulate_tokens(StaticTrace((1, 1, 1, 3)), cost, 400, token_rows=25, steps=2)
+  >>> run.shares[0].tolist(), round(run.mean_iter_s(), 9)   # vs 0.3 s for uniform BSP
+  ([125, 125, 100, 50], 0.15)
+  >>> run = simulate_tokens(StaticTrace((1, 1, 1, 3)), cost, 400, 25, steps=2, endgame=True)
+  >>> run.shares[1].tolist(), round(float(run.iter_s[1]), 9)   # step 1 knows the speeds
+  ([125, 125, 125, 25], 0.125)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from hetjax._errors import ConfigError
+from hetjax.runtime._slowdown import SlowdownTrace
+from hetjax.runtime._virtual_clock import CostModel, StepStats, VirtualRun, _count
+
+#: The others, each assumed half-way through a token, cannot finish a remaining token sooner
+#: than 1.5 × the fastest one's token time: below that a worker always takes the token.
+_SURE_TAKE = 1.5
+
+
+def may_leave(own_s: float, others_s: Sequence[float]) -> bool:
+  """Whether a worker with tokens of ``own_s`` seconds could ever leave tokens to the others
+  (per-token seconds ``others_s``): only then must it read how many are left."""
+  return len(others_s) > 0 and own_s >= _SURE_TAKE * min(others_s)
+
+
+def takes_token(own_s: float, others_s: Sequence[float], remaining: int) -> bool:
+  """Whether a worker should take one of ``remaining`` tokens rather than leave them.
+
+  It takes the token iff it would finish it (``own_s`` from now) before the others could
+  finish all ``remaining`` ones: each other worker is assumed half-way through a token, so
+  worker j completes tokens at 1.5·sⱼ, 2.5·sⱼ, … from now, and the remaining tokens go to
+  whoever completes one first. The others are done at the ``remaining``-th smallest of those
+  times, so the worker takes the token iff fewer than ``remaining`` of them come before
+  ``own_s``: Σⱼ max(0, ⌊own_s / sⱼ − ½⌋) < remaining — O(workers), no schedule to build.
+
+  Example::
+
+    >>> takes_token(3.0, [1.0, 1.0, 1.0], remaining=6)   # the others are done at 2.5
+    False
+    >>> takes_token(3.0, [1.0, 1.0, 1.0], remaining=9)   # at 3.5
+    True
+  """
+  if remaining <= 0:
+    return False
+  others = np.asarray(others_s, dtype=np.float64)
+  before = np.maximum(np.floor(own_s / others - 0.5), 0.0).sum() if others.size else 0.0
+  return bool(before < remaining)
+
+
+def simulate_tokens(trace: SlowdownTrace, cost: CostModel, global_batch: int, token_rows: int,
+                    steps: int, pull_s: float = 0.0, endgame: bool = False,
+                    noise_cv: float = 0.0, seed: int = 0) -> VirtualRun:
+  """Runs ``steps`` token-scheduled iterations on the virtual clock.
+
+  Worked case (2 workers, worker 1 3× slower, 8 rows in tokens of 2, 1 ms per row, 1 ms per
+  pull): worker 0 takes tokens at 0, 3 and 6 ms (each pull + 2 ms), worker 1 one at 0 ms
+  (pull + 6 ms, free at 7 ms, after the queue emptied at 6 ms); their empty pulls end at 10 and
+  8 ms, so the step takes 10 ms + sync with shares (6, 2), where uniform BSP takes 12 ms.
+
+  Args:
+    trace: per-step slowdown factors; its worker count is the job's.
+    cost: per-token compute is ``cost.compute_s`` of ``token_rows`` rows; ``cost.sync_s``
+      once per iteration.
+    global_batch: X, a multiple of ``token_rows``.
+    token_rows: rows per token.
+    steps: iterations to run.
+    pull_s: seconds per pull round trip (per token, plus one empty pull per worker and step,
+      plus the end game's reads).
+    endgame: apply the end-game rule (see the module docstring) once every worker's speed is
+      known; the worker that did the most tokens in the previous step is the one never to leave.
+    noise_cv: each token's compute is multiplied by an independent log-normal factor with this
+      coefficient of variation (as in `simulate`).
+    seed: seeds the noise.
+
+  Returns:
+    a `VirtualRun`: ``shares`` are rows done, ``compute_s`` busy seconds (token compute, pulls
+    excluded), ``idle_fraction`` each worker's wait between its last pull and the end of the
+    slowest.
+
+  Raises:
+    ConfigError: bad sizes or costs.
+  """
+  n = trace.workers
+  _count(steps, 'steps', 1)
+  rows = _count(token_rows, 'token_rows', 1)
+  x = _count(global_batch, 'global_batch', 1)
+  if x % rows:
+    raise ConfigError(f'token_rows {rows} does not divide the global batch {x}')
+  for name, value in (('pull_s', pull_s), ('noise_cv', noise_cv)):
+    if not (math.isfinite(value) and value >= 0):
+      raise ConfigError(f'{name} must be finite and >= 0, got {value!r}')
+  tokens, comm = x // rows, cost.sync_s(n)
+  sigma = math.sqrt(math.log1p(noise_cv ** 2))
+  rng = np.random.default_rng([seed, 0x70CE])
+  shares = np.zeros((steps, n), dtype=np.int64)
+  busy = np.zeros((steps, n))
+  iter_s, limit, idle = np.empty(steps), np.empty(steps), np.empty((steps, n))
+  history = []
+  estimate = np.full(n, np.nan)  # every worker's seconds per token, from past steps
+  for t in range(steps):
+    factors = trace.factors(t)
+    token_s = cost.compute_s(np.full(n, rows), factors)
+    noise = rng.lognormal(-sigma ** 2 / 2, sigma, tokens) if sigma else np.ones(tokens)
+    known = endgame and t > 0 and bool(np.isfinite(estimate).all())
+    leader = int(np.argmax(shares[t - 1])) if known else None  # never leaves tokens to others
+    fastest = int(np.argmin(estimate)) if known else 0
+    lowest = np.partition(estimate, min(1, n - 1))[:2] if known else None  # min of the others
+    own = estimate.copy()  # each worker's latest token time    own = estimate.copy()  # each worker's latest token time
+    free = [(0.0, w) for w in range(n)]  # (time the worker is next free, worker)
+    done, left = np.empty(n), tokens
+    while free:
+      now, w = heapq.heappop(free)
+      if (left and leader is not None and w != leader and shares[t, w]
+          and own[w] >= _SURE_TAKE * lowest[int(w == fastest)]):  # may_leave, in O(1)
+        now += pull_s  # reads how many tokens are left
+        if not takes_token(own[w], np.delete(estimate, w), left):
+          done[w] = now
+          continue
+      if not left:
+        done[w] = now + pull_s  # the pull that finds the queue empty
+        continue
+      seconds = float(token_s[w] * noise[tokens - left])
+      busy[t, w] += seconds
+      shares[t, w] += rows
+      left -= 1
+      own[w] = seconds + pull_s
+      heapq.heappush(free, (now + pull_s + seconds, w))
+    iter_s[t] = done.max() + comm
+    idle[t] = (done.max() - done) / iter_s[t]
+    limit[t] = cost.balanced_limit_s(x, factors)
+    worked = shares[t] > 0
+    estimate[worked] = busy[t, worked] / (shares[t, worked] / rows) + pull_s
+    history.append(StepStats(t, tuple(shares[t].tolist()), tuple(busy[t].tolist()), comm,
+                             float(iter_s[t]), tuple(factors.tolist())))
+  arrays = [shares, busy, np.full(steps, comm), iter_s, limit, idle]
+  for a in arrays:
+    a.setflags(write=False)
+  return VirtualRun(*arrays, history=tuple(history))
