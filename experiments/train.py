@@ -30,7 +30,7 @@ from absl import app, flags, logging
 
 import models
 from experiments import configs
-from hetjax import ConfigError, balance, checkpoint, runtime, sharding, train
+from hetjax import ConfigError, balance, checkpoint, planner, runtime, sharding, train
 
 _CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
 _SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
@@ -53,6 +53,9 @@ _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True, 'keep compiled programs across runs (~/.cache/hetjax/jax)')
 _MEMORY_CAPS = flags.DEFINE_list(
     'memory_caps', None, 'most rows each worker can hold per step (one per worker, bucket multiples)')
+_PLAN = flags.DEFINE_string(
+    'plan', None, 'a plan JSON (experiments/plan.py --json, or experiments/plans/): its mesh and '
+    'per-sub-model rules replace --strategy and --mesh; compiled and memory-checked first')
 _SLOWDOWN = flags.DEFINE_string(
     'slowdown', None, 'emulated slowdown trace, e.g. static:1,3 (default: the launcher\'s)')
 
@@ -96,13 +99,13 @@ class _FixedShares:
     return self.values
 
 
-def _policy(config: configs.Config, ctx: runtime.WorkerContext, trainer, trace):
+def _policy(config: configs.Config, ctx: runtime.WorkerContext, degree: int, trace):
+  """(the share policy, its bucket — None when shares never change)."""
   if _SHARES.value:
     try:
-      return _FixedShares(tuple(int(s) for s in _SHARES.value))
+      return _FixedShares(tuple(int(s) for s in _SHARES.value)), None
     except ValueError:
       raise ConfigError(f'--shares {",".join(_SHARES.value)} are not integers') from None
-  degree = trainer.local_batch_degree
   # Default: 16 buckets per worker's uniform share, so a worker compiles only a few sizes.
   bucket = _BUCKET.value or degree * max(1, config.global_batch // (16 * ctx.workers * degree))
   if bucket < 1 or bucket % degree:
@@ -115,27 +118,36 @@ def _policy(config: configs.Config, ctx: runtime.WorkerContext, trainer, trace):
     except ValueError:
       raise ConfigError(f'--memory_caps {",".join(_MEMORY_CAPS.value)} are not integers') from None
   rules = balance.ShareRules(config.global_batch, ctx.workers, bucket, maximum=caps)
-  return balance.make_policy(_POLICY.value, rules, trace)
+  policy = balance.make_policy(_POLICY.value, rules, trace)
+  return policy, None if isinstance(policy, balance.Uniform) else bucket
 
 
 def _build(config, ctx, task, optimizer, strategy, mesh_shape):
   """The trainer, its state factory and the loop, for one process or for a worker of many."""
   if not _multi_worker(ctx):
-    mesh = sharding.make_mesh(mesh_shape)
-    trainer = train.Trainer(
-        task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
-    devices = f'{len(mesh.devices.flat)} {jax.devices()[0].platform} devices'
+    if _PLAN.value:
+      plan = planner.Plan.load(_PLAN.value, sharding.submodel_names(task.make_model))
+      cap = planner.device_memory(jax.devices())
+      trainer = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
+                                     seed=config.seed).trainer
+      devices = f'plan {plan.name!r}: {plan.devices} {jax.devices()[0].platform} devices'
+    else:
+      mesh = sharding.make_mesh(mesh_shape)
+      trainer = train.Trainer(
+          task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
+      devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
     return trainer, devices, lambda state, hooks, _: train.training_steps(
         trainer, state, config.steps, hooks)
-  trainer = train.WorkerTrainer(
-      task, optimizer, config.global_batch, mesh_shape, strategy.rules(), config.seed)
   spec = _SLOWDOWN.value or ctx.slowdown
   trace = runtime.parse_slowdown(spec, ctx.workers) if spec else None
   dilation = None
   if trace or _DILATION_BASE.value != 1.0:
     trace = trace or runtime.parse_slowdown('none', ctx.workers)
     dilation = runtime.TimeDilation(trace, ctx.worker, _DILATION_BASE.value)
-  policy = _policy(config, ctx, trainer, trace)
+  policy, bucket = _policy(
+      config, ctx, train.local_batch_degree(strategy.rules(), mesh_shape), trace)
+  trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
+                                strategy.rules(), config.seed, bucket=bucket)
   trainer.check_shares(tuple(policy.shares(0, [])))
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} devices'
 
@@ -162,6 +174,9 @@ def run() -> dict | None:
   mesh_shape = sharding.parse_mesh_shape(config.mesh)
   task = models.make_task(config.model, **config.model_args)
   optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
+  if _PLAN.value and _multi_worker(ctx):
+    raise ConfigError('--plan runs on the devices of one process; multi-worker runs take '
+                      '--strategy and --mesh per worker')
   trainer, devices, loop = _build(config, ctx, task, optimizer, strategy, mesh_shape)
 
   workdir = pathlib.Path(_WORKDIR.value or f'runs/{_CONFIG.value}')
@@ -173,7 +188,8 @@ def run() -> dict | None:
   meta = {
       'task': {'name': task.name, **task.config},
       'data': {'seed': config.seed, 'global_batch': config.global_batch},
-      'layout': {'strategy': strategy.value, 'mesh': config.mesh, 'workers': ctx.workers},
+      'layout': ({'plan': _PLAN.value, 'workers': ctx.workers} if _PLAN.value else
+                 {'strategy': strategy.value, 'mesh': config.mesh, 'workers': ctx.workers}),
   }
   ckpt = checkpoint.Checkpointer(workdir / 'checkpoints')
   logger = telemetry = None
@@ -194,7 +210,8 @@ def run() -> dict | None:
                   'model': task.name, 'slowdown': _SLOWDOWN.value or ctx.slowdown,
                   'policy': 'fixed' if _SHARES.value else _POLICY.value}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
-      print(f'{task.name}: {strategy.value} on mesh {config.mesh} ({devices}), global batch '
+      layout = f'plan {_PLAN.value}' if _PLAN.value else f'{strategy.value} on mesh {config.mesh}'
+      print(f'{task.name}: {layout} ({devices}), global batch '
             f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)
       logger = train.MetricsLogger(
           workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
@@ -202,7 +219,7 @@ def run() -> dict | None:
     for _ in loop(state, hooks, telemetry):
       pass
   finally:
-    for closable in (logger, telemetry, ckpt):
+    for closable in (logger, telemetry, ckpt, getattr(trainer, 'programs', None)):
       if closable:
         closable.close()
   if not ctx.is_chief:

@@ -2,20 +2,46 @@
 
 from hetjax.planner._check import CompiledPlan as CompiledPlan
 from hetjax.planner._check import compile_plan as compile_plan
+from hetjax.planner._cluster import ClusterSpec as ClusterSpec
+from hetjax.planner._cluster import WorkerSpec as WorkerSpec
+from hetjax.planner._cost import AnalyticCost as AnalyticCost
+from hetjax.planner._cost import Cost as Cost
+from hetjax.planner._cost import CostModel as CostModel
+from hetjax.planner._cost import feasible as feasible
+from hetjax.planner._hlo import CollectiveBytes as CollectiveBytes
+from hetjax.planner._hlo import collective_bytes as collective_bytes
 from hetjax.planner._layout import Layout as Layout
 from hetjax.planner._layout import mesh_factors as mesh_factors
 from hetjax.planner._layout import tensor_degrees as tensor_degrees
+from hetjax.planner._measure import device_memory as device_memory
+from hetjax.planner._measure import measure_cluster as measure_cluster
 from hetjax.planner._plan import Plan as Plan
 from hetjax.planner._plan import SubmodelPlan as SubmodelPlan
+from hetjax.planner._profile import profile_submodels as profile_submodels
 from hetjax.planner._profile_types import SubmodelProfile as SubmodelProfile
+from hetjax.planner._search import evaluate as evaluate
+from hetjax.planner._search import search as search
 
 __all__ = [
+    'AnalyticCost',
+    'ClusterSpec',
+    'CollectiveBytes',
     'CompiledPlan',
+    'Cost',
+    'CostModel',
     'Layout',
     'Plan',
     'SubmodelPlan',
     'SubmodelProfile',
+    'WorkerSpec',
+    'collective_bytes',
     'compile_plan',
+    'device_memory',
+    'evaluate',
+    'feasible',
+    'measure_cluster',
     'mesh_factors',
+    'profile_submodels',
+    'search',
     'tensor_degrees',
 ]

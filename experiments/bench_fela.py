@@ -1,0 +1,199 @@
+r"""Fela on this machine: the planner's plan against hand-written baselines, then tokens.
+
+Part 1, plans. For wide & deep and the byte LM at two sizes, on 8 local CPU devices: the
+planner's plan (`hetjax.planner.search`, costs from XLA's per-sub-model analyses, cluster
+measured by `measure_cluster`) against ``experiments/plans/`` (pure data-parallel, pure
+model-parallel, uniform hybrid). Per plan:
+
+* ``bytes/device``: collective bytes per device per step, counted exactly from the compiled
+  step's HLO (`hetjax.planner.collective_bytes`);
+* ``measured ms``: median train-step time, plans interleaved (R rounds × N steps each, the
+  order rotating by round) so machine drift hits all alike;
+* ``predicted ms``: the cost model at the measured α and β; ``@1/10/100 Gbit/s``: the same
+  model with β replaced, what the plan would cost on such a network (modelled, not measured);
+* the Spearman rank correlation of predicted and measured times, per model and over all.
+
+Part 2, tokens (`experiments/_fela_tokens.py`): Uniform BSP, LB-BSP and Fela's tokens under a
+static 3x straggler and a Markov one, 4 real local workers, then 64 and 1024 on the virtual
+clock.
+
+  .venv/bin/python experiments/bench_fela.py --quick --json runs/bench_fela.json
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ''):
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+import numpy as np
+import optax
+from absl import app, flags
+
+import models
+from hetjax import ConfigError, planner
+from hetjax.sharding import submodel_names
+
+PLANS = pathlib.Path(__file__).with_name('plans')
+DEVICES = 8
+# name → (model, make_task arguments, global batch)
+MODELS = {
+    'wide_deep': ('wide_deep', {'rows': 100_000, 'dim': 64, 'fields': 4}, 512),
+    'lm_small': ('transformer', {'d_model': 128, 'heads': 8, 'layers': 2, 'mlp': 512,
+                                 'seq_len': 64}, 64),
+    'lm_large': ('transformer', {'d_model': 256, 'heads': 8, 'layers': 4, 'mlp': 1024,
+                                 'seq_len': 64}, 64),
+}
+BETAS_GBIT = (1, 10, 100)
+
+_QUICK = flags.DEFINE_bool('quick', False, 'fewer rounds and token steps: under 3 minutes')
+_ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 3)')
+_STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 3)')
+_MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(MODELS)}')
+_TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
+_JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
+
+
+def _plans(task, profiles, cluster, batch) -> list[planner.Plan]:
+  names = submodel_names(task.make_model)
+  plans = [planner.search(profiles, cluster, batch)]
+  for path in sorted(PLANS.glob('*.json')):
+    plans.append(planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch))
+  return plans
+
+
+def _time_steps(compiled_plan, state, batches, steps: int):
+  trainer = compiled_plan.trainer
+  start = time.perf_counter()
+  for i in range(steps):
+    state, _ = trainer.train_step(state, batches[i % len(batches)])
+  jax.block_until_ready(state)
+  return state, (time.perf_counter() - start) / steps
+
+
+def _spearman(a, b) -> float:
+  ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+  if len(a) < 2 or np.std(ra) == 0 or np.std(rb) == 0:
+    return float('nan')
+  return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
+  model, kwargs, batch = MODELS[key]
+  task = models.make_task(model, **kwargs)
+  profiles = planner.profile_submodels(task)
+  optimizer = optax.adam(1e-3)
+  compiled, states, batches = {}, {}, {}
+  for plan in _plans(task, profiles, cluster, batch):
+    try:
+      c = planner.compile_plan(plan, task, optimizer, batch)
+    except ConfigError as e:
+      print(f'{key}: plan {plan.name} skipped: {e}', flush=True)
+      continue
+    name = plan.name
+    compiled[name], states[name] = c, c.trainer.init_state()
+    batches[name] = [c.trainer.put_batch(c.trainer.global_batch_at(s)) for s in range(2)]
+    states[name], _ = _time_steps(c, states[name], batches[name], 1)  # warm-up
+  times = {name: [] for name in compiled}
+  names = list(compiled)
+  for r in range(rounds):
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      states[name], t = _time_steps(compiled[name], states[name], batches[name], steps)
+      times[name].append(t)
+  rows = []
+  for name, c in compiled.items():
+    moved = planner.collective_bytes(c.compiled)
+    row = {'model': key, 'plan': name, 'layouts': {s.name: s.layout.name(DEVICES)
+                                                   for s in c.plan.submodels},
+           'bytes_per_device': float(moved.total), 'measured_step_s': float(np.median(times[name])),
+           'predicted_step_s': float(c.plan.predicted_step_s), 'memory_bytes': c.memory_bytes}
+    for gbit in BETAS_GBIT:
+      at = planner.evaluate(c.plan, profiles, cluster.with_bandwidth(gbit * 1e9 / 8), batch)
+      row[f'predicted_step_s_at_{gbit}gbit'] = float(at.predicted_step_s)
+    rows.append(row)
+  rho = _spearman([r['predicted_step_s'] for r in rows], [r['measured_step_s'] for r in rows])
+  for r in rows:
+    r['rank_correlation'] = rho
+  return rows
+
+
+def _plan_table(rows: list[dict]) -> str:
+  head = (f'{"model":<10}{"plan":<9}{"bytes/device":>14}{"measured ms":>13}{"predicted ms":>14}'
+          + ''.join(f'{f"@{g}Gb/s ms":>12}' for g in BETAS_GBIT) + f'{"rho":>7}')
+  lines = [head, '-' * len(head)]
+  for r in rows:
+    lines.append(
+        f'{r["model"]:<10}{r["plan"]:<9}{r["bytes_per_device"]:>14,.0f}'
+        f'{1e3 * r["measured_step_s"]:>13.2f}{1e3 * r["predicted_step_s"]:>14.2f}'
+        + ''.join(f'{1e3 * r[f"predicted_step_s_at_{g}gbit"]:>12.2f}' for g in BETAS_GBIT)
+        + f'{r["rank_correlation"]:>7.2f}')
+  return '\n'.join(lines)
+
+
+def _goals(rows: list[dict]) -> list[str]:
+  out = []
+  for key in dict.fromkeys(r['model'] for r in rows):
+    mine = [r for r in rows if r['model'] == key]
+    plan = next((r for r in mine if r['plan'] == 'planner'), None)
+    others = [r for r in mine if r['plan'] != 'planner']
+    if plan is None or not others:
+      continue
+    best_bytes = min(r['bytes_per_device'] for r in others)
+    best_time = min(r['measured_step_s'] for r in others)
+    same = [r['plan'] for r in others if r['layouts'] == plan['layouts']]
+    out.append(f'{key}: planner bytes {plan["bytes_per_device"]:,.0f} vs best baseline '
+               f'{best_bytes:,.0f} ({"met" if plan["bytes_per_device"] <= best_bytes else "NOT met"})'
+               f'; measured {1e3 * plan["measured_step_s"]:.2f} ms vs best {1e3 * best_time:.2f} ms'
+               f' ({plan["measured_step_s"] / best_time:.3f}x); rho {mine[0]["rank_correlation"]:.2f}'
+               + (f'; same layouts as {", ".join(same)} (one program: any difference is noise)'
+                  if same else ''))
+  rho = _spearman([r['predicted_step_s'] for r in rows], [r['measured_step_s'] for r in rows])
+  out.append(f'rank correlation over all models and plans: {rho:.2f} (goal >= 0.8)')
+  return out
+
+
+def main(argv: list[str]) -> None:
+  rounds = _ROUNDS.value or (3 if _QUICK.value else 5)
+  steps = _STEPS.value or (3 if _QUICK.value else 5)
+  bad = [m for m in _MODELS.value if m not in MODELS]
+  if len(argv) > 1 or bad or rounds < 1 or steps < 1:
+    print(f'bench_fela: error: bad arguments {argv[1:] + bad} (models: {list(MODELS)}; rounds and '
+          'steps >= 1)', file=sys.stderr)
+    sys.exit(2)
+  if jax.device_count() != DEVICES:
+    print(f'bench_fela: error: needs {DEVICES} devices, found {jax.device_count()}',
+          file=sys.stderr)
+    sys.exit(2)
+  start = time.perf_counter()
+  cluster = planner.measure_cluster()
+  print(f'cluster: {cluster.devices} devices, {cluster.workers[0].flops_per_s / 1e9:.1f} GFLOP/s '
+        f'per device, α {cluster.alpha_s * 1e6:.1f} µs, '
+        f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s (measured)', flush=True)
+  rows = []
+  for key in _MODELS.value:
+    rows += _model_rows(key, rounds, steps, cluster)
+    print(_plan_table([r for r in rows if r['model'] == key]), flush=True)
+  print(_plan_table(rows))
+  print('\n'.join(_goals(rows)))
+  if _TOKENS.value:
+    from experiments import _fela_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+      token_rows = _fela_tokens.run_tokens(pathlib.Path(tmp), quick=_QUICK.value)
+    print(_fela_tokens.table(token_rows))
+    rows += token_rows
+  print(f'{time.perf_counter() - start:.0f} s')
+  if _JSON.value:
+    pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
+
+
+if __name__ == '__main__':
+  jax.config.config_with_absl()
+  if '--jax_num_cpu_devices' not in ' '.join(sys.argv):
+    jax.config.update('jax_num_cpu_devices', DEVICES)
+  app.run(main)

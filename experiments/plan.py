@@ -1,0 +1,128 @@
+"""Plans a config's model on a cluster and prints the plan as a table, without training.
+
+  python experiments/plan.py --config=wide_deep                       # this machine, measured
+  python experiments/plan.py --config=transformer --cluster=cluster.json --json=plan.json
+  python experiments/plan.py --config=wide_deep --plan=experiments/plans/hybrid.json  # cost one
+
+The cluster is this job's devices, measured (`hetjax.planner.measure_cluster`; on a CPU-only
+machine ``--jax_num_cpu_devices`` devices, 8 by default), or a JSON file of workers with their
+device count, per-device speed (FLOP/s) and memory (bytes) plus α and β::
+
+  {"workers": [{"devices": 4, "speed": 2e12, "memory": 16e9},
+               {"devices": 4, "speed": 1e12, "memory": 16e9}],
+   "alpha_s": 2e-5, "beta_gbit_s": 10}
+
+Sub-model costs come from XLA's analyses of each sub-model compiled alone. Bad input (unknown
+config, malformed cluster file, a plan naming a missing sub-model or whose degrees do not
+multiply to the device count) prints one line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+if __package__ in (None, ''):
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+from absl import app, flags, logging
+
+import models
+from experiments import configs
+from hetjax import ConfigError, planner
+from hetjax.sharding import submodel_names
+
+PLANS = pathlib.Path(__file__).with_name('plans')
+
+_CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
+_SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
+_CLUSTER = flags.DEFINE_string('cluster', None, 'cluster JSON file (default: measure this job)')
+_PLAN = flags.DEFINE_string('plan', None, 'cost this hand-written plan instead of searching')
+_BATCH = flags.DEFINE_integer('batch', None, 'global batch (default: the config\'s)')
+_MEMORY_CAP = flags.DEFINE_float('memory_cap', None, 'bytes per device (default: the cluster\'s)')
+_JSON = flags.DEFINE_string('json', None, 'write the plan here')
+
+
+def _table(plan: planner.Plan, profiles, batch: int) -> str:
+  by_name = {p.name: p for p in profiles}
+  head = (f'{"sub-model":<12}{"params":>11}{"GFLOP/step":>11}  {"layout":<14}{"dp×tp":>7}'
+          f'  {"group":<9}{"pred ms":>9}{"comm MB":>9}{"mem MB":>9}')
+  lines = [head, '-' * len(head)]
+  for s in plan.submodels:
+    p = by_name[s.name]
+    group = 'all' if not s.group or len(s.group) == plan.workers else ','.join(map(str, s.group))
+    devices = plan.devices if not s.group else plan.devices * len(s.group) // plan.workers
+    lines.append(
+        f'{s.name:<12}{p.params:>11,}{p.flops_per_example * batch / 1e9:>11.3f}  '
+        f'{s.layout.name(devices):<14}{f"{devices // s.layout.tensor}×{s.layout.tensor}":>7}'
+        f'  {group:<9}{1e3 * s.predicted_s:>9.3f}{s.comm_bytes / 1e6:>9.2f}'
+        f'{s.memory_bytes / 1e6:>9.1f}')
+  lines.append(f'predicted step: {1e3 * plan.predicted_step_s:.3f} ms ({plan.name})')
+  return '\n'.join(lines)
+
+
+def run() -> planner.Plan:
+  if not _CONFIG.value:
+    raise ConfigError(f'--config is required: one of {", ".join(configs.names())}')
+  config = configs.override(configs.load(_CONFIG.value), _SET.value)
+  task = models.make_task(config.model, **config.model_args)
+  batch = _BATCH.value or config.global_batch
+  if batch < 1:
+    raise ConfigError(f'--batch {batch} must be positive')
+  cluster = (planner.ClusterSpec.load(_CLUSTER.value) if _CLUSTER.value
+             else planner.measure_cluster())
+  names = submodel_names(task.make_model)
+  if not names:
+    raise ConfigError(f'model {config.model!r} does not name its sub-models (no submodels())')
+  profiles = planner.profile_submodels(task)
+  cap = _MEMORY_CAP.value
+  if _PLAN.value:
+    plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch)
+  else:
+    plan = planner.search(profiles, cluster, batch, memory_cap=cap)
+  print(f'{config.model} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
+        f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
+        f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
+  print(_table(plan, profiles, batch))
+  if not _PLAN.value:
+    for path in sorted(PLANS.glob('*.json')):
+      try:
+        baseline = planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch)
+      except ConfigError as e:  # e.g. a baseline for another device count
+        print(f'  baseline {path.stem}: not applicable ({e})')
+        continue
+      print(f'  baseline {baseline.name}: predicted {1e3 * baseline.predicted_step_s:.3f} ms')
+  if _JSON.value:
+    plan.save(_JSON.value)
+  return plan
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # JAX logs its backend search at INFO
+  try:
+    run()
+  except ConfigError as e:
+    _fail(str(e))
+
+
+def _fail(message: str) -> None:
+  print(f'plan.py: error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e))
+
+
+if __name__ == '__main__':
+  jax.config.config_with_absl()
+  if '--jax_num_cpu_devices' not in ' '.join(sys.argv):
+    jax.config.update('jax_num_cpu_devices', 8)
+  app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,213 @@
+"""What the planner knows about a cluster: workers (devices, speed, memory) and the links.
+
+A cluster file lists the workers and the α–β link model (α seconds per message, β bytes per
+second), with an optional faster pair for links inside one worker::
+
+  {"workers": [{"devices": 4, "speed": 2e12, "memory": 16e9},
+               {"devices": 4, "speed": 1e12, "memory": 16e9}],
+   "alpha_s": 2e-5, "beta_gbit_s": 10,
+   "intra_alpha_s": 1e-6, "intra_beta_gbit_s": 800}
+
+``speed`` is FLOP/s and ``memory`` bytes, both per device. β may be given as ``beta_gbit_s``
+(gigabits per second, as links are sold) or ``beta_bytes_per_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import pathlib
+from collections.abc import Mapping
+
+from hetjax._errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+  """One worker (process) and its local devices, which are alike.
+
+  Attributes:
+    devices: local devices.
+    flops_per_s: sustained FLOP/s of one device.
+    memory_bytes: memory of one device.
+  """
+
+  devices: int
+  flops_per_s: float
+  memory_bytes: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+  """Workers and the α–β cost of their links: a message of m bytes takes α + m / β seconds.
+
+  Attributes:
+    workers: in process order (worker i is process i; the plan mesh puts workers first).
+    alpha_s: latency of one message between workers.
+    beta_bytes_per_s: bandwidth between workers.
+    intra_alpha_s: latency inside a worker (None: same as between workers).
+    intra_beta_bytes_per_s: bandwidth inside a worker (None: same as between workers).
+  """
+
+  workers: tuple[WorkerSpec, ...]
+  alpha_s: float = 1e-5
+  beta_bytes_per_s: float = 1.25e9
+  intra_alpha_s: float | None = None
+  intra_beta_bytes_per_s: float | None = None
+
+  def __post_init__(self):
+    if not self.workers:
+      raise ConfigError('a cluster needs at least one worker')
+    for i, w in enumerate(self.workers):
+      _check_devices(w.devices, i)
+      _check_positive(w.flops_per_s, i, 'flops_per_s')
+      _check_positive(w.memory_bytes, i, 'memory_bytes')
+    _check_link(self.alpha_s, 'alpha_s', zero_ok=True)
+    _check_link(self.beta_bytes_per_s, 'beta_bytes_per_s')
+    if self.intra_alpha_s is not None:
+      _check_link(self.intra_alpha_s, 'intra_alpha_s', zero_ok=True)
+    if self.intra_beta_bytes_per_s is not None:
+      _check_link(self.intra_beta_bytes_per_s, 'intra_beta_bytes_per_s')
+
+  @functools.cached_property
+  def devices(self) -> int:
+    """Devices over all workers."""
+    return sum(w.devices for w in self.workers)
+
+  @functools.cached_property
+  def devices_per_worker(self) -> int | None:
+    """The workers' common device count, or None if they differ."""
+    counts = {w.devices for w in self.workers}
+    return counts.pop() if len(counts) == 1 else None
+
+  @functools.cached_property
+  def uniform_speed(self) -> bool:
+    """Whether every device is equally fast (then only the all-workers group is worth trying)."""
+    return len({w.flops_per_s for w in self.workers}) == 1
+
+  def link(self, inside_worker: bool) -> tuple[float, float]:
+    """(α seconds, β bytes/s) of a collective inside one worker or across workers."""
+    if not inside_worker:
+      return self.alpha_s, self.beta_bytes_per_s
+    alpha = self.alpha_s if self.intra_alpha_s is None else self.intra_alpha_s
+    beta = self.beta_bytes_per_s if self.intra_beta_bytes_per_s is None else (
+        self.intra_beta_bytes_per_s)
+    return alpha, beta
+
+  def with_bandwidth(self, beta_bytes_per_s: float) -> ClusterSpec:
+    """The same cluster with every link at ``beta_bytes_per_s`` (α unchanged): what a plan
+    would cost on another network."""
+    return dataclasses.replace(self, beta_bytes_per_s=beta_bytes_per_s, intra_beta_bytes_per_s=None)
+
+  @classmethod
+  def uniform(cls, workers: int, devices_per_worker: int, flops_per_s: float,
+              memory_bytes: float, alpha_s: float = 1e-5, beta_bytes_per_s: float = 1.25e9,
+              **links: float) -> ClusterSpec:
+    """``workers`` identical workers. Example: ``ClusterSpec.uniform(128, 8, 1e12, 16e9)`` is a
+    1,024-device cluster; ``links`` may set ``intra_alpha_s`` / ``intra_beta_bytes_per_s``."""
+    if workers < 1:
+      raise ConfigError(f'a cluster needs at least one worker, got {workers}')
+    spec = WorkerSpec(devices_per_worker, flops_per_s, memory_bytes)
+    return cls((spec,) * workers, alpha_s, beta_bytes_per_s, **links)
+
+  @classmethod
+  def from_json(cls, data: Mapping) -> ClusterSpec:
+    """Reads the format in this module's docstring.
+
+    Raises:
+      ConfigError: no workers, or a worker whose ``devices``, ``speed`` or ``memory`` is missing,
+        not a number, zero, negative or NaN (the message names the worker and the field).
+    """
+    if not isinstance(data, Mapping):
+      raise ConfigError(f'a cluster must be a JSON object, got {type(data).__name__}')
+    entries = data.get('workers')
+    if not isinstance(entries, list) or not entries:
+      raise ConfigError('a cluster needs "workers": a non-empty list of '
+                        '{"devices", "speed", "memory"}')
+    workers = []
+    for i, entry in enumerate(entries):
+      if not isinstance(entry, Mapping):
+        raise ConfigError(f'worker {i}: expected {{"devices", "speed", "memory"}}, got {entry!r}')
+      devices = entry.get('devices', 1)
+      _check_devices(devices, i)
+      workers.append(WorkerSpec(int(devices), _number(entry, 'speed', f'worker {i}'),
+                                _number(entry, 'memory', f'worker {i}')))
+    links = {'alpha_s': _link(data, 'alpha_s', 1e-5),
+             'beta_bytes_per_s': _beta(data, 'beta', 1.25e9),
+             'intra_alpha_s': _link(data, 'intra_alpha_s', None),
+             'intra_beta_bytes_per_s': _beta(data, 'intra_beta', None)}
+    return cls(tuple(workers), **links)
+
+  @classmethod
+  def load(cls, path: str | os.PathLike) -> ClusterSpec:
+    path = pathlib.Path(path)
+    try:
+      data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+      raise ConfigError(f'cannot read cluster {path}: {e}') from None
+    return cls.from_json(data)
+
+  def to_json(self) -> dict:
+    out = {'workers': [{'devices': w.devices, 'speed': w.flops_per_s, 'memory': w.memory_bytes}
+                       for w in self.workers],
+           'alpha_s': self.alpha_s, 'beta_bytes_per_s': self.beta_bytes_per_s}
+    if self.intra_alpha_s is not None:
+      out['intra_alpha_s'] = self.intra_alpha_s
+    if self.intra_beta_bytes_per_s is not None:
+      out['intra_beta_bytes_per_s'] = self.intra_beta_bytes_per_s
+    return out
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_devices(value, worker: int) -> None:
+  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    raise ConfigError(f'worker {worker}: "devices" must be a positive integer, got {value!r}')
+
+
+def _check_positive(value, worker: int, field: str) -> None:
+  if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    raise ConfigError(f'worker {worker}: {field} must be a positive finite number, '
+                      f'got {value!r}')
+
+
+def _number(entry: Mapping, field: str, where: str) -> float:
+  if field not in entry:
+    raise ConfigError(f'{where}: missing "{field}"')
+  value = entry[field]
+  if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    raise ConfigError(f'{where}: "{field}" must be a positive finite number, got {value!r}')
+  return float(value)
+
+
+def _check_link(value, field: str, zero_ok: bool = False) -> None:
+  if not _is_number(value) or not math.isfinite(value) or value < 0 or (
+      value == 0 and not zero_ok):
+    bound = 'non-negative' if zero_ok else 'positive'
+    raise ConfigError(f'cluster: {field} must be a {bound} finite number, got {value!r}')
+
+
+def _link(data: Mapping, field: str, default: float | None) -> float | None:
+  if field not in data:
+    return default
+  _check_link(data[field], field, zero_ok=True)
+  return float(data[field])
+
+
+def _beta(data: Mapping, prefix: str, default: float | None) -> float | None:
+  """β from ``<prefix>_gbit_s`` (Gbit/s) or ``<prefix>_bytes_per_s``."""
+  gbit, raw = f'{prefix}_gbit_s', f'{prefix}_bytes_per_s'
+  if gbit in data and raw in data:
+    raise ConfigError(f'cluster: give "{gbit}" or "{raw}", not both')
+  if gbit in data:
+    _check_link(data[gbit], gbit)
+    return float(data[gbit]) * 1e9 / 8
+  if raw in data:
+    _check_link(data[raw], raw)
+    return float(data[raw])
+  return default

@@ -1,0 +1,215 @@
+"""`CostModel`: what a sub-model costs under a layout, and what moving between layouts costs.
+
+The search only adds up `Cost` values, so any model of time and memory can drive it: the
+analytic α–β model below (the default), measured tables, or made-up numbers in tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from hetjax.planner._cluster import ClusterSpec
+from hetjax.planner._layout import TENSOR_AXES, Layout
+from hetjax.planner._profile_types import SubmodelProfile
+
+Group = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+  """Modelled cost of one sub-model (a node) or of the move between two (an edge), per step.
+
+  Attributes:
+    time_s: seconds per step.
+    comm_bytes: bytes each device sends or receives per step.
+    memory_bytes: bytes each device holds.
+  """
+
+  time_s: float = 0.0
+  comm_bytes: float = 0.0
+  memory_bytes: float = 0.0
+
+  def __add__(self, other: Cost) -> Cost:
+    return Cost(self.time_s + other.time_s, self.comm_bytes + other.comm_bytes,
+                self.memory_bytes + other.memory_bytes)
+
+
+@runtime_checkable
+class CostModel(Protocol):
+  """Costs of sub-models under layouts on device groups; `search` sums them along the chain.
+
+  ``group`` is the workers (indices into ``cluster.workers``) whose devices run a sub-model;
+  a layout's degrees are relative to that group's device count.
+  """
+
+  def node(self, profile: SubmodelProfile, layout: Layout, batch: int, cluster: ClusterSpec,
+           group: Group) -> Cost: ...
+
+  def edge(self, prev_profile: SubmodelProfile, prev_layout: Layout, layout: Layout, batch: int,
+           cluster: ClusterSpec, prev_group: Group, group: Group) -> Cost: ...
+
+
+def members(cluster: ClusterSpec, group: Sequence[int]) -> Group:
+  """The group's workers; ``()`` means every worker."""
+  return tuple(group) if group else tuple(range(len(cluster.workers)))
+
+
+def group_devices(cluster: ClusterSpec, group: Sequence[int]) -> int:
+  """Devices of the group's workers (``()``: every worker)."""
+  if not group or len(group) == len(cluster.workers):
+    return cluster.devices
+  if cluster.devices_per_worker is not None:
+    return len(group) * cluster.devices_per_worker
+  return sum(cluster.workers[w].devices for w in group)
+
+
+def fsdp_axes(profile: SubmodelProfile, layout: Layout) -> dict[str, int]:
+  """The axes FSDP splits over the data-parallel axes: ``shard_sizes`` minus any axis the
+  tensor-parallel rules take first (``'table'`` when t > 1). Empty: FSDP changes nothing."""
+  if not layout.fsdp:
+    return {}
+  taken = set(TENSOR_AXES) if layout.tensor > 1 else set()
+  return {k: v for k, v in profile.shard_sizes.items() if k not in taken}
+
+
+def infeasibility(profile: SubmodelProfile, layout: Layout, devices: int) -> str | None:
+  """Why ``layout`` cannot run ``profile`` on ``devices`` devices, or None if it can.
+
+  Example: a sub-model whose ``'mlp'`` is 512 wide cannot be split 1,024 ways::
+
+    >>> infeasibility(SubmodelProfile('tower', 0, 0.0, 0.0, split_sizes={'mlp': 512}),
+    ...               Layout(1024), 1024)
+    "'mlp' of size 512 cannot be split 1024 ways"
+  """
+  t = layout.tensor
+  if t < 1 or devices % t:
+    return f'tensor degree {t} does not divide {devices} devices'
+  for name, size in profile.split_sizes.items():
+    if size % t:
+      return f'{name!r} of size {size} cannot be split {t} ways'
+  data = devices // t
+  for name, size in fsdp_axes(profile, layout).items():
+    if size % data:
+      return f'{name!r} of size {size} cannot be FSDP-sharded {data} ways'
+  return None
+
+
+def feasible(profile: SubmodelProfile, layout: Layout, devices: int) -> bool:
+  """Whether every split the layout makes divides the dimension it splits (see
+  `infeasibility`)."""
+  return infeasibility(profile, layout, devices) is None
+
+
+def _inside_one_worker(cluster: ClusterSpec, group: Group, span: int) -> bool:
+  """Whether collectives over ``span`` consecutive (tensor-axis) devices stay in one worker."""
+  if len(group) == 1:
+    return True
+  if cluster.devices_per_worker is not None:
+    return cluster.devices_per_worker % span == 0
+  return all(cluster.workers[w].devices % span == 0 for w in group)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyticCost:
+  """An α–β model of one synchronous SPMD step (no overlap of compute and communication).
+
+  Notation: n devices in the group, t the tensor degree, d = n / t the data-parallel degree,
+  B the global batch, P the sub-model's parameter bytes, s the slowest device's FLOP/s in the
+  group. A ring collective over m devices of x bytes per device takes α per step and moves
+  2(m−1)/m·x (all-reduce, 2(m−1) steps) or (m−1)/m·x (all-gather, reduce-scatter, m−1 steps).
+  Collectives inside one worker use the intra-worker α, β; any that cross workers the
+  inter-worker ones (the ring is as slow as its slowest link).
+
+  Node (a sub-model under a layout):
+
+  * compute = flops_per_example · B / (n · s): devices run in lockstep, the slowest sets the pace.
+  * data-parallel gradient sync of the P/t bytes each device holds (none when d = 1):
+    all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
+    FSDP: all-gather (forward) + all-gather (backward) + reduce-scatter: 3(d−1)·α +
+    3(d−1)/d·(P/t)/β. Crosses workers unless the group is one worker.
+  * tensor parallel (t > 1): the output activation is all-reduced over t in the forward and its
+    gradient in the backward: 2·2(t−1)·α + 2·2(t−1)/t·(output_bytes_per_example·B/d)/β; inside a
+    worker when t divides its device count (tensor axes are the mesh's last axes).
+  * memory per device = P/t (P/(t·d) with FSDP) · (1 + optimizer_slots) +
+    activation_bytes_per_example · B/d. Gathered FSDP parameters are transient (layer by layer)
+    and not counted; set ``optimizer_slots`` one higher to count a full gradient buffer.
+
+  A profile with no ``split_sizes`` has nothing tensor parallelism can split: its t devices
+  compute the same rows (compute /(d·s) instead of /(n·s)), hold all of P, and need no
+  activation all-reduce. FSDP with no axis to shard (`fsdp_axes` empty) is plain data parallel.
+
+  Edge (resharding the boundary activation A = prev output_bytes_per_example · B):
+
+  * same group, same t: 0 (FSDP does not change where activations live).
+  * same group, t_a ≠ t_b: a device holds A·t/n of the activation (its batch rows, replicated
+    over t). Towards the larger degree the rows are all-gathered over r = max/min devices; the
+    other way is a local slice. One direction gathers in the forward, the other the gradient in
+    the backward: (r−1)·α + A·(max(t_a, t_b) − min(t_a, t_b))/n / β. Intra-worker when the
+    larger degree fits in a worker.
+  * different groups: every row goes from group a to group b and its gradient back, over the
+    inter-worker links: 2α + (A/d_a + A/d_b)/β (the busiest device sends or receives its rows
+    in one direction and their gradient in the other).
+
+  Example: 8 devices in one worker, an embedding of 6.4 MB parameters (f32), batch 256::
+
+    >>> cost = AnalyticCost()
+    >>> emb = SubmodelProfile('embedding', 1_600_000, 6.4e6, 1e3, output_bytes_per_example=256,
+    ...                       split_sizes={'table': 100_000})
+    >>> one = ClusterSpec.uniform(1, 8, 1e12, 16e9, beta_bytes_per_s=1e9)
+    >>> round(cost.node(emb, Layout(1), 256, one, (0,)).comm_bytes / 1e6, 3)  # 2·7/8·6.4 MB
+    11.2
+    >>> round(cost.node(emb, Layout(8), 256, one, (0,)).comm_bytes / 1e6, 3)  # 2·2·7/8·65.5 kB
+    0.229
+
+  Attributes:
+    optimizer_slots: optimizer state per parameter, in parameter sizes (Adam: 2, SGD: 0).
+  """
+
+  optimizer_slots: int = 2
+
+  def node(self, profile: SubmodelProfile, layout: Layout, batch: int, cluster: ClusterSpec,
+           group: Group) -> Cost:
+    group = members(cluster, group)
+    n = group_devices(cluster, group)
+    t = layout.tensor
+    d = n // t
+    split = t if profile.split_sizes else 1
+    speed = min(cluster.workers[w].flops_per_s for w in group)
+    time = profile.flops_per_example * batch / (d * split * speed)
+    comm = 0.0
+    held = profile.param_bytes / split
+    sharded = bool(fsdp_axes(profile, layout))
+    if d > 1:
+      alpha, beta = cluster.link(len(group) == 1)
+      rounds = 3 if sharded else 2  # all-gather ×2 + reduce-scatter, or one all-reduce
+      moved = rounds * (d - 1) / d * held
+      time += rounds * (d - 1) * alpha + moved / beta
+      comm += moved
+    if split > 1:
+      alpha, beta = cluster.link(_inside_one_worker(cluster, group, t))
+      moved = 2 * 2 * (t - 1) / t * profile.output_bytes_per_example * batch / d
+      time += 2 * 2 * (t - 1) * alpha + moved / beta
+      comm += moved
+    state = (held / d if sharded else held) * (1 + self.optimizer_slots)
+    memory = state + profile.activation_bytes_per_example * batch / d
+    return Cost(time, comm, memory)
+
+  def edge(self, prev_profile: SubmodelProfile, prev_layout: Layout, layout: Layout, batch: int,
+           cluster: ClusterSpec, prev_group: Group, group: Group) -> Cost:
+    prev_group, group = members(cluster, prev_group), members(cluster, group)
+    boundary = prev_profile.output_bytes_per_example * batch
+    if prev_group != group:
+      d_a = group_devices(cluster, prev_group) // prev_layout.tensor
+      d_b = group_devices(cluster, group) // layout.tensor
+      alpha, beta = cluster.link(False)
+      moved = boundary / d_a + boundary / d_b
+      return Cost(2 * alpha + moved / beta, moved)
+    if prev_layout.tensor == layout.tensor:
+      return Cost()
+    n = group_devices(cluster, group)
+    lo, hi = sorted((prev_layout.tensor, layout.tensor))
+    alpha, beta = cluster.link(_inside_one_worker(cluster, group, hi))
+    moved = boundary * (hi - lo) / n
+    return Cost((hi // lo - 1) * alpha + moved / beta, moved)

@@ -1,0 +1,199 @@
+"""Per-sub-model profiles measured by XLA: each sub-model compiled alone, forward and backward.
+
+`profile_submodels` needs each sub-model's inputs. It traces the task's loss once on a real batch
+of ``batch_size`` rows, with every sub-model of a throwaway copy of the model replaced by a
+`_Recorder` that notes the shapes and dtypes of its arguments and output. The trace is abstract
+(`jax.eval_shape`): the sub-models see the same shapes as in a real step, but no parameter is
+allocated and nothing is computed.
+
+Each sub-model is then compiled alone for one CPU device, as ``vjp`` with respect to its
+parameters and floating-point inputs, fed a cotangent of its output's shape, returning the output
+and the gradients (so neither half can be pruned). ``cost_analysis()`` gives FLOPs and bytes
+accessed, ``memory_analysis()`` the temporaries: the activations the backward pass keeps, plus
+scratch. Identical sub-models (the transformer's blocks) are compiled once.
+
+Two consequences of measuring a sub-model alone: its inputs are arguments of the program, not
+temporaries, so a single dense layer (which keeps only its input) shows no activation bytes;
+what a real step keeps for it also includes its input, the previous sub-model's output. And
+bytes accessed includes reading the parameters and writing their gradients, a cost per step, not
+per example, that dividing by the batch spreads over its rows.
+
+These analyses are made on the optimised HLO, before machine code, so the programs are compiled
+with ``xla_backend_optimization_level=0``: the numbers are the same and compiling is about twice
+as fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import PartitionSpec, SingleDeviceSharding
+
+from hetjax._errors import ConfigError
+from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
+from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.train import HasSubmodels, Task
+
+_COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
+
+
+def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
+                      ) -> tuple[SubmodelProfile, ...]:
+  """Measures every sub-model of ``task``'s model at ``batch_size``, in forward order.
+
+  Example::
+
+    profiles = profile_submodels(models.make_task('mlp', hidden=64, width=32))
+    [p.name for p in profiles]   # ['up', 'down', 'head']
+    profiles[0].params           # 64·64 + 64 = 4160
+
+  Args:
+    task: a task whose model has ``submodels()`` (`hetjax.train.HasSubmodels`).
+    batch_size: rows of the batch the sub-models are compiled for; per-example numbers are the
+      measured ones divided by it.
+    seed: seeds the model's (abstract) initialisation and picks the batch.
+
+  Returns:
+    One `SubmodelProfile` per sub-model, in the order of ``submodels()``.
+
+  Raises:
+    ConfigError: if the model has no ``submodels()``, ``batch_size`` is not positive, or the
+      loss never calls a sub-model.
+  """
+  if batch_size < 1:
+    raise ConfigError(f'batch_size must be positive, got {batch_size}')
+  with nnx.use_eager_sharding(False):
+    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
+  if not isinstance(model, HasSubmodels):
+    raise ConfigError(f'model {task.name!r} has no submodels(), so it cannot be profiled per '
+                      'sub-model')
+  calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
+  compile_cache: dict[Any, tuple[float, float, float]] = {}
+  profiles = []
+  for name, module in model.submodels().items():
+    if name not in calls:
+      raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
+    args, kwargs, out = calls[name]
+    flops, accessed, temp = _analyse(module, args, kwargs, out, compile_cache)
+    params = nnx.state(module, nnx.Param)
+    leaves = jax.tree.leaves(params)
+    split, shard = _axis_sizes(params)
+    profiles.append(SubmodelProfile(
+        name=name,
+        params=sum(math.prod(p.shape) for p in leaves),
+        param_bytes=float(sum(_nbytes(p) for p in leaves)),
+        flops_per_example=flops / batch_size,
+        bytes_accessed_per_example=accessed / batch_size,
+        output_bytes_per_example=sum(_nbytes(o) for o in jax.tree.leaves(out)) / batch_size,
+        activation_bytes_per_example=temp / batch_size,
+        split_sizes=split,
+        shard_sizes=shard))
+  return tuple(profiles)
+
+
+class _Recorder(nnx.Module):
+  """Stands in for a sub-model: calls it and reports the abstract arguments and output."""
+
+  def __init__(self, inner: nnx.Module, report: Callable[[tuple, dict, Any], None]):
+    self.inner = inner
+    self.report = report
+
+  def __call__(self, *args, **kwargs):
+    out = self.inner(*args, **kwargs)
+    self.report(*_abstract((args, kwargs, out)))
+    return out
+
+
+def _abstract(tree):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), tree)
+
+
+def _record_calls(task: Task, model: nnx.Module, batch) -> dict[str, tuple[tuple, dict, Any]]:
+  """``{sub-model name: (args, kwargs, output)}`` as `jax.ShapeDtypeStruct`, from the first
+  call of each sub-model while tracing ``task.loss`` on ``batch``."""
+  graphdef, state = nnx.split(model)
+  calls: dict[str, tuple[tuple, dict, Any]] = {}
+
+  def loss(state, batch):
+    copy = nnx.merge(graphdef, state)
+    names = {id(module): name for name, module in copy.submodels().items()}
+    for path, node in list(nnx.iter_graph(copy)):
+      if path and id(node) in names:
+        name = names[id(node)]
+        _replace(copy, path, _Recorder(
+            node, lambda a, k, o, name=name: calls.setdefault(name, (a, k, o))))
+    return task.loss(copy, batch)
+
+  jax.eval_shape(loss, state, batch)
+  return calls
+
+
+def _replace(root: nnx.Module, path: tuple, new: nnx.Module) -> None:
+  """Puts ``new`` at ``path`` under ``root``: an attribute, or an item of an `nnx.List`."""
+  parent = root
+  for key in path[:-1]:
+    parent = parent[key] if isinstance(key, int) else getattr(parent, key)
+  if isinstance(path[-1], int):
+    parent[path[-1]] = new
+  else:
+    setattr(parent, path[-1], new)
+
+
+def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any,
+             cache: dict) -> tuple[float, float, float]:
+  """``(flops, bytes accessed, temp bytes)`` of ``module``'s forward + backward on one CPU."""
+  graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+  cpu = SingleDeviceSharding(jax.devices('cpu')[0])
+  on_cpu = lambda t: jax.tree.map(  # noqa: E731
+      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=cpu), t)
+  inputs, treedef = jax.tree.flatten((args, kwargs))
+  inexact = [jnp.issubdtype(x.dtype, jnp.inexact) for x in inputs]
+  outputs = [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.inexact)]
+  abstract = on_cpu((params, rest, inputs, outputs))
+  key = (graphdef, jax.tree.structure(abstract), tuple(jax.tree.leaves(abstract)))
+  if key in cache:
+    return cache[key]
+
+  def forward_backward(params, rest, inputs, cotangents):
+    def forward(params, floats):
+      it = iter(floats)
+      full = [next(it) if f else x for x, f in zip(inputs, inexact, strict=True)]
+      call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+      result = nnx.merge(graphdef, params, rest)(*call_args, **call_kwargs)
+      return [o for o in jax.tree.leaves(result) if jnp.issubdtype(o.dtype, jnp.inexact)], result
+
+    floats = [x for x, f in zip(inputs, inexact, strict=True) if f]
+    _, pullback, result = jax.vjp(forward, params, floats, has_aux=True)
+    return result, pullback(cotangents)
+
+  compiled = jax.jit(forward_backward).lower(*abstract).compile(compiler_options=_COMPILER_OPTIONS)
+  cost = compiled.cost_analysis()
+  memory = compiled.memory_analysis()
+  cache[key] = (float(cost['flops']), float(cost['bytes accessed']),
+                float(memory.temp_size_in_bytes))
+  return cache[key]
+
+
+def _axis_sizes(params: nnx.State) -> tuple[dict[str, int], dict[str, int]]:
+  """``(split_sizes, shard_sizes)``: per logical name, the smallest dimension carrying it."""
+  is_spec = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
+  specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
+  shapes = jax.tree.leaves(nnx.to_pure_dict(params))
+  sizes: dict[str, int] = {}
+  for spec, shape in zip(specs, shapes, strict=True):
+    for entry, size in zip(spec or (), shape.shape, strict=False):
+      for name in entry if isinstance(entry, tuple) else (entry,):
+        if name is not None:
+          sizes[name] = min(sizes.get(name, size), size)
+  pick = lambda axes: {a: sizes[a] for a in axes if a in sizes}  # noqa: E731
+  return pick(TENSOR_AXES), pick(FSDP_AXES)
+
+
+def _nbytes(x: Any) -> int:
+  return math.prod(x.shape) * jnp.dtype(x.dtype).itemsize
+

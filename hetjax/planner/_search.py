@@ -1,0 +1,260 @@
+"""`search`: the fastest layout and device group per sub-model that fits in memory, exactly.
+
+The model is a chain of sub-models in forward order. Choosing an option (device group, layout)
+for each costs Σ node times + Σ edge times (resharding between neighbours), and every device
+must hold the memory of all the sub-models its group runs. Time is the objective and memory a
+constraint, so a plain shortest path is not enough: `solve_chain` (`_chain.py`), a pure function
+of cost tables, keeps Pareto fronts of (time, memory) partial plans (`tests/test_planner_search.py`
+checks it against brute force on random tables).
+
+Example: a 4 GB embedding table and a compute-heavy tower on 2 workers × 4 devices of 4 GB,
+with fast links inside a worker::
+
+  >>> emb = SubmodelProfile('embedding', 10**9, 4e9, 2e3, output_bytes_per_example=256,
+  ...                       split_sizes={'table': 10**6}, shard_sizes={'embed': 64})
+  >>> tower = SubmodelProfile('tower', 10**6, 4e6, 2e9, output_bytes_per_example=4096,
+  ...                         activation_bytes_per_example=4e4, split_sizes={'mlp': 1024})
+  >>> cluster = ClusterSpec.uniform(2, 4, 1e12, 4e9, beta_bytes_per_s=1.25e9,
+  ...                               intra_beta_bytes_per_s=1e11)
+  >>> plan = search([emb, tower], cluster, batch=4096)
+  >>> [s.layout.name(8) for s in plan.submodels]  # row-sharded table; tower TP inside workers
+  ['tp8', 'dp2×tp4']
+  >>> round(plan.predicted_step_s, 3)   # pure data parallel would not fit (12 GB per device)
+  1.029
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from hetjax._errors import ConfigError
+from hetjax.planner._chain import Tables, least_memory, solve_chain
+from hetjax.planner._cluster import ClusterSpec
+from hetjax.planner._cost import (
+    AnalyticCost,
+    Cost,
+    CostModel,
+    Group,
+    fsdp_axes,
+    group_devices,
+    infeasibility,
+    members,
+)
+from hetjax.planner._layout import Layout, mesh_factors, tensor_degrees
+from hetjax.planner._plan import Plan, SubmodelPlan
+from hetjax.planner._profile_types import SubmodelProfile
+
+ANALYTIC = AnalyticCost()
+
+
+def candidate_groups(cluster: ClusterSpec) -> tuple[Group, ...]:
+  """Every worker, then (if speeds differ) the k fastest for each k < workers dividing it.
+
+  Speeds are sorted fastest first, ties by worker index; groups list workers in index order.
+  Example: speeds (1, 3, 2, 3) give ``((0, 1, 2, 3), (1,), (1, 3))``.
+  """
+  count = len(cluster.workers)
+  every = tuple(range(count))
+  if cluster.uniform_speed:
+    return (every,)
+  order = sorted(every, key=lambda w: (-cluster.workers[w].flops_per_s, w))
+  return (every, *(tuple(sorted(order[:k])) for k in range(1, count) if count % k == 0))
+
+
+def group_layouts(cluster: ClusterSpec, group: Group) -> tuple[Layout, ...]:
+  """Every tensor degree the group's mesh can form (suffix products of its factors), each
+  without and (when the data-parallel degree exceeds 1) with FSDP."""
+  n, k = group_devices(cluster, group), len(group)
+  degrees = tensor_degrees(mesh_factors(n, k) if n % k == 0 else mesh_factors(n))
+  return tuple(Layout(t, fsdp) for t in degrees for fsdp in (False, True)
+               if not fsdp or n // t > 1)
+
+
+def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int,
+           cost: CostModel = ANALYTIC, memory_cap: float | None = None,
+           layouts: Sequence[Layout] | None = None,
+           groups: Sequence[Sequence[int]] | None = None) -> Plan:
+  """The plan of least modelled step time whose memory fits every device.
+
+  Args:
+    profiles: the sub-models in forward order.
+    cluster: the workers and links.
+    batch: the global batch per step.
+    cost: prices nodes and edges.
+    memory_cap: bytes per device (default: each worker's ``memory_bytes``).
+    layouts: the layouts to try (default: `group_layouts`); a layout whose tensor degree the
+      group's mesh cannot form, or that does not divide a sub-model's dimensions
+      (`infeasibility`), is skipped for that group or sub-model.
+    groups: the device groups to try, as worker indices (default: `candidate_groups`).
+
+  Returns:
+    ``Plan(name='planner', …)`` with each sub-model's predicted seconds (its node plus the
+    resharding into it), bytes communicated and memory per device, and the step's total.
+
+  Raises:
+    ConfigError: bad arguments, a sub-model with no feasible layout, or no plan that fits (the
+      message gives the smallest plan's memory and the sub-model that needs the most).
+  """
+  _check_profiles(profiles, batch)
+  groups = _check_groups(cluster, groups) if groups is not None else candidate_groups(cluster)
+  options = [_options(p, cluster, groups, layouts) for p in profiles]
+  costs = [[cost.node(p, o.layout, batch, cluster, o.group) for o in opts]
+           for p, opts in zip(profiles, options, strict=True)]
+  edges = [[[cost.edge(profiles[i - 1], a.layout, b.layout, batch, cluster, a.group, b.group)
+             for b in options[i]] for a in options[i - 1]] for i in range(1, len(profiles))]
+  classes, caps = _memory_classes(cluster, groups, memory_cap)
+  masks = [np.array([[o.group in c for c in classes] for o in opts], np.float64)
+           for opts in options]
+  tables = Tables(
+      node_time=[np.array([c.time_s for c in row]) for row in costs],
+      node_memory=[np.array([c.memory_bytes for c in row])[:, None] * m
+                   for row, m in zip(costs, masks, strict=True)],
+      edge_time=[np.array([[c.time_s for c in r] for r in e]) for e in edges],
+      edge_memory=[np.array([[c.memory_bytes for c in r] for r in e])[:, :, None] * m[None]
+                   for e, m in zip(edges, masks[1:], strict=True)])
+  _check_finite(tables, profiles)
+  solution = solve_chain(tables, caps)
+  if solution is None:
+    raise ConfigError(_no_fit_message(tables, caps, profiles))
+  choice, total = solution
+  parts = []
+  for i, (profile, o) in enumerate(zip(profiles, choice, strict=True)):
+    c = costs[i][o] + (edges[i - 1][choice[i - 1]][o] if i else Cost())
+    opt = options[i][o]
+    parts.append(SubmodelPlan(profile.name, opt.layout, opt.group, c.time_s, c.comm_bytes,
+                              c.memory_bytes))
+  return Plan('planner', cluster.devices, tuple(parts), len(cluster.workers), total)
+
+
+def evaluate(plan: Plan, profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int,
+             cost: CostModel = ANALYTIC) -> Plan:
+  """``plan`` with every predicted number filled in by ``cost``, summed as `search` sums them,
+  so baselines and searched plans are priced alike. A sub-model's empty group means every
+  worker; the plan is costed on ``cluster``'s workers (and returned with its worker count).
+
+  Raises:
+    ConfigError: the plan is for another device count, names a sub-model without a profile
+      (or misses one), has a bad group, or a layout the group cannot run.
+  """
+  _check_profiles(profiles, batch)
+  if plan.devices != cluster.devices:
+    raise ConfigError(f'plan {plan.name!r} is for {plan.devices} devices, the cluster has '
+                      f'{cluster.devices}')
+  by_name = {p.name: p for p in profiles}
+  names = [s.name for s in plan.submodels]
+  if sorted(names) != sorted(by_name):
+    raise ConfigError(f'plan {plan.name!r} covers sub-models {", ".join(names)}; the profiles '
+                      f'are {", ".join(by_name)}')
+  parts, total, prev = [], 0.0, None
+  for s in plan.submodels:
+    profile = by_name[s.name]
+    group = _check_groups(cluster, [s.group])[0] if s.group else members(cluster, ())
+    n = group_devices(cluster, group)
+    if s.layout.tensor not in {x.tensor for x in group_layouts(cluster, group)}:
+      raise ConfigError(f'plan {plan.name!r}: sub-model {s.name!r}: tensor degree '
+                        f'{s.layout.tensor} cannot be formed on {n} devices')
+    reason = infeasibility(profile, s.layout, n)
+    if reason:
+      raise ConfigError(f'plan {plan.name!r}: sub-model {s.name!r} as '
+                        f'{s.layout.name(n)}: {reason}')
+    c = cost.node(profile, s.layout, batch, cluster, group)
+    if prev is None:
+      total = c.time_s
+    else:
+      e = cost.edge(prev[0], prev[1], s.layout, batch, cluster, prev[2], group)
+      total, c = (total + e.time_s) + c.time_s, e + c
+    parts.append(dataclasses.replace(s, predicted_s=c.time_s, comm_bytes=c.comm_bytes,
+                                     memory_bytes=c.memory_bytes))
+    prev = (profile, s.layout, group)
+  return dataclasses.replace(plan, submodels=tuple(parts), workers=len(cluster.workers),
+                             predicted_step_s=total)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+  group: Group
+  layout: Layout
+
+
+def _options(profile: SubmodelProfile, cluster: ClusterSpec, groups: Sequence[Group],
+             layouts: Sequence[Layout] | None) -> list[_Option]:
+  out, reasons = [], []
+  for group in groups:
+    n = group_devices(cluster, group)
+    formable = group_layouts(cluster, group)
+    degrees = {layout.tensor for layout in formable}
+    for layout in (formable if layouts is None else layouts):
+      if layout.tensor not in degrees:
+        continue
+      if layouts is None and layout.fsdp and not fsdp_axes(profile, layout):
+        continue  # the same as without FSDP
+      reason = infeasibility(profile, layout, n)
+      if reason:
+        reasons.append(f'{layout.name(n)}: {reason}')
+      else:
+        out.append(_Option(group, layout))
+  if not out:
+    why = '; '.join(reasons[:3]) or 'no layout given fits the groups\' meshes'
+    raise ConfigError(f'sub-model {profile.name!r} has no feasible layout ({why})')
+  return out
+
+
+def _memory_classes(cluster: ClusterSpec, groups: Sequence[Group],
+                    memory_cap: float | None) -> tuple[list[frozenset], np.ndarray]:
+  """One memory constraint per set of groups a worker belongs to, at that worker's cap (the
+  smallest among workers with the same set), dropping the constraints another implies (a
+  superset of groups with a cap no larger)."""
+  if memory_cap is not None and not memory_cap > 0:
+    raise ConfigError(f'memory_cap must be positive, got {memory_cap!r}')
+  caps: dict[frozenset, float] = {}
+  for w, spec in enumerate(cluster.workers):
+    member_of = frozenset(g for g in groups if w in g)
+    cap = spec.memory_bytes if memory_cap is None else float(memory_cap)
+    if member_of:
+      caps[member_of] = min(cap, caps.get(member_of, cap))
+  kept = [s for s in caps if not any(s < t and caps[t] <= caps[s] for t in caps)]
+  return kept, np.array([caps[s] for s in kept])
+
+
+def _check_profiles(profiles: Sequence[SubmodelProfile], batch: int) -> None:
+  if not profiles:
+    raise ConfigError('no sub-models to plan')
+  names = [p.name for p in profiles]
+  if len(set(names)) != len(names):
+    raise ConfigError(f'sub-model names repeat: {", ".join(names)}')
+  if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
+    raise ConfigError(f'the global batch must be a positive integer, got {batch!r}')
+
+
+def _check_groups(cluster: ClusterSpec, groups: Sequence[Sequence[int]]) -> tuple[Group, ...]:
+  out = []
+  count = len(cluster.workers)
+  for g in groups:
+    group = tuple(sorted(int(w) for w in g))
+    if not group or len(set(group)) != len(group) or not all(0 <= w < count for w in group):
+      raise ConfigError(f'group {tuple(g)!r} must list distinct workers among 0..{count - 1}')
+    out.append(group)
+  return tuple(out)
+
+
+def _check_finite(tables: Tables, profiles: Sequence[SubmodelProfile]) -> None:
+  for i, arrays in enumerate(zip(tables.node_time, tables.node_memory, strict=True)):
+    extra = (tables.edge_time[i - 1], tables.edge_memory[i - 1]) if i else ()
+    if not all(np.isfinite(a).all() for a in itertools.chain(arrays, extra)):
+      raise ConfigError(f'the cost model gave a non-finite cost for sub-model '
+                        f'{profiles[i].name!r}')
+
+
+def _no_fit_message(tables: Tables, caps: np.ndarray, profiles: Sequence[SubmodelProfile]) -> str:
+  """Names the constraint furthest out of reach, its smallest plan and its biggest sub-model."""
+  smallest = np.array([least_memory(tables, k) for k in range(len(caps))])
+  k = int(np.argmax(smallest / caps))
+  alone = [float(m[:, k].min()) for m in tables.node_memory]
+  worst = int(np.argmax(alone))
+  return (f'no plan fits {caps[k]:.3g} bytes per device: the smallest needs '
+          f'{smallest[k]:.3g} (sub-model {profiles[worst].name!r} alone needs '
+          f'{alone[worst]:.3g})')

@@ -1,0 +1,97 @@
+"""Sub-model profiles from XLA against counts derived by hand from the models' shapes."""
+
+import dataclasses
+
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import models
+from hetjax import ConfigError
+from hetjax import data as hdata
+from hetjax.planner._profile import profile_submodels
+from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.train import Task
+
+BATCH = 32
+
+
+@pytest.fixture(scope='module')
+def mlp():
+  task = models.make_task('mlp', hidden=64, width=32)
+  return task, profile_submodels(task, batch_size=BATCH)
+
+
+def test_mlp_names_params_and_axes(mlp):
+  task, profiles = mlp
+  features = task.data.arrays['x'].shape[1]  # 64 pixels
+  layers = [(features, 64), (64, 32), (32, 10)]
+  assert [p.name for p in profiles] == ['up', 'down', 'head']
+  assert [p.params for p in profiles] == [i * o + o for i, o in layers]
+  assert [p.param_bytes for p in profiles] == [4.0 * (i * o + o) for i, o in layers]
+  assert [p.output_bytes_per_example for p in profiles] == [4.0 * o for _, o in layers]
+  # up is ('embed', 'mlp'), down ('mlp', 'embed'), head ('embed', 'classes'); 'classes' is
+  # neither a tensor-parallel nor an FSDP axis.
+  assert [dict(p.split_sizes) for p in profiles] == [{'mlp': 64}, {'mlp': 64}, {}]
+  assert [dict(p.shard_sizes) for p in profiles] == [{'embed': features}, {'embed': 32},
+                                                     {'embed': 32}]
+
+
+def test_mlp_flops_are_three_matmuls_per_layer(mlp):
+  """Each dense layer does three matmuls of 2·in·out FLOPs per example: ``x·W`` forward, and
+  ``g·Wᵀ`` (input gradient) and ``xᵀ·g`` (weight gradient) backward, so 6·in·out. Besides them
+  there are only the bias add (out per example) and the bias gradient's sum over the batch
+  (fewer than out per example), hence the bounds. (This XLA counts exactly
+  6·in·out + out·(2B − 1)/B.)"""
+  task, profiles = mlp
+  features = task.data.arrays['x'].shape[1]
+  layers = [(features, 64), (64, 32), (32, 10)]
+  for profile, (i, o) in zip(profiles, layers, strict=True):
+    assert 6 * i * o <= profile.flops_per_example <= 6 * i * o + 2 * o, profile.name
+  total = sum(p.flops_per_example for p in profiles)
+  matmuls = 6 * sum(i * o for i, o in layers)
+  assert matmuls <= total <= 1.01 * matmuls
+  assert all(p.bytes_accessed_per_example > p.param_bytes / BATCH for p in profiles)
+
+
+def test_wide_deep_embedding_dominates_memory():
+  task = models.make_task('wide_deep', rows=2048, dim=16, hidden=64, hidden2=32)
+  profiles = {p.name: p for p in profile_submodels(task, batch_size=BATCH)}
+  assert list(profiles) == ['embedding', 'wide', 'tower']
+  embedding = profiles['embedding']
+  assert embedding.params == 2048 * 16
+  assert embedding.param_bytes == max(p.param_bytes for p in profiles.values())
+  assert embedding.split_sizes == {'table': 2048}
+  assert embedding.shard_sizes == {'table': 2048, 'embed': 16}
+  assert embedding.output_bytes_per_example == 4 * 16 * 4  # 4 fields × dim 16 × f32
+  assert profiles['wide'].split_sizes == {'table': 2048}
+  # the tower holds the model's matmuls: (4·16 + 8)·64 + 64·32 + 32·1 multiply-adds
+  tower_matmuls = 6 * ((4 * 16 + 8) * 64 + 64 * 32 + 32)
+  assert tower_matmuls <= profiles['tower'].flops_per_example <= 1.05 * tower_matmuls
+  assert profiles['tower'].flops_per_example > 10 * embedding.flops_per_example
+
+
+def test_transformer_blocks_cost_the_same():
+  task = models.make_task('transformer')
+  profiles = profile_submodels(task, batch_size=8)
+  assert [p.name for p in profiles] == ['embed', 'block_0', 'block_1', 'head']
+  _, block_0, block_1, head = profiles
+  assert dataclasses.replace(block_1, name='block_0') == block_0
+  assert block_0.flops_per_example > 0 and block_0.activation_bytes_per_example > 0
+  assert block_0.output_bytes_per_example == 64 * 128 * 4  # seq_len × d_model × f32
+  assert head.output_bytes_per_example == 64 * 256 * 4     # seq_len × vocab × f32
+  assert block_0.split_sizes == {'mlp': 512, 'heads': 8}
+  assert head.split_sizes == {'vocab': 256}
+  assert SubmodelProfile.from_json(block_0.to_json()) == block_0
+
+
+def test_model_without_submodels_is_refused():
+  source = hdata.ArraySource({'x': np.zeros((8, 2), np.float32), 'y': np.zeros(8, np.int32)})
+  task = Task('plain', lambda rngs: nnx.Linear(2, 2, rngs=rngs),
+              lambda m, b: optax.softmax_cross_entropy_with_integer_labels(m(b['x']), b['y']),
+              source)
+  with pytest.raises(ConfigError, match=r"^model 'plain' has no submodels\(\)[^\n]*$"):
+    profile_submodels(task)
+  with pytest.raises(ConfigError, match='batch_size'):
+    profile_submodels(task, batch_size=0)
