@@ -7,8 +7,8 @@ model-parallel, uniform hybrid). Per plan:
 
 * ``bytes/device``: collective bytes per device per step, counted exactly from the compiled
   step's HLO (`hetjax.planner.collective_bytes`);
-* ``measured ms``: median train-step time, plans interleaved (R rounds × N steps each, the
-  order rotating by round) so machine drift hits all alike;
+* ``measured ms``: median train-step time, plans interleaved (R rounds × N steps each after one
+  untimed step, the order rotating by round) so machine drift hits all alike;
 * ``predicted ms``: the cost model at the measured α and β; ``@1/10/100 Gbit/s``: the same
   model with β replaced, what the plan would cost on such a network (modelled, not measured);
 * the Spearman rank correlation of predicted and measured times, per model and over all.
@@ -104,6 +104,8 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   names = list(compiled)
   for r in range(rounds):
     for name in names[r % len(names):] + names[:r % len(names)]:
+      # One untimed step first: the step after switching plans runs on cold caches.
+      states[name], _ = _time_steps(compiled[name], states[name], batches[name], 1)
       states[name], t = _time_steps(compiled[name], states[name], batches[name], steps)
       times[name].append(t)
   rows = []
