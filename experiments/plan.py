@@ -25,11 +25,10 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import jax
-from absl import app, flags, logging
+from absl import flags
 
 import models
-from experiments import configs
+from experiments import _cli, configs
 from hetjax import ConfigError, planner
 from hetjax.sharding import submodel_names
 
@@ -98,31 +97,5 @@ def run() -> planner.Plan:
   return plan
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)  # JAX logs its backend search at INFO
-  try:
-    run()
-  except ConfigError as e:
-    _fail(str(e))
-
-
-def _fail(message: str) -> None:
-  print(f'plan.py: error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e))
-
-
 if __name__ == '__main__':
-  jax.config.config_with_absl()
-  if '--jax_num_cpu_devices' not in ' '.join(sys.argv):
-    jax.config.update('jax_num_cpu_devices', 8)
-  app.run(main, flags_parser=_parse_flags)
+  _cli.run_main('plan.py', run, cpu_devices=8)

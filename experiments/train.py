@@ -26,10 +26,10 @@ if __package__ in (None, ''):  # run as a script: make the checkout's packages i
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
-from absl import app, flags, logging
+from absl import flags
 
 import models
-from experiments import configs
+from experiments import _cli, configs
 from hetjax import ConfigError, balance, checkpoint, planner, runtime, sharding, train
 
 _CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
@@ -230,29 +230,5 @@ def run() -> dict | None:
   return summary
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-  try:
-    run()
-  except ConfigError as e:
-    _fail(str(e))
-
-
-def _fail(message: str) -> None:
-  print(f'train.py: error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(str(e))
-
-
 if __name__ == '__main__':
-  jax.config.config_with_absl()
-  app.run(main, flags_parser=_parse_flags)
+  _cli.run_main('train.py', run)
