@@ -243,3 +243,21 @@ def test_evaluate_checks_the_plan_against_cluster_and_profiles():
     evaluate(_plan('x', 1, ['a']), [SubmodelProfile('b', 1, 4.0, 1.0)], cluster, 8)
   costed = evaluate(_plan('x', 2, ['a']), [p], ClusterSpec.uniform(2, 4, 1e12, 16e9), 8)
   assert costed.workers == 2 and costed.predicted_step_s > 0
+
+
+def test_memory_traffic_roofline_when_bandwidth_is_known():
+  # 8 devices, 1 GB/s each; compute is negligible, so memory traffic sets the time.
+  fast = WorkerSpec(8, 1e15, 16e9, memory_bytes_per_s=1e9)
+  cluster = ClusterSpec((fast,), alpha_s=0.0, beta_bytes_per_s=1e15)
+  p = SubmodelProfile('block', 1000, 4e6, 1.0, bytes_accessed_per_example=1e5,
+                      bytes_accessed_per_step=8e6, split_sizes={'mlp': 64})
+  cost = AnalyticCost(optimizer_slots=2)
+  for tensor in (1, 8):
+    d = 8 // tensor
+    expected = (1e5 * 256 / d + 8e6 / tensor + 4e6 / tensor * 7) / 1e9
+    assert cost.node(p, Layout(tensor), 256, cluster, (0,)).time_s == pytest.approx(expected)
+  # Tensor parallelism replicates per-example traffic over t (rows split only d = n/t ways).
+  rows_only = SubmodelProfile('block', 0, 0.0, 1.0, bytes_accessed_per_example=1e5)
+  assert cost.traffic(rows_only, 256, 1, 8, False) == 8 * cost.traffic(rows_only, 256, 8, 1, False)
+  without = ClusterSpec((WorkerSpec(8, 1e15, 16e9),), alpha_s=0.0, beta_bytes_per_s=1e15)
+  assert cost.node(p, Layout(1), 256, without, (0,)).time_s < 1e-6  # compute only

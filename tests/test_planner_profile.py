@@ -95,3 +95,12 @@ def test_model_without_submodels_is_refused():
     profile_submodels(task)
   with pytest.raises(ConfigError, match='batch_size'):
     profile_submodels(task, batch_size=0)
+
+
+def test_a_dense_embedding_gradient_is_per_step_traffic():
+  """Two batch sizes separate traffic: the table's dense gradient does not grow with rows."""
+  profiles = {p.name: p for p in profile_submodels(
+      models.make_task('wide_deep', rows=2048, dim=16, hidden=64, hidden2=32))}
+  table = profiles['embedding']
+  assert table.bytes_accessed_per_step >= table.param_bytes
+  assert table.bytes_accessed_per_example * 32 < table.bytes_accessed_per_step

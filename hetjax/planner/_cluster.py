@@ -8,8 +8,9 @@ second), with an optional faster pair for links inside one worker::
    "alpha_s": 2e-5, "beta_gbit_s": 10,
    "intra_alpha_s": 1e-6, "intra_beta_gbit_s": 800}
 
-``speed`` is FLOP/s and ``memory`` bytes, both per device. β may be given as ``beta_gbit_s``
-(gigabits per second, as links are sold) or ``beta_bytes_per_s``.
+``speed`` is FLOP/s and ``memory`` bytes, both per device; an optional ``bandwidth`` (memory
+bytes/s per device) makes the cost model charge memory traffic too. β may be given as
+``beta_gbit_s`` (gigabits per second, as links are sold) or ``beta_bytes_per_s``.
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ class WorkerSpec:
     devices: local devices.
     flops_per_s: sustained FLOP/s of one device.
     memory_bytes: memory of one device.
+    memory_bytes_per_s: sustained memory bandwidth of one device; None leaves memory traffic
+      out of the cost model (compute-bound devices).
   """
 
   devices: int
   flops_per_s: float
   memory_bytes: float
+  memory_bytes_per_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +137,10 @@ class ClusterSpec:
         raise ConfigError(f'worker {i}: expected {{"devices", "speed", "memory"}}, got {entry!r}')
       devices = entry.get('devices', 1)
       _check_devices(devices, i)
+      bandwidth = (_number(entry, 'bandwidth', f'worker {i}') if 'bandwidth' in entry
+                   else None)
       workers.append(WorkerSpec(int(devices), _number(entry, 'speed', f'worker {i}'),
-                                _number(entry, 'memory', f'worker {i}')))
+                                _number(entry, 'memory', f'worker {i}'), bandwidth))
     links = {'alpha_s': _link(data, 'alpha_s', 1e-5),
              'beta_bytes_per_s': _beta(data, 'beta', 1.25e9),
              'intra_alpha_s': _link(data, 'intra_alpha_s', None),
@@ -151,7 +157,8 @@ class ClusterSpec:
     return cls.from_json(data)
 
   def to_json(self) -> dict:
-    out = {'workers': [{'devices': w.devices, 'speed': w.flops_per_s, 'memory': w.memory_bytes}
+    out = {'workers': [{'devices': w.devices, 'speed': w.flops_per_s, 'memory': w.memory_bytes,
+                        **({'bandwidth': w.memory_bytes_per_s} if w.memory_bytes_per_s else {})}
                        for w in self.workers],
            'alpha_s': self.alpha_s, 'beta_bytes_per_s': self.beta_bytes_per_s}
     if self.intra_alpha_s is not None:

@@ -124,7 +124,9 @@ class AnalyticCost:
 
   Node (a sub-model under a layout):
 
-  * compute = flops_per_example · B / (n · s): devices run in lockstep, the slowest sets the pace.
+  * compute = flops_per_example · B / (n · s): devices run in lockstep, the slowest sets the pace;
+    when every device's memory bandwidth is known, max(compute, `traffic` / bandwidth), the
+    roofline (on the 2-core development machine the models are memory-bound).
   * data-parallel gradient sync of the P/t bytes each device holds (none when d = 1):
     all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
     FSDP: all-gather (forward) + all-gather (backward) + reduce-scatter: 3(d−1)·α +
@@ -181,6 +183,9 @@ class AnalyticCost:
     comm = 0.0
     held = profile.param_bytes / split
     sharded = bool(fsdp_axes(profile, layout))
+    bandwidths = [cluster.workers[w].memory_bytes_per_s for w in group]
+    if all(bandwidths):
+      time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
     if d > 1:
       alpha, beta = cluster.link(len(group) == 1)
       rounds = 3 if sharded else 2  # all-gather ×2 + reduce-scatter, or one all-reduce
@@ -195,6 +200,25 @@ class AnalyticCost:
     state = (held / d if sharded else held) * (1 + self.optimizer_slots)
     memory = state + profile.activation_bytes_per_example * batch / d
     return Cost(time, comm, memory)
+
+  def traffic(self, profile: SubmodelProfile, batch: int, d: int, split: int,
+              sharded: bool) -> float:
+    """Bytes one device reads and writes per step (roofline: time = max(compute, traffic/bw)).
+
+    Per-example traffic follows the device's rows, B/d: under tensor parallelism each device
+    reads the whole activations of its rows for every split matmul and repeats the unsplit
+    elementwise work (an upper bound: split matmuls' own reads shrink with t). Per-step traffic
+    (parameters read, gradients written) and the optimizer update (read the gradient, read and
+    write parameters and each slot) follow the parameters the device holds; FSDP adds the
+    gathered parameters written twice and the full gradient read once.
+    """
+    shards = split * (d if sharded else 1)
+    per_step = profile.bytes_accessed_per_step / shards
+    update = profile.param_bytes / shards * (3 + 2 * self.optimizer_slots)
+    # FSDP writes the gathered parameters twice (forward, backward) and reads the full
+    # gradient once to reduce-scatter it, on every device.
+    gathered = 3 * profile.param_bytes / split if sharded and d > 1 else 0.0
+    return profile.bytes_accessed_per_example * batch / d + per_step + update + gathered
 
   def edge(self, prev_profile: SubmodelProfile, prev_layout: Layout, layout: Layout, batch: int,
            cluster: ClusterSpec, prev_group: Group, group: Group) -> Cost:

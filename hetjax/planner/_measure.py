@@ -21,6 +21,7 @@ def measure_cluster(devices=None, repeats: int = 5) -> ClusterSpec:
 
   Speed: every device multiplies 256×256 matrices at once (so devices that share cores, like
   virtual CPU devices, are measured sharing them); FLOPs over the median time, per device.
+  Bandwidth: every device updating 16 MiB at once, bytes read and written per second.
   Memory: the accelerator's ``bytes_limit``, or on CPU the host's physical memory split over
   its local devices. α and β: an all-reduce over all devices fitted as in
   `hetjax.runtime.fit_allreduce` (one float, then 1 MiB).
@@ -28,11 +29,13 @@ def measure_cluster(devices=None, repeats: int = 5) -> ClusterSpec:
   devices = list(devices if devices is not None else jax.devices())
   mesh = Mesh(np.array(devices), ('all',))
   speed = _flops_per_device(mesh, repeats)
+  bandwidth = _bandwidth_per_device(mesh, repeats)
   fit = fit_allreduce(mesh, 'all', 1 << 18, repeats) if len(devices) > 1 else None
   by_worker: dict[int, list] = {}
   for d in devices:
     by_worker.setdefault(d.process_index, []).append(d)
-  workers = tuple(WorkerSpec(len(ds), speed, device_memory(ds)) for ds in by_worker.values())
+  workers = tuple(WorkerSpec(len(ds), speed, device_memory(ds), bandwidth)
+                  for ds in by_worker.values())
   alpha = fit.alpha_s if fit else 1e-6
   beta = fit.beta_bytes_per_s if fit else 1e12
   return ClusterSpec(workers, alpha_s=alpha, beta_bytes_per_s=beta)
@@ -50,6 +53,21 @@ def _flops_per_device(mesh: Mesh, repeats: int) -> float:
     jax.block_until_ready(matmul(a))
     times.append(time.perf_counter() - start)
   return 2 * n ** 3 / float(np.median(times))
+
+
+def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
+  """Bytes/s one device streams (read + write) while every device updates 16 MiB at once."""
+  floats, count = 1 << 22, mesh.devices.size
+  sharding = NamedSharding(mesh, PartitionSpec('all'))
+  a = jax.device_put(jnp.ones((count, floats), jnp.float32), sharding)
+  update = jax.jit(lambda x: x * 0.999 + 1.0, out_shardings=sharding)
+  jax.block_until_ready(update(a))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(update(a))
+    times.append(time.perf_counter() - start)
+  return 2 * 4 * floats / float(np.median(times))
 
 
 def device_memory(devices) -> float:

@@ -73,6 +73,9 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
     raise ConfigError(f'model {task.name!r} has no submodels(), so it cannot be profiled per '
                       'sub-model')
   calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
+  # Bytes accessed at two batch sizes separate what grows with the rows from what does not
+  # (a dense embedding gradient touches the whole table whatever the batch).
+  doubled = _record_calls(task, model, task.data.global_batch(seed, 0, 2 * batch_size))
   compile_cache: dict[Any, tuple[float, float, float]] = {}
   profiles = []
   for name, module in model.submodels().items():
@@ -80,15 +83,19 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
       raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
     args, kwargs, out = calls[name]
     flops, accessed, temp = _analyse(module, args, kwargs, out, compile_cache)
+    accessed_2x = _analyse(module, *doubled[name], compile_cache)[1]
+    per_example = max(accessed_2x - accessed, 0.0) / batch_size
     params = nnx.state(module, nnx.Param)
     leaves = jax.tree.leaves(params)
     split, shard = _axis_sizes(params)
+    param_bytes = float(sum(_nbytes(p) for p in leaves))
     profiles.append(SubmodelProfile(
         name=name,
         params=sum(math.prod(p.shape) for p in leaves),
-        param_bytes=float(sum(_nbytes(p) for p in leaves)),
+        param_bytes=param_bytes,
         flops_per_example=flops / batch_size,
-        bytes_accessed_per_example=accessed / batch_size,
+        bytes_accessed_per_example=per_example,
+        bytes_accessed_per_step=max(accessed - per_example * batch_size, 0.0),
         output_bytes_per_example=sum(_nbytes(o) for o in jax.tree.leaves(out)) / batch_size,
         activation_bytes_per_example=temp / batch_size,
         split_sizes=split,

@@ -16,7 +16,10 @@ class SubmodelProfile:
     params: parameter count.
     param_bytes: bytes of its parameters.
     flops_per_example: forward + backward FLOPs per example (`cost_analysis()['flops']`).
-    bytes_accessed_per_example: memory traffic per example (`cost_analysis()['bytes accessed']`).
+    bytes_accessed_per_example: memory traffic per example (`cost_analysis()['bytes accessed']`
+      at two batch sizes: the slope).
+    bytes_accessed_per_step: traffic that does not grow with the batch (the intercept):
+      parameters read, gradients written — a dense embedding gradient's whole table.
     output_bytes_per_example: bytes of its output activation per example: what crosses to the
       next sub-model (and back, as a gradient), i.e. what resharding between them moves.
     activation_bytes_per_example: activations kept for the backward pass per example
@@ -32,6 +35,7 @@ class SubmodelProfile:
   param_bytes: float
   flops_per_example: float
   bytes_accessed_per_example: float = 0.0
+  bytes_accessed_per_step: float = 0.0
   output_bytes_per_example: float = 0.0
   activation_bytes_per_example: float = 0.0
   split_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
