@@ -261,3 +261,13 @@ def test_memory_traffic_roofline_when_bandwidth_is_known():
   assert cost.traffic(rows_only, 256, 1, 8, False) == 8 * cost.traffic(rows_only, 256, 8, 1, False)
   without = ClusterSpec((WorkerSpec(8, 1e15, 16e9),), alpha_s=0.0, beta_bytes_per_s=1e15)
   assert cost.node(p, Layout(1), 256, without, (0,)).time_s < 1e-6  # compute only
+
+
+def test_cluster_bandwidth_is_optional_and_round_trips():
+  data = {'workers': [{'devices': 2, 'speed': 1e12, 'memory': 8e9, 'bandwidth': 5e10},
+                      {'devices': 2, 'speed': 1e12, 'memory': 8e9}], 'beta_gbit_s': 10}
+  cluster = ClusterSpec.from_json(data)
+  assert [w.memory_bytes_per_s for w in cluster.workers] == [5e10, None]
+  assert ClusterSpec.from_json(cluster.to_json()) == cluster
+  with pytest.raises(ConfigError, match='worker 0: "bandwidth" must be a positive finite'):
+    ClusterSpec.from_json({'workers': [{'devices': 1, 'speed': 1, 'memory': 1, 'bandwidth': 0}]})
