@@ -271,3 +271,14 @@ def test_cluster_bandwidth_is_optional_and_round_trips():
   assert ClusterSpec.from_json(cluster.to_json()) == cluster
   with pytest.raises(ConfigError, match='worker 0: "bandwidth" must be a positive finite'):
     ClusterSpec.from_json({'workers': [{'devices': 1, 'speed': 1, 'memory': 1, 'bandwidth': 0}]})
+
+
+def test_measure_cluster_measures_this_jobs_devices():
+  from hetjax.planner import measure_cluster
+  from tests.conftest import require_devices
+
+  cluster = measure_cluster(require_devices(8), repeats=2)
+  assert cluster.devices == 8 and len(cluster.workers) == 1
+  worker = cluster.workers[0]
+  assert worker.flops_per_s > 1e8 and worker.memory_bytes > 0 and worker.memory_bytes_per_s > 1e7
+  assert cluster.alpha_s > 0 and cluster.beta_bytes_per_s > 0

@@ -46,13 +46,7 @@ def _flops_per_device(mesh: Mesh, repeats: int) -> float:
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, n, n), jnp.float32), sharding)
   matmul = jax.jit(lambda x: jnp.einsum('bij,bjk->bik', x, x), out_shardings=sharding)
-  jax.block_until_ready(matmul(a))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(matmul(a))
-    times.append(time.perf_counter() - start)
-  return 2 * n ** 3 / float(np.median(times))
+  return 2 * n ** 3 / _median_seconds(matmul, a, repeats)
 
 
 def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
@@ -61,13 +55,18 @@ def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, floats), jnp.float32), sharding)
   update = jax.jit(lambda x: x * 0.999 + 1.0, out_shardings=sharding)
-  jax.block_until_ready(update(a))
+  return 2 * 4 * floats / _median_seconds(update, a, repeats)
+
+
+def _median_seconds(fn, arg, repeats: int) -> float:
+  """Median wall seconds of ``fn(arg)`` after one untimed (compiling) call."""
+  jax.block_until_ready(fn(arg))
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(update(a))
+    jax.block_until_ready(fn(arg))
     times.append(time.perf_counter() - start)
-  return 2 * 4 * floats / float(np.median(times))
+  return float(np.median(times))
 
 
 def device_memory(devices) -> float:
