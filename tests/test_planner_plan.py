@@ -130,3 +130,19 @@ def test_compile_plan_checks_memory_before_training():
   with pytest.raises(ConfigError, match=r"plan 'hybrid' does not fit: its compiled step needs"):
     compile_plan(plan, task, OPTIMIZER, batch, memory_cap=compiled.memory_bytes - 1,
                  devices=require_devices(8))
+
+
+def test_subset_groups_round_trip_but_the_spmd_trainer_refuses_them():
+  from hetjax.planner import compile_plan
+
+  data = {'name': 'g', 'devices': 8, 'workers': 2,
+          'submodels': {'*': {'tensor': 1}, 'tower': {'tensor': 2, 'group': [1]}}}
+  plan = Plan.from_json(data, ['embedding', 'wide', 'tower'])
+  assert plan.group_devices(plan.submodels[2]) == 4
+  assert Plan.from_json(plan.to_json(), ['embedding', 'wide', 'tower']) == plan
+  with pytest.raises(ConfigError, match=r'not distinct workers among 2'):
+    Plan.from_json({**data, 'submodels': {'*': {'tensor': 1, 'group': [2]}}},
+                   ['embedding', 'wide', 'tower'])
+  kwargs, batch = MODELS['wide_deep']
+  with pytest.raises(ConfigError, match=r"sub-model 'tower' runs on workers \[1\] only"):
+    compile_plan(plan, models.make_task('wide_deep', **kwargs), OPTIMIZER, batch)

@@ -36,8 +36,14 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
 
   Raises:
     ConfigError: the plan does not apply to the model (a dimension its degree does not
-      divide, the wrong device count) or needs more than ``memory_cap`` bytes per device.
+      divide, the wrong device count, a sub-model on a subset of the workers) or needs more
+      than ``memory_cap`` bytes per device.
   """
+  for s in plan.submodels:
+    if plan.group_devices(s) != plan.devices:
+      raise ConfigError(f'plan {plan.name!r}: sub-model {s.name!r} runs on workers '
+                        f'{list(s.group)} only; the SPMD trainer runs every sub-model on all '
+                        'devices (a subset group needs a pipeline executor)')
   trainer = Trainer(task, optimizer, plan.mesh(devices), plan.rules(), global_batch, seed)
   compiled = trainer.compile_step()
   memory = compiled.memory_analysis()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -77,6 +76,12 @@ class Plan:
     raise ConfigError(f'plan {self.name!r} has no sub-model {submodel!r}; it has '
                       f'{", ".join(s.name for s in self.submodels)}')
 
+  def group_devices(self, submodel: SubmodelPlan) -> int:
+    """Devices of the workers running ``submodel`` (all, for an empty or full group)."""
+    if not submodel.group or len(submodel.group) == self.workers:
+      return self.devices
+    return self.devices // self.workers * len(submodel.group)
+
   def mesh(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The plan's mesh over ``devices`` (default: all devices, in process order)."""
     devices = list(devices if devices is not None else jax.devices())
@@ -99,7 +104,7 @@ class Plan:
   def to_json(self) -> dict:
     return {'name': self.name, 'devices': self.devices, 'workers': self.workers,
             'predicted_step_s': self.predicted_step_s,
-            'submodels': {s.name: {'data': self.devices // s.layout.tensor,
+            'submodels': {s.name: {'data': self.group_devices(s) // s.layout.tensor,
                                    'tensor': s.layout.tensor, 'fsdp': s.layout.fsdp,
                                    'group': list(s.group), 'predicted_s': s.predicted_s,
                                    'comm_bytes': s.comm_bytes, 'memory_bytes': s.memory_bytes}
@@ -133,7 +138,7 @@ class Plan:
       entry = entries.get(sub, default)
       if entry is None:
         raise ConfigError(f'plan {name!r}: sub-model {sub!r} has no layout (and no "*")')
-      parts.append(_submodel(name, sub, entry, devices, factors))
+      parts.append(_submodel(name, sub, entry, devices, workers, factors))
     step = data.get('predicted_step_s')
     return cls(name, devices, tuple(parts), workers, None if step is None else float(step))
 
@@ -150,24 +155,29 @@ class Plan:
     pathlib.Path(path).write_text(json.dumps(self.to_json(), indent=2) + '\n')
 
 
-def _submodel(plan: str, sub: str, entry: Mapping, devices: int,
+def _submodel(plan: str, sub: str, entry: Mapping, devices: int, workers: int,
               factors: tuple[int, ...]) -> SubmodelPlan:
   try:
+    group = tuple(int(w) for w in entry.get('group', ()))
     tensor = int(entry.get('tensor', 1))
-    data = int(entry.get('data', devices // max(tensor, 1)))
   except (TypeError, ValueError, AttributeError):
-    raise ConfigError(f'plan {plan!r}: sub-model {sub!r}: "data" and "tensor" must be '
+    raise ConfigError(f'plan {plan!r}: sub-model {sub!r}: "tensor" and "group" must be '
                       f'integers, got {entry!r}') from None
-  if data < 1 or tensor < 1 or data * tensor != devices:
+  if any(not 0 <= w < workers for w in group) or len(set(group)) != len(group):
+    raise ConfigError(f'plan {plan!r}: sub-model {sub!r} has group {list(group)}, not distinct '
+                      f'workers among {workers}')
+  on = devices if not group or len(group) == workers else devices // workers * len(group)
+  try:
+    data = int(entry.get('data', on // max(tensor, 1)))
+  except (TypeError, ValueError):
+    raise ConfigError(f'plan {plan!r}: sub-model {sub!r}: "data" must be an integer, '
+                      f'got {entry!r}') from None
+  if data < 1 or tensor < 1 or data * tensor != on:
     raise ConfigError(f'plan {plan!r}: sub-model {sub!r} has data {data} × tensor {tensor} = '
-                      f'{data * tensor}, not the {devices} devices')
+                      f'{data * tensor}, not the {on} devices' + (
+                          f' of its group {list(group)}' if on != devices else ''))
   layout = Layout(tensor, bool(entry.get('fsdp', False)))
-  layout.split_axes(factors)  # a degree the mesh cannot form fails here, with the reason
-  group = tuple(int(w) for w in entry.get('group', ()))
+  if on == devices:
+    layout.split_axes(factors)  # a degree the mesh cannot form fails here, with the reason
   return SubmodelPlan(sub, layout, group, float(entry.get('predicted_s', 0.0)),
                       float(entry.get('comm_bytes', 0.0)), float(entry.get('memory_bytes', 0.0)))
-
-
-def degrees_product(plan: Plan) -> list[int]:
-  """data × tensor of every sub-model (all equal to ``plan.devices`` in a valid plan)."""
-  return [math.prod((plan.devices // s.layout.tensor, s.layout.tensor)) for s in plan.submodels]
