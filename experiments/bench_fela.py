@@ -53,8 +53,8 @@ MODELS = {
 BETAS_GBIT = (1, 10, 100)
 
 _QUICK = flags.DEFINE_bool('quick', False, 'fewer rounds and token steps: under 3 minutes')
-_ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 3)')
-_STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 3)')
+_ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 2)')
+_STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 2)')
 _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(MODELS)}')
 _TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
 _JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
@@ -161,8 +161,8 @@ def _goals(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-  rounds = _ROUNDS.value or (3 if _QUICK.value else 5)
-  steps = _STEPS.value or (3 if _QUICK.value else 5)
+  rounds = _ROUNDS.value or (2 if _QUICK.value else 5)
+  steps = _STEPS.value or (2 if _QUICK.value else 5)
   bad = [m for m in _MODELS.value if m not in MODELS]
   if len(argv) > 1 or bad or rounds < 1 or steps < 1:
     print(f'bench_fela: error: bad arguments {argv[1:] + bad} (models: {list(MODELS)}; rounds and '
