@@ -15,8 +15,9 @@ scratch. Identical sub-models (the transformer's blocks) are compiled once.
 Two consequences of measuring a sub-model alone: its inputs are arguments of the program, not
 temporaries, so a single dense layer (which keeps only its input) shows no activation bytes;
 what a real step keeps for it also includes its input, the previous sub-model's output. And
-bytes accessed includes reading the parameters and writing their gradients, a cost per step, not
-per example, that dividing by the batch spreads over its rows.
+bytes accessed includes traffic per step (parameters read, gradients written — a dense
+embedding gradient touches the whole table), so each sub-model is compiled at ``batch_size``
+and twice that: the slope is the per-example traffic, the rest the per-step traffic.
 
 These analyses are made on the optimised HLO, before machine code, so the programs are compiled
 with ``xla_backend_optimization_level=0``: the numbers are the same and compiling is about twice
