@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax.planner._cluster import ClusterSpec, WorkerSpec
-from hetjax.runtime import fit_allreduce
+from hetjax.runtime._calibrate import fit_allreduce, median_seconds
 
 _MATMUL = 256  # n of the n×n×n matmuls timed per device
 
@@ -46,7 +45,7 @@ def _flops_per_device(mesh: Mesh, repeats: int) -> float:
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, n, n), jnp.float32), sharding)
   matmul = jax.jit(lambda x: jnp.einsum('bij,bjk->bik', x, x), out_shardings=sharding)
-  return 2 * n ** 3 / _median_seconds(matmul, a, repeats)
+  return 2 * n ** 3 / median_seconds(matmul, a, repeats)
 
 
 def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
@@ -55,18 +54,7 @@ def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, floats), jnp.float32), sharding)
   update = jax.jit(lambda x: x * 0.999 + 1.0, out_shardings=sharding)
-  return 2 * 4 * floats / _median_seconds(update, a, repeats)
-
-
-def _median_seconds(fn, arg, repeats: int) -> float:
-  """Median wall seconds of ``fn(arg)`` after one untimed (compiling) call."""
-  jax.block_until_ready(fn(arg))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(arg))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
+  return 2 * 4 * floats / median_seconds(update, a, repeats)
 
 
 def device_memory(devices) -> float:

@@ -39,11 +39,16 @@ def time_allreduce(mesh: Mesh, axis: str, floats: int, repeats: int = 10) -> flo
   x = _stacked_ones(mesh, axis, floats)
   reduce = jax.jit(jax.shard_map(lambda v: lax.psum(v, axis), mesh=mesh,
                                  in_specs=PartitionSpec(axis), out_specs=PartitionSpec()))
-  jax.block_until_ready(reduce(x))
+  return median_seconds(reduce, x, repeats)
+
+
+def median_seconds(fn, arg, repeats: int = 10) -> float:
+  """Median wall seconds of ``fn(arg)`` (waited for) after one untimed, compiling call."""
+  jax.block_until_ready(fn(arg))
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    jax.block_until_ready(reduce(x))
+    jax.block_until_ready(fn(arg))
     times.append(time.perf_counter() - start)
   return float(np.median(times))
 
