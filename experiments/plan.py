@@ -40,6 +40,9 @@ _CLUSTER = flags.DEFINE_string('cluster', None, 'cluster JSON file (default: mea
 _PLAN = flags.DEFINE_string('plan', None, 'cost this hand-written plan instead of searching')
 _BATCH = flags.DEFINE_integer('batch', None, 'global batch (default: the config\'s)')
 _MEMORY_CAP = flags.DEFINE_float('memory_cap', None, 'bytes per device (default: the cluster\'s)')
+_TIE = flags.DEFINE_float('tie_tolerance', planner.TIE_TOLERANCE,
+                          'plans predicted within this fraction of the fastest are ties: the one '
+                          'moving the fewest bytes wins (0: the fastest plan)')
 _JSON = flags.DEFINE_string('json', None, 'write the plan here')
 
 
@@ -79,7 +82,8 @@ def run() -> planner.Plan:
   if _PLAN.value:
     plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch)
   else:
-    plan = planner.search(profiles, cluster, batch, memory_cap=cap)
+    plan = planner.search(profiles, cluster, batch, memory_cap=cap,
+                          tie_tolerance=_TIE.value)
   print(f'{config.model} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')

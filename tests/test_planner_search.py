@@ -25,7 +25,7 @@ LAYOUTS = tuple(Layout(t) for t in (1, 2, 4, 8, 16, 32))  # all formable on 32 d
 class TableCost:
   """A `CostModel` that looks costs up: option o = group index × len(layouts) + layout index."""
 
-  def __init__(self, rng, submodels, layouts, groups=((0,),), edge_memory=True):
+  def __init__(self, rng, submodels, layouts, groups=((0,),), edge_memory=True, comm=False):
     self.layouts, self.groups = list(layouts), [tuple(g) for g in groups]
     options = len(self.layouts) * len(self.groups)
     self.node_time = rng.uniform(0.1, 1.0, (submodels, options))
@@ -33,18 +33,23 @@ class TableCost:
     self.edge_time = rng.uniform(0.0, 0.5, (submodels, options, options))
     self.edge_memory = (rng.uniform(0.0, 1.0, (submodels, options, options)) if edge_memory
                         else np.zeros((submodels, options, options)))
+    # Bytes drawn last, so the other tables are the same with and without them.
+    self.node_bytes = (rng.uniform(0.0, 10.0, (submodels, options)) if comm
+                       else np.zeros((submodels, options)))
+    self.edge_bytes = (rng.uniform(0.0, 2.0, (submodels, options, options)) if comm
+                       else np.zeros((submodels, options, options)))
 
   def option(self, layout, group):
     return self.groups.index(tuple(group)) * len(self.layouts) + self.layouts.index(layout)
 
   def node(self, profile, layout, batch, cluster, group):
     i, o = int(profile.name[1:]), self.option(layout, group)
-    return Cost(self.node_time[i, o], 0.0, self.node_memory[i, o])
+    return Cost(self.node_time[i, o], self.node_bytes[i, o], self.node_memory[i, o])
 
   def edge(self, prev_profile, prev_layout, layout, batch, cluster, prev_group, group):
     i = int(prev_profile.name[1:]) + 1
     a, b = self.option(prev_layout, prev_group), self.option(layout, group)
-    return Cost(self.edge_time[i, a, b], 0.0, self.edge_memory[i, a, b])
+    return Cost(self.edge_time[i, a, b], self.edge_bytes[i, a, b], self.edge_memory[i, a, b])
 
   def total(self, choice, holds=None):
     """(time, memory) of options ``choice``, added in chain order as the search adds them:
@@ -57,6 +62,12 @@ class TableCost:
       if holds is None or holds(i):
         m = (m + self.edge_memory[i, a, b]) + self.node_memory[i, b]
     return t, m
+
+
+  def bytes_(self, choice):
+    return self.node_bytes[0, choice[0]] + sum(
+        self.edge_bytes[i, choice[i - 1], choice[i]] + self.node_bytes[i, choice[i]]
+        for i in range(1, len(choice)))
 
 
 def _profiles(n):
@@ -100,6 +111,48 @@ def test_search_matches_brute_force(seed, capped):
     again = evaluate(plan, _profiles(n), cluster, 8, cost)
     assert again.predicted_step_s == plan.predicted_step_s
     assert [s.predicted_s for s in again.submodels] == [s.predicted_s for s in plan.submodels]
+
+
+@pytest.mark.parametrize('seed', range(8))
+@pytest.mark.parametrize('tolerance', [0.0, 0.05, 0.3])
+def test_tie_rule_saves_bytes_within_the_tolerance(seed, tolerance):
+  """With ``tie_tolerance``, the plan fits, takes at most (1 + tolerance) × the least time, moves
+  no more bytes than the fastest plan, and no single sub-model's change saves bytes within those
+  limits (a local optimum); at 0 it is the fastest plan."""
+  rng = np.random.default_rng(200 + seed)
+  n, width = int(rng.integers(3, 5)), int(rng.integers(3, 6))
+  cost = TableCost(rng, n, LAYOUTS[:width], comm=True)
+  cluster = ClusterSpec.uniform(1, 32, 1e12, 1e30)
+  cap = float(rng.uniform(n * 6.0, n * 8.0))  # most plans fit, some do not
+  plans = [c for c in itertools.product(range(width), repeat=n) if cost.total(c)[1] <= cap]
+  fastest = min(cost.total(c)[0] for c in plans)
+  plan = search(_profiles(n), cluster, 8, cost, memory_cap=cap, layouts=LAYOUTS[:width],
+                tie_tolerance=0.0)
+  first = [cost.option(s.layout, s.group) for s in plan.submodels]
+  plan = search(_profiles(n), cluster, 8, cost, memory_cap=cap, layouts=LAYOUTS[:width],
+                tie_tolerance=tolerance)
+  choice = [cost.option(s.layout, s.group) for s in plan.submodels]
+  limit = fastest * (1 + tolerance) * (1 + 1e-12)
+  assert plan.predicted_step_s == cost.total(choice)[0] <= limit
+  assert cost.total(choice)[1] <= cap
+  assert cost.bytes_(choice) <= cost.bytes_(first)
+  assert sum(s.comm_bytes for s in plan.submodels) == pytest.approx(cost.bytes_(choice))
+  if tolerance == 0:
+    assert plan.predicted_step_s == fastest
+    return
+  for i in range(n):
+    for o in range(width):
+      other = [*choice[:i], o, *choice[i + 1:]]
+      if cost.total(other)[0] <= limit and cost.total(other)[1] <= cap:
+        assert cost.bytes_(other) >= cost.bytes_(choice) * (1 - 1e-9)
+
+
+def test_tie_tolerance_must_be_finite_and_non_negative():
+  cluster = ClusterSpec.uniform(1, 32, 1e12, 1e30)
+  cost = TableCost(np.random.default_rng(0), 2, LAYOUTS[:2])
+  for bad in (-0.1, float('nan'), float('inf')):
+    with pytest.raises(ConfigError, match='tie_tolerance'):
+      search(_profiles(2), cluster, 8, cost, layouts=LAYOUTS[:2], tie_tolerance=bad)
 
 
 @pytest.mark.parametrize('seed', range(6))

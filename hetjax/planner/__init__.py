@@ -19,10 +19,12 @@ from hetjax.planner._plan import Plan as Plan
 from hetjax.planner._plan import SubmodelPlan as SubmodelPlan
 from hetjax.planner._profile import profile_submodels as profile_submodels
 from hetjax.planner._profile_types import SubmodelProfile as SubmodelProfile
+from hetjax.planner._search import TIE_TOLERANCE as TIE_TOLERANCE
 from hetjax.planner._search import evaluate as evaluate
 from hetjax.planner._search import search as search
 
 __all__ = [
+    'TIE_TOLERANCE',
     'AnalyticCost',
     'ClusterSpec',
     'CollectiveBytes',
