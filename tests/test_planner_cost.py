@@ -1,6 +1,7 @@
 """The cluster description and the analytic cost model: formulas, feasibility, and the plans they
 lead the search to on small made-up models (no devices)."""
 
+import dataclasses
 import json
 import math
 
@@ -100,6 +101,10 @@ def test_node_formulas_on_one_worker():
   assert hybrid.memory_bytes == pytest.approx(8e6 / 4 * 3 + 4096 * 256 / 2)
   tp = COST.node(p, Layout(8), 256, cluster, (0,))
   assert tp.comm_bytes == pytest.approx(2 * 2 * 7 / 8 * 1024 * 256)
+  # A transformer block: two row-parallel matmuls, two all-reduces per pass.
+  block = dataclasses.replace(p, tensor_reductions=2)
+  assert COST.node(block, Layout(8), 256, cluster, (0,)).comm_bytes == pytest.approx(
+      2 * tp.comm_bytes)
   sgd = AnalyticCost(optimizer_slots=0).node(p, Layout(8), 256, cluster, (0,))
   assert sgd.memory_bytes == pytest.approx(8e6 / 8 + 4096 * 256)
 

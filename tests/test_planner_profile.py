@@ -83,6 +83,8 @@ def test_transformer_blocks_cost_the_same():
   assert head.output_bytes_per_example == 64 * 256 * 4     # seq_len × vocab × f32
   assert block_0.split_sizes == {'mlp': 512, 'heads': 8}
   assert head.split_sizes == {'vocab': 256}
+  # Attention output and MLP down are row-parallel: two all-reduces per pass under TP.
+  assert [p.tensor_reductions for p in profiles] == [1, 2, 2, 1]
   assert SubmodelProfile.from_json(block_0.to_json()) == block_0
 
 

@@ -131,9 +131,10 @@ class AnalyticCost:
     all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
     FSDP: all-gather (forward) + all-gather (backward) + reduce-scatter: 3(d−1)·α +
     3(d−1)/d·(P/t)/β. Crosses workers unless the group is one worker.
-  * tensor parallel (t > 1): the output activation is all-reduced over t in the forward and its
-    gradient in the backward: 2·2(t−1)·α + 2·2(t−1)/t·(output_bytes_per_example·B/d)/β; inside a
-    worker when t divides its device count (tensor axes are the mesh's last axes).
+  * tensor parallel (t > 1): r = ``tensor_reductions`` output-sized activations are all-reduced
+    over t in the forward and r gradients in the backward: 2r·2(t−1)·α +
+    2r·2(t−1)/t·(output_bytes_per_example·B/d)/β; inside a worker when t divides its device
+    count (tensor axes are the mesh's last axes).
   * memory per device = P/t (P/(t·d) with FSDP) · (1 + optimizer_slots) +
     activation_bytes_per_example · B/d. Gathered FSDP parameters are transient (layer by layer)
     and not counted; set ``optimizer_slots`` one higher to count a full gradient buffer.
@@ -194,8 +195,9 @@ class AnalyticCost:
       comm += moved
     if split > 1:
       alpha, beta = cluster.link(_inside_one_worker(cluster, group, t))
-      moved = 2 * 2 * (t - 1) / t * profile.output_bytes_per_example * batch / d
-      time += 2 * 2 * (t - 1) * alpha + moved / beta
+      passes = 2 * profile.tensor_reductions  # forward and backward
+      moved = passes * 2 * (t - 1) / t * profile.output_bytes_per_example * batch / d
+      time += passes * 2 * (t - 1) * alpha + moved / beta
       comm += moved
     state = (held / d if sharded else held) * (1 + self.optimizer_slots)
     memory = state + profile.activation_bytes_per_example * batch / d

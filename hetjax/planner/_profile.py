@@ -100,7 +100,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
         output_bytes_per_example=sum(_nbytes(o) for o in jax.tree.leaves(out)) / batch_size,
         activation_bytes_per_example=temp / batch_size,
         split_sizes=split,
-        shard_sizes=shard))
+        shard_sizes=shard,
+        tensor_reductions=_tensor_reductions(params)))
   return tuple(profiles)
 
 
@@ -200,6 +201,16 @@ def _axis_sizes(params: nnx.State) -> tuple[dict[str, int], dict[str, int]]:
           sizes[name] = min(sizes.get(name, size), size)
   pick = lambda axes: {a: sizes[a] for a in axes if a in sizes}  # noqa: E731
   return pick(TENSOR_AXES), pick(FSDP_AXES)
+
+
+def _tensor_reductions(params: nnx.State) -> int:
+  """Parameters of rank ≥ 2 whose first (input) dimension is a tensor axis, at least 1: the
+  activation all-reduces per pass when tensor parallelism splits them (see `SubmodelProfile`)."""
+  is_spec = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
+  specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
+  first = [spec[0] for spec in specs if spec is not None and len(spec) >= 2]
+  names = [set(f) if isinstance(f, tuple) else {f} for f in first]
+  return max(1, sum(bool(n & set(TENSOR_AXES)) for n in names))
 
 
 def _nbytes(x: Any) -> int:

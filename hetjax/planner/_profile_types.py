@@ -28,6 +28,12 @@ class SubmodelProfile:
       (``'mlp'``, ``'heads'``, ``'vocab'``, ``'table'``), the size of that dimension (the
       smallest, if several parameters carry the name): a degree must divide it.
     shard_sizes: the same for the axes FSDP may split (``'embed'``, ``'table'``).
+    tensor_reductions: activation all-reduces per pass under tensor parallelism: its
+      parameters whose input (first) dimension is a tensor axis, at least 1. A row-parallel
+      matmul (``('mlp', 'embed')``, attention's ``('heads', …, 'embed')``) or a row-sharded
+      table leaves partial sums of the output to add up, forward; its column-parallel partner
+      does the same for the input gradient, backward. A transformer block has two (attention
+      output, MLP down), an embedding table or an MLP pair one.
   """
 
   name: str
@@ -40,6 +46,7 @@ class SubmodelProfile:
   activation_bytes_per_example: float = 0.0
   split_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
   shard_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  tensor_reductions: int = 1
 
   def to_json(self) -> dict:
     return {**dataclasses.asdict(self), 'split_sizes': dict(self.split_sizes),
