@@ -10,13 +10,16 @@ gradient call's fixed and per-row cost from the uniform (512-row) and token (128
 host time from the uniform blocks, per-token overhead (pull, placing rows) from the token
 blocks. The ``virtual-nocall`` rows repeat that without the fixed cost per call.
 
-What decides the comparison here is the fixed cost of a gradient call: tokens make 16 calls a
-step where BSP and LB-BSP make 4, and with 4 workers on 2 cores a call cost 45–65 ms whatever its
-rows (128 or 512; scheduler latency under oversubscription), stretched 4× and more by time
-dilation. The calibrated model carries that cost (``fixed_s``), so the virtual rows show it at
-scale too; with ``fixed_s`` 0 (the per-row cost of a 512-row call for every row) the same model
-puts tokens with the end game within 9% of LB-BSP under the static straggler and 1.5× ahead of it
-under Markov. The pull round trip (0.4 ms idle, 2–8 ms loaded) is a minor cost.
+What decides the comparison here is what a gradient call costs: tokens make 16 calls a step
+where BSP and LB-BSP make 4. In these runs a 128-row token call costs nearly what a 512-row BSP
+call costs (per call, compute time undilated: 24 ms against 28 ms in one run), although the same
+calls made back to back by 4 workers without pulls or sleeps are close to proportional to their
+rows (4–12 ms against 16–30 ms). The calibrated model carries that cost as a fixed cost per call
+(``fixed_s``), so the virtual rows show it at scale too; with ``fixed_s`` 0 (the per-row cost of
+a 512-row call for every row) the same model puts tokens with the end game within 4% of LB-BSP
+under the static straggler and well ahead of it under Markov. On this 2-core machine the medians
+of one policy also move up to 2.4x from one block to the next (4 rounds of every policy in one
+job: uniform 239–585 ms), more than the differences between policies.
 
   run_tokens(pathlib.Path('/tmp/ft'), quick=True)   # rows for experiments/bench_fela.py
 """

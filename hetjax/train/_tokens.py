@@ -22,12 +22,13 @@ order differs from one device computing the batch.
 over loopback with 4 workers on the otherwise idle 2-core development machine, 2–8 ms when the
 machine is loaded. A worker pulls once per token plus once to find the queue empty, so a step
 makes ``tokens + workers`` pulls: with 16 tokens over 4 workers, about 5 per worker, 2 ms of a
-~300 ms step. The larger cost is per call: each token places its rows and launches the fixed
-``token_rows`` program (compiled once: the token shape never changes), and a gradient call
-costs a fixed amount on top of its rows — alone on the machine 3 ms for 128 rows of the
-benchmark MLP against 7 ms for 512, and with 4 workers sharing 2 cores under other load 45–65 ms
-per call whatever its rows (scheduler latency), which time dilation then stretches like
-compute. Tokens make 4× the calls of BSP, so there they lose (``experiments/_fela_tokens.py``).
+~300 ms step. Each token also places its rows and launches the fixed ``token_rows`` program
+(compiled once: the token shape never changes), so a step makes ``tokens`` gradient calls
+where BSP makes one per worker. Measured with 4 workers on the 2 cores, calls back to back
+(`WorkerTrainer.local_gradient`, no pulls): 4–12 ms for 128 rows against 16–30 ms for 512,
+close to proportional. Inside the token benchmark (a pull, a dilation sleep between calls) a
+128-row call costs nearly what a 512-row call costs in the BSP blocks beside it, for reasons
+not pinned down (``experiments/_fela_tokens.py``), and that is where tokens lose there.
 The end of an iteration is also quantised: workers wait up to one (slow worker's) token time.
 
 **The end game.** Pure greedy pulling has a tail: a slow worker that frees up near the end takes
