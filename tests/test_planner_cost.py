@@ -105,6 +105,11 @@ def test_node_formulas_on_one_worker():
   block = dataclasses.replace(p, tensor_reductions=2)
   assert COST.node(block, Layout(8), 256, cluster, (0,)).comm_bytes == pytest.approx(
       2 * tp.comm_bytes)
+  # FSDP: one all-gather message per sharded array, the same bytes.
+  many = COST.node(dataclasses.replace(p, fsdp_arrays=11), Layout(1, fsdp=True), 256, cluster,
+                   (0,))
+  assert many.comm_bytes == pytest.approx(fsdp.comm_bytes)
+  assert many.time_s == pytest.approx(fsdp.time_s + 10 * 7 * 1e-5)
   sgd = AnalyticCost(optimizer_slots=0).node(p, Layout(8), 256, cluster, (0,))
   assert sgd.memory_bytes == pytest.approx(8e6 / 8 + 4096 * 256)
 

@@ -85,6 +85,9 @@ def test_transformer_blocks_cost_the_same():
   assert head.split_sizes == {'vocab': 256}
   # Attention output and MLP down are row-parallel: two all-reduces per pass under TP.
   assert [p.tensor_reductions for p in profiles] == [1, 2, 2, 1]
+  # Arrays with an 'embed' axis (FSDP gathers each): 4 attention, up and down kernels, down
+  # bias, 2 × 2 norm parameters = 11 per block; token and position tables; head kernel, norm.
+  assert [p.fsdp_arrays for p in profiles] == [2, 11, 11, 3]
   assert SubmodelProfile.from_json(block_0.to_json()) == block_0
 
 

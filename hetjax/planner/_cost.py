@@ -129,8 +129,10 @@ class AnalyticCost:
     roofline (on the 2-core development machine the models are memory-bound).
   * data-parallel gradient sync of the P/t bytes each device holds (none when d = 1):
     all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
-    FSDP: all-gather (forward) + all-gather (backward) + reduce-scatter: 3(d−1)·α +
-    3(d−1)/d·(P/t)/β. Crosses workers unless the group is one worker.
+    FSDP: the gradient reduction as above plus one all-gather per sharded parameter array (g =
+    ``fsdp_arrays``; XLA:CPU gathers each array separately, once, the backward reusing the
+    forward's): (2 + g)(d−1)·α + 3(d−1)/d·(P/t)/β. Crosses workers unless the group is one
+    worker.
   * tensor parallel (t > 1): r = ``tensor_reductions`` output-sized activations are all-reduced
     over t in the forward and r gradients in the backward: 2r·2(t−1)·α +
     2r·2(t−1)/t·(output_bytes_per_example·B/d)/β; inside a worker when t divides its device
@@ -189,9 +191,10 @@ class AnalyticCost:
       time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
     if d > 1:
       alpha, beta = cluster.link(len(group) == 1)
-      rounds = 3 if sharded else 2  # all-gather ×2 + reduce-scatter, or one all-reduce
+      rounds = 3 if sharded else 2  # bytes: the reduction (2) plus all-gathering P (1)
+      messages = 2 + profile.fsdp_arrays if sharded else 2  # one all-gather per array
       moved = rounds * (d - 1) / d * held
-      time += rounds * (d - 1) * alpha + moved / beta
+      time += messages * (d - 1) * alpha + moved / beta
       comm += moved
     if split > 1:
       alpha, beta = cluster.link(_inside_one_worker(cluster, group, t))

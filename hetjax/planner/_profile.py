@@ -101,7 +101,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
         activation_bytes_per_example=temp / batch_size,
         split_sizes=split,
         shard_sizes=shard,
-        tensor_reductions=_tensor_reductions(params)))
+        tensor_reductions=_tensor_reductions(params),
+        fsdp_arrays=_fsdp_arrays(params)))
   return tuple(profiles)
 
 
@@ -203,14 +204,24 @@ def _axis_sizes(params: nnx.State) -> tuple[dict[str, int], dict[str, int]]:
   return pick(TENSOR_AXES), pick(FSDP_AXES)
 
 
+def _specs(params: nnx.State) -> list[tuple[set, ...]]:
+  """Per parameter array, the set of logical names on each dimension (empty: unnamed)."""
+  is_spec = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
+  specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
+  return [tuple(set(e) if isinstance(e, tuple) else {e} - {None} for e in (spec or ()))
+          for spec in specs]
+
+
 def _tensor_reductions(params: nnx.State) -> int:
   """Parameters of rank ≥ 2 whose first (input) dimension is a tensor axis, at least 1: the
   activation all-reduces per pass when tensor parallelism splits them (see `SubmodelProfile`)."""
-  is_spec = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
-  specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
-  first = [spec[0] for spec in specs if spec is not None and len(spec) >= 2]
-  names = [set(f) if isinstance(f, tuple) else {f} for f in first]
-  return max(1, sum(bool(n & set(TENSOR_AXES)) for n in names))
+  return max(1, sum(bool(dims[0] & set(TENSOR_AXES)) for dims in _specs(params)
+                    if len(dims) >= 2))
+
+
+def _fsdp_arrays(params: nnx.State) -> int:
+  """Parameter arrays with an FSDP axis on some dimension, at least 1: FSDP's all-gathers."""
+  return max(1, sum(any(d & set(FSDP_AXES) for d in dims) for dims in _specs(params)))
 
 
 def _nbytes(x: Any) -> int:

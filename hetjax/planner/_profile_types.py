@@ -34,6 +34,10 @@ class SubmodelProfile:
       table leaves partial sums of the output to add up, forward; its column-parallel partner
       does the same for the input gradient, backward. A transformer block has two (attention
       output, MLP down), an embedding table or an MLP pair one.
+    fsdp_arrays: parameter arrays carrying an FSDP axis (``'embed'``, ``'table'``), at least 1:
+      the all-gathers FSDP issues, one per array (XLA:CPU gathers each separately, mostly once
+      per step, the backward reusing the forward's: a transformer block has 11 such arrays, and
+      its compiled FSDP step 13 all-gathers per block).
   """
 
   name: str
@@ -47,6 +51,7 @@ class SubmodelProfile:
   split_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
   shard_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
   tensor_reductions: int = 1
+  fsdp_arrays: int = 1
 
   def to_json(self) -> dict:
     return {**dataclasses.asdict(self), 'split_sizes': dict(self.split_sizes),
