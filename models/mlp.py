@@ -8,6 +8,7 @@ import optax
 from flax import nnx
 
 from hetjax import data as hdata
+from hetjax.pipeline import Link
 from hetjax.sharding import constrain, scope
 from hetjax.train import Task
 
@@ -36,20 +37,42 @@ class MLP(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     with scope('up'):
-      h = constrain(jax.nn.relu(self.up(x)), ('batch', 'mlp'))
+      h = _up(self.up, x)
     with scope('down'):
-      h = constrain(jax.nn.relu(self.down(h)), ('batch', 'embed'))
+      h = _down(self.down, h)
     with scope('head'):
       return self.head(h)
 
   def submodels(self) -> dict[str, nnx.Module]:
     return {'up': self.up, 'down': self.down, 'head': self.head}
 
+  def chain(self) -> tuple[Link, ...]:
+    """``up`` (reads ``batch['x']``), ``down``, ``head`` as a pipeline chain
+    (`hetjax.pipeline.HasChain`); the carry is the hidden activation, then the logits."""
+    return (Link('up', self.up, lambda layer, _, batch: _up(layer, batch['x'])),
+            Link('down', self.down, lambda layer, h, _: _down(layer, h)),
+            Link('head', self.head, lambda layer, h, _: layer(h)))
+
+  def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
+    """`loss` from the head's logits (reads no parameters)."""
+    return _cross_entropy(logits, batch)
+
+
+def _up(layer: nnx.Linear, x: jax.Array) -> jax.Array:
+  return constrain(jax.nn.relu(layer(x)), ('batch', 'mlp'))
+
+
+def _down(layer: nnx.Linear, h: jax.Array) -> jax.Array:
+  return constrain(jax.nn.relu(layer(h)), ('batch', 'embed'))
+
+
+def _cross_entropy(logits: jax.Array, batch: hdata.Batch) -> jax.Array:
+  return optax.softmax_cross_entropy_with_integer_labels(logits, batch['y'])
+
 
 def loss(model: MLP, batch: hdata.Batch) -> jax.Array:
   """Softmax cross-entropy of every example."""
-  logits = model(batch['x'])
-  return optax.softmax_cross_entropy_with_integer_labels(logits, batch['y'])
+  return _cross_entropy(model(batch['x']), batch)
 
 
 def accuracy(model: MLP, batch: hdata.Batch) -> jax.Array:

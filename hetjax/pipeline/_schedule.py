@@ -115,7 +115,7 @@ class Schedule:
           if Action(kind, s, m) not in seen:
             raise ConfigError(f'{where} never runs {Action(kind, s, m)}')
     ones = (1.0,) * stages
-    _finish_times(self, ones, ones)  # raises if the order deadlocks
+    finish_times(self, ones, ones)  # raises if the order deadlocks
 
 
 def gpipe(stages: int, micro_batches: int) -> Schedule:
@@ -202,7 +202,7 @@ def simulate(schedule: Schedule, forward_s: float | Sequence[float] = 1.0,
   schedule.validate()
   forward = _per_stage(forward_s, schedule.stages, 'forward_s')
   backward = _per_stage(backward_s, schedule.stages, 'backward_s')
-  finish = _finish_times(schedule, forward, backward)
+  finish = finish_times(schedule, forward, backward)
   makespan = max(finish.values())
   busy = schedule.micro_batches * (math.fsum(forward) + math.fsum(backward))
   bubble = 1.0 - busy / (schedule.stages * makespan)
@@ -220,7 +220,7 @@ def _per_stage(value: float | Sequence[float], stages: int, what: str) -> tuple[
   return tuple(float(v) for v in values)
 
 
-def _finish_times(schedule: Schedule, forward: Sequence[float],
+def finish_times(schedule: Schedule, forward: Sequence[float],
                   backward: Sequence[float]) -> dict[Action, float]:
   """The finish time of every action, or a `ConfigError` if the order deadlocks.
 
