@@ -1,4 +1,4 @@
-"""`PipelineTrainer`: runs a GPipe or 1F1B schedule in this process, one device group per stage.
+"""`PipelineTrainer`: runs a GPipe or 1F1B schedule, one device group per stage, across processes.
 
 Stages. The model's chain (`HasChain`) is cut into contiguous ranges of links (`split_stages` on
 equal costs unless ranges are given), and the devices into as many equal contiguous groups: stage
@@ -26,7 +26,13 @@ stages on different devices overlap as the schedule intends.
 
 Transfers. A carry crosses to stage s + 1 and a cotangent back to stage s − 1 with
 ``jax.device_put(x, NamedSharding(next_mesh, P('batch')))``; micro-batch rows are placed on each
-stage that needs them.
+stage that needs them. The devices may span processes (no stage's group may straddle two). Each
+process builds the same trainer, makes the same calls with the same global batch, and walks the
+same dispatch order, running only the programs of the stages it owns. A carry or cotangent that
+crosses processes is a `jax.device_put` on every process in that order: the sender's array, the
+others' shard-less placeholders shaped by `jax.eval_shape` (`hetjax.pipeline._transfer`).
+Parameters, optimizer state, gradients and updates stay on their stage's process: per-stage
+trees hold ``None`` for other processes' stages, and only the last stage's process gets the loss.
 
 The optimizer runs per stage, so it must act on each parameter on its own (SGD, Adam, AdamW):
 transformations that couple all parameters, such as global-norm clipping, would see one stage's
@@ -60,7 +66,8 @@ from hetjax.pipeline._schedule import (
     positive_int,
 )
 from hetjax.pipeline._split import split_stages
-from hetjax.sharding import LogicalRules, activation_rules, make_mesh, scope
+from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, stage_meshes
+from hetjax.sharding import LogicalRules, activation_rules, scope
 from hetjax.train import Task
 
 PyTree = Any
@@ -76,8 +83,9 @@ class PipelineState:
 
   Attributes:
     step: optimizer steps taken (a host int: it is also the data position).
-    params: per stage, ``{link name: the link module's pure dict}``.
-    opt_state: per stage, the optax state of that stage's parameters.
+    params: per stage, ``{link name: the link module's pure dict}``; ``None`` for a stage that
+      another process owns.
+    opt_state: per stage, the optax state of that stage's parameters (``None`` likewise).
   """
 
   step: int = dataclasses.field(metadata={'static': True})
@@ -110,7 +118,9 @@ def dispatch_order(schedule: Schedule) -> tuple[Action, ...]:
 
 
 class PipelineTrainer:
-  """Trains ``task``'s model as a pipeline of stages on disjoint device groups of this process.
+  """Trains ``task``'s model as a pipeline of stages on disjoint device groups.
+
+  The groups may span processes (module docstring); ``programs`` has ``local_stages`` only.
 
   Example::
 
@@ -127,13 +137,14 @@ class PipelineTrainer:
       ``(start, stop)`` link ranges, e.g. ``split_stages(costs, 2)``.
     micro_batches: micro-batches per step; each has ``global_batch / micro_batches`` rows.
     schedule: ``'gpipe'``, ``'1f1b'`` or a `Schedule` for the same stages and micro-batches.
-    devices: the devices, split into equal contiguous groups, one per stage (default: all).
+    devices: the devices, split into equal contiguous groups, one per stage (default: all, of
+      every process).
     seed: initialises parameters (as the unpipelined model would) and selects the data.
 
   Raises:
     ConfigError: a model without a chain, bad stage ranges, devices that do not divide evenly
-      over stages, a global batch that does not divide into micro-batches, or micro-batch rows
-      that do not divide over a stage's devices.
+      over stages, a stage whose devices span processes, a global batch that does not divide
+      into micro-batches, or micro-batch rows that do not divide over a stage's devices.
   """
 
   def __init__(
@@ -163,10 +174,8 @@ class PipelineTrainer:
     self.schedule = _schedule(schedule, n, self.micro_batches)
     self._order = dispatch_order(self.schedule)
 
-    devices = list(jax.devices() if devices is None else devices)
-    if not devices or len(devices) % n:
-      raise ConfigError(f'{len(devices)} devices do not split evenly over {n} stages')
-    per = len(devices) // n
+    self.meshes, self.owners = stage_meshes(jax.devices() if devices is None else devices, n, AXIS)
+    per = self.meshes[0].size
     if self.global_batch % self.micro_batches:
       raise ConfigError(f'global batch {self.global_batch} does not divide into '
                         f'{self.micro_batches} micro-batches')
@@ -174,14 +183,15 @@ class PipelineTrainer:
     if self.micro_rows % per:
       raise ConfigError(f'micro-batch of {self.micro_rows} rows does not divide over the '
                         f'{per} devices of a stage')
-    self.meshes = tuple(make_mesh((per,), (AXIS,), devices[s * per:(s + 1) * per])
-                        for s in range(n))
     self._replicated = tuple(NamedSharding(m, PartitionSpec()) for m in self.meshes)
     self._rows = tuple(NamedSharding(m, PartitionSpec(AXIS)) for m in self.meshes)
     self._abstract = tuple(
         {name: nnx.to_pure_dict(nnx.state(self.links[name].module)) for name in names}
         for names in self.stage_links)
-    self.programs = {s: self._compile(s) for s in range(n)}
+    self.local_stages = tuple(s for s in range(n) if self.owners[s] == jax.process_index())
+    crosses = len(set(self.owners)) > 1  # then placeholders need the carries' shapes
+    self._specs = CarrySpecs(self._apply, self._abstract, self.micro_rows) if crosses else None
+    self.programs = {s: self._compile(s) for s in self.local_stages}
 
   @property
   def stages(self) -> int:
@@ -252,22 +262,26 @@ class PipelineTrainer:
   # -- state ------------------------------------------------------------------------------------
 
   def init_state(self, params: PyTree | None = None) -> PipelineState:
-    """Each stage's parameters and a fresh optimizer state, on the stage's devices.
+    """Each local stage's parameters and a fresh optimizer state, on the stage's devices.
 
     Args:
       params: the model's parameters as its nested pure dict (``nnx.to_pure_dict`` layout, e.g.
-        a `hetjax.train.Trainer` state's ``params``); they are copied, never aliased. Default:
-        initialised from the seed, equal to the unpipelined model's.
+        a `hetjax.train.Trainer` state's ``params``); they are copied, never aliased. Only the
+        local stages' links are read, so it may hold just those. Default: initialised from the
+        seed, equal to the unpipelined model's (each process computes its own stages' only).
     """
-    if params is None:
-      params = jax.jit(self._init_params, out_shardings=self._replicated[0])()
+    if params is not None:
+      parts = self.split_tree(params, self.local_stages)
+    elif self.local_stages:  # XLA drops the other stages' initialisers: their outputs are unused
+      parts = jax.jit(lambda: self.split_tree(self._init_params(), self.local_stages),
+                      out_shardings=self._replicated[self.local_stages[0]])()
+    else:
+      parts = (None,) * self.stages
     # The copy matters: device_put onto several devices may alias the caller's buffer on one of
     # them (even with may_alias=False), and train_step donates the parameters.
-    parts, opt_state = zip(*(
-        jax.jit(self._start, out_shardings=self._replicated[s])(
-            jax.device_put(p, self._replicated[s]))
-        for s, p in enumerate(self.split_tree(params))), strict=True)
-    return PipelineState(0, parts, opt_state)
+    started = [(None, None) if p is None else jax.jit(self._start, out_shardings=rep)(
+        jax.device_put(p, rep)) for p, rep in zip(parts, self._replicated, strict=True)]
+    return PipelineState(0, *zip(*started, strict=True))
 
   def _init_params(self) -> PyTree:
     with nnx.use_eager_sharding(False):
@@ -276,19 +290,25 @@ class PipelineTrainer:
   def _start(self, params: PyTree) -> tuple[PyTree, PyTree]:
     return jax.tree.map(jnp.copy, params), self.optimizer.init(params)
 
-  def split_tree(self, tree: PyTree) -> tuple[dict, ...]:
-    """Per stage ``{link name: subtree}`` of a tree in the model's pure-dict layout."""
+  def split_tree(self, tree: PyTree, stages: Sequence[int] | None = None
+                 ) -> tuple[dict | None, ...]:
+    """Per stage ``{link name: subtree}`` of a tree in the model's pure-dict layout; given
+    ``stages``, ``None`` for every other stage (whose links are then never read)."""
     def at(path: Path) -> PyTree:
       node = tree
       for key in path:
         node = node[key]
       return node
-    return tuple({name: at(self.paths[name]) for name in names} for names in self.stage_links)
+    return tuple({name: at(self.paths[name]) for name in names}
+                 if stages is None or s in stages else None
+                 for s, names in enumerate(self.stage_links))
 
-  def merge_tree(self, per_stage: Sequence[PyTree]) -> dict:
+  def merge_tree(self, per_stage: Sequence[PyTree | None]) -> dict:
     """The model's nested pure dict (``nnx.to_pure_dict(nnx.state(model))`` layout) from
-    per-stage trees of parameters or gradients; arrays stay on their stages' devices."""
-    return assemble({k: v for tree in per_stage for k, v in tree.items()}, self.paths)
+    per-stage trees of parameters or gradients; arrays stay on their stages' devices. ``None``
+    stages (owned by other processes) are left out, so the dict holds the local links only."""
+    return assemble({k: v for tree in per_stage if tree is not None for k, v in tree.items()},
+                    self.paths)
 
   def global_batch_at(self, step: int) -> Batch:
     """The host global batch of ``step`` (a function of the seed and the step only)."""
@@ -296,25 +316,26 @@ class PipelineTrainer:
 
   # -- running a schedule -----------------------------------------------------------------------
 
-  def gradients(self, state: PipelineState, host_batch: Batch,
-                schedule: Schedule | None = None) -> tuple[tuple[PyTree, ...], jax.Array]:
+  def gradients(self, state: PipelineState, host_batch: Batch, schedule: Schedule | None = None
+                ) -> tuple[tuple[PyTree | None, ...], jax.Array | None]:
     """Per-stage gradients of the mean loss over ``host_batch`` and that loss; no update.
 
     ``schedule`` overrides the trainer's (same stages and micro-batches), e.g. to compare
-    schedules on the same compiled programs.
+    schedules on the same compiled programs. Across processes (all make this call), another
+    process's stage has ``None`` gradients, and the loss is ``None`` but on the last stage's.
     """
     order = self._order if schedule is None else dispatch_order(
         _schedule(schedule, self.stages, self.micro_batches))
     return self._run(state.params, host_batch, order)
 
-  def train_step(self, state: PipelineState, host_batch: Batch,
-                 schedule: Schedule | None = None) -> tuple[PipelineState, jax.Array]:
+  def train_step(self, state: PipelineState, host_batch: Batch, schedule: Schedule | None = None
+                 ) -> tuple[PipelineState, jax.Array | None]:
     """One optimizer step on ``host_batch`` (``state``'s arrays are donated); returns the new
-    state and the mean loss over the global batch (on the last stage's devices)."""
+    state and the mean loss over the global batch (on the last stage's devices, else ``None``)."""
     grads, loss = self.gradients(state, host_batch, schedule)
-    params, opt_state = zip(*(
-        self.programs[s].update(state.params[s], state.opt_state[s], grads[s])
-        for s in range(self.stages)), strict=True)
+    params, opt_state = list(state.params), list(state.opt_state)
+    for s in self.local_stages:
+      params[s], opt_state[s] = self.programs[s].update(params[s], opt_state[s], grads[s])
     return PipelineState(state.step + 1, tuple(params), tuple(opt_state)), loss
 
   def _run(self, params: tuple[PyTree, ...], host_batch: Batch, order: Sequence[Action]):
@@ -323,34 +344,29 @@ class PipelineTrainer:
       raise ConfigError(f'batch has {sorted(rows)} rows, the pipeline takes global batch '
                         f'{self.global_batch}')
     last = self.stages - 1
-    acc = [self.programs[s].zeros() for s in range(self.stages)]
-    inputs: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → carry in, kept for backward
-    cotangents: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → d carry out
-    batches: dict[tuple[int, int], Batch] = {}
-
-    def batch(s: int, m: int) -> Batch:
-      if (s, m) not in batches:
-        part = {k: v[m * self.micro_rows:(m + 1) * self.micro_rows] for k, v in host_batch.items()}
-        batches[s, m] = jax.device_put(part, self._rows[s])
-      return batches[s, m]
-
-    for action in order:
-      s, m, program = action.stage, action.micro, self.programs[action.stage]
+    specs = self._specs(host_batch) if self._specs else (None,) * self.stages
+    step = StepTransfers(self._rows, self.owners, specs, host_batch, self.micro_rows)
+    acc = [self.programs[s].zeros() if s in self.programs else None for s in range(self.stages)]
+    for action in order:  # all processes walk all of it: the same cross-process puts, in order
+      s, m, program = action.stage, action.micro, self.programs.get(action.stage)
       if action.kind == FORWARD:
         if s < last:
-          out = program.forward(params[s], inputs.get((s, m)), batch(s, m))
-          inputs[s + 1, m] = jax.device_put(out, self._rows[s + 1])
+          out = program.forward(params[s], step.inputs.get((s, m)),
+                                step.batch(s, m)) if program else None
+          step.carry(out, s, m)
         continue
-      if s == last:
-        *state, d_in = program.backward(params[s], acc[s], inputs.pop((s, m), None), batch(s, m))
-        acc[s] = tuple(state)
-      else:
-        acc[s], d_in = program.backward(params[s], acc[s], inputs.pop((s, m), None), batch(s, m),
-                                        cotangents.pop((s, m)))
-      del batches[s, m]
+      d_in = None
+      if program:
+        carry, part = step.inputs.pop((s, m), None), step.batch(s, m, last_use=True)
+        if s == last:
+          *state, d_in = program.backward(params[s], acc[s], carry, part)
+          acc[s] = tuple(state)
+        else:
+          acc[s], d_in = program.backward(params[s], acc[s], carry, part,
+                                          step.cotangents.pop((s, m)))
       if s > 0:
-        cotangents[s - 1, m] = jax.device_put(d_in, self._rows[s - 1])
-    loss, acc[last] = acc[last]
+        step.cotangent(d_in, s, m)
+    loss, acc[last] = (None, None) if acc[last] is None else acc[last]
     return tuple(acc), loss
 
 
