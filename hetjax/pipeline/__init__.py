@@ -14,6 +14,8 @@ from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
 from hetjax.pipeline._executor import StagePrograms as StagePrograms
 from hetjax.pipeline._executor import dispatch_order as dispatch_order
+from hetjax.pipeline._replicas import GroupAverager as GroupAverager
+from hetjax.pipeline._replicas import consensus_distance as consensus_distance
 from hetjax.pipeline._schedule import Action as Action
 from hetjax.pipeline._schedule import Schedule as Schedule
 from hetjax.pipeline._schedule import SimResult as SimResult
@@ -24,6 +26,7 @@ from hetjax.pipeline._split import split_stages as split_stages
 
 __all__ = [
     'Action',
+    'GroupAverager',
     'HasChain',
     'Link',
     'PipelineState',
@@ -31,6 +34,7 @@ __all__ = [
     'Schedule',
     'SimResult',
     'StagePrograms',
+    'consensus_distance',
     'dispatch_order',
     'gpipe',
     'one_f_one_b',
