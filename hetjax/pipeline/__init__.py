@@ -4,8 +4,12 @@
 `one_f_one_b` build the order in which each stage runs its forward and backward passes, as data
 (`Schedule` of `Action`s) that `Schedule.validate` checks and `simulate` times. A model that
 implements `HasChain` (its `Link`s in forward order and a ``chain_loss``) can be trained by
-`PipelineTrainer`, which runs such a schedule in this process, one device group per stage, with
-the same gradients as the unpipelined model.
+`PipelineTrainer`, which runs such a schedule on one device group per stage (in this process or
+across processes), with the same gradients as the unpipelined model.
+
+Replicas (SDPipe): `GroupAverager` averages one stage's parameters over a group of replica
+processes; `GroupScheduler` (SDPipe's rules) and the baseline `SyncPolicy`s decide the groups.
+A driver that runs replicated pipelines under these policies is the next piece.
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain
@@ -14,6 +18,15 @@ from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
 from hetjax.pipeline._executor import StagePrograms as StagePrograms
 from hetjax.pipeline._executor import dispatch_order as dispatch_order
+from hetjax.pipeline._groups import Group as Group
+from hetjax.pipeline._groups import GroupRules as GroupRules
+from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
+from hetjax.pipeline._policies import ADPSGDPolicy as ADPSGDPolicy
+from hetjax.pipeline._policies import AllReducePolicy as AllReducePolicy
+from hetjax.pipeline._policies import ParameterServerPolicy as ParameterServerPolicy
+from hetjax.pipeline._policies import SDPipePolicy as SDPipePolicy
+from hetjax.pipeline._policies import SyncPolicy as SyncPolicy
+from hetjax.pipeline._policies import make_sync_policy as make_sync_policy
 from hetjax.pipeline._replicas import GroupAverager as GroupAverager
 from hetjax.pipeline._replicas import consensus_distance as consensus_distance
 from hetjax.pipeline._schedule import Action as Action
@@ -25,18 +38,27 @@ from hetjax.pipeline._schedule import simulate as simulate
 from hetjax.pipeline._split import split_stages as split_stages
 
 __all__ = [
+    'ADPSGDPolicy',
     'Action',
+    'AllReducePolicy',
+    'Group',
     'GroupAverager',
+    'GroupRules',
+    'GroupScheduler',
     'HasChain',
     'Link',
+    'ParameterServerPolicy',
     'PipelineState',
     'PipelineTrainer',
+    'SDPipePolicy',
     'Schedule',
     'SimResult',
     'StagePrograms',
+    'SyncPolicy',
     'consensus_distance',
     'dispatch_order',
     'gpipe',
+    'make_sync_policy',
     'one_f_one_b',
     'simulate',
     'split_stages',

@@ -1,0 +1,399 @@
+"""SDPipe's central group scheduler: which replicas of one stage average parameters, and when.
+
+Pure, deterministic bookkeeping: no JAX, no processes, no clock of its own. Times are floats the
+caller passes in (virtual or real seconds), so a driver calls `arrive` when a replica finishes a
+step, `poll` right after and again at `next_deadline`, and gets the same `Group`s whether the
+times come from the virtual clock or from ``time.monotonic()``. There is one scheduler per
+pipeline stage; it groups that stage's replicas, numbered 0 … workers − 1.
+
+Rules as implemented (SDPipe, Miao et al., VLDB 2023; choices where the paper is silent marked *):
+
+- Arrival order. The first arrival opens a group with its own adaptive window; later arrivals join
+  the open group (one open group at a time), members listed in arrival order. The group closes
+  as soon as it has ``max_group`` members or when its window expires; an arrival exactly at the
+  expiry time finds the group already closed (the window is half-open)*. ``min_group`` does not
+  hold a group open: it only steers the windows.
+- Adaptive windows. After each (non-global) group every member's window is doubled, capped at
+  ``max_window_s``, if the group had fewer than ``min_group`` members, else multiplied by 0.9,
+  floored at ``min_window_s``.
+- Consistency (SSP). The scheduler unions the members of every group formed since the union of
+  groups last connected every active worker (the *epoch*). With B = ``ssp_bound × max_group``:
+  (soft*, as in the artifact) once the epoch holds B updates (a group of k members is k updates),
+  a group closes only if it merges two components; (hard*) a group with a member that already has
+  B − 1 updates in the epoch closes only if it connects every active worker. A group held open by
+  either rule keeps its window's expiry, accepts further arrivals (it may exceed ``max_group``)
+  and closes at the first arrival or drop that satisfies the rule. Hence no worker is ever in more
+  than B groups between two connectivity points: its B-th is a connecting one.
+- Global synchronisation. An arrival whose step is a multiple of ``sync_every`` (step 0 included*)
+  waits, apart from the normal group, until every active worker has arrived with that step (or is
+  already past it*); its group is ``global_sync``. While one is pending the SSP rules are waived*:
+  workers outside it may otherwise wait on ones inside it forever, and it reconnects everyone.
+- Faults*. A worker is dropped (joins `dropped`; ``drops`` logs (worker, time)) once someone has
+  waited ``timeout_s`` without it arriving: at max(oldest waiting arrival, its last arrival) +
+  ``timeout_s``; the rest group on without it. `leave` drops a finished worker at once, unlogged.
+  Its next accepted arrival (a step after its last grouped one) readmits it, logged in ``rejoins``.
+- Bad messages*. An arrival for a (worker, step) that is pending or already grouped is a
+  'duplicate', one older than the worker's pending or last grouped step is 'stale', one newer
+  than its pending step is 'early' (the worker must wait for its group); all three are ignored and
+  counted in ``ignored``. Times that go backwards are taken as the latest time seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Sequence
+
+from hetjax._errors import ConfigError
+from hetjax.pipeline._schedule import positive_int
+
+
+def positive_seconds(value: object, what: str) -> float:
+  """``value`` as a finite float > 0, or a one-line `ConfigError` naming ``what``."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+    raise ConfigError(f'{what} must be a finite number of seconds > 0, got {value!r}')
+  return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRules:
+  """How `GroupScheduler` forms groups (see the module docstring for the rules).
+
+  Attributes:
+    max_group: a group closes at once when it has this many members.
+    min_group: a group smaller than this doubles its members' windows (else they shrink × 0.9).
+    window_s: every worker's first window; its later ones adapt within [min_window_s, max_window_s].
+    min_window_s: floor of the adaptive window.
+    max_window_s: cap of the adaptive window.
+    ssp_bound: with max_group, the staleness bound B = ssp_bound × max_group updates.
+    sync_every: steps that are multiples of it synchronise everyone; None: never.
+    timeout_s: how long waiting workers wait for a silent one before dropping it.
+  """
+
+  max_group: int = 4
+  min_group: int = 2
+  window_s: float = 0.002
+  min_window_s: float = 0.0005
+  max_window_s: float = 0.010
+  ssp_bound: int = 4
+  sync_every: int | None = None
+  timeout_s: float = 5.0
+
+  def __post_init__(self):
+    for what in ('max_group', 'min_group', 'ssp_bound'):
+      positive_int(getattr(self, what), f'GroupRules.{what}')
+    if self.min_group > self.max_group:
+      raise ConfigError(f'GroupRules.min_group ({self.min_group}) must not exceed max_group '
+                        f'({self.max_group})')
+    for what in ('window_s', 'min_window_s', 'max_window_s', 'timeout_s'):
+      positive_seconds(getattr(self, what), f'GroupRules.{what}')
+    if not self.min_window_s <= self.window_s <= self.max_window_s:
+      raise ConfigError(f'GroupRules.window_s ({self.window_s}) must lie in [min_window_s, '
+                        f'max_window_s] = [{self.min_window_s}, {self.max_window_s}]')
+    if self.timeout_s <= self.max_window_s:
+      raise ConfigError(f'GroupRules.timeout_s ({self.timeout_s}) must exceed max_window_s '
+                        f'({self.max_window_s})')
+    if self.sync_every is not None:
+      positive_int(self.sync_every, 'GroupRules.sync_every')
+
+  @property
+  def bound(self) -> int:
+    """B = ssp_bound × max_group: most groups a worker joins between two connectivity points."""
+    return self.ssp_bound * self.max_group
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """Workers that average their parameters together, as a scheduler hands them out.
+
+  Attributes:
+    members: worker ids in arrival order.
+    step: the step of the first member's arrival (every member's, for a global sync).
+    global_sync: True for a global synchronisation (every active worker, same step).
+    seq: 0, 1, 2, … in the order the scheduler closed its groups.
+    steps: each member's own step, aligned with ``members``.
+  """
+
+  members: tuple[int, ...]
+  step: int
+  global_sync: bool
+  seq: int
+  steps: tuple[int, ...] = ()
+
+
+class Grouper:
+  """What every sync policy shares: arrival checks, drops, global syncs, closing and logs.
+
+  Subclasses say which steps synchronise everyone (`_is_sync`), how long an open group waits
+  (`_window_of` its first member) or how arrivals group (`_accept`), when the open group may close
+  (`_close_some`), and follow closes and drops (`_on_close`, `_on_drop`).
+  """
+
+  def __init__(self, workers: int, timeout_s: float):
+    self._workers = positive_int(workers, 'workers')
+    self._timeout = positive_seconds(timeout_s, 'timeout_s')
+    self._now = -math.inf
+    self._done: dict[int, int] = {}  # worker -> last grouped step
+    self._pending: dict[int, tuple[int, float]] = {}  # worker -> (step, arrival time)
+    self._last_seen: dict[int, float] = {}
+    self._dropped: set[int] = set()
+    self._barriers: dict[int, list[int]] = {}  # global-sync step -> waiting workers
+    self._ready: list[Group] = []
+    self._seq = 0
+    self.drops: list[tuple[int, float]] = []
+    self.rejoins: list[tuple[int, float]] = []
+    self.ignored = {'duplicate': 0, 'stale': 0, 'early': 0}
+    self._open: list[int] = []  # the open (not global) group, in arrival order
+    self._open_deadline = math.inf
+    self._expired = False
+
+  @property
+  def workers(self) -> int:
+    return self._workers
+
+  @property
+  def dropped(self) -> frozenset[int]:
+    """Workers left out of grouping: timed out or gone by `leave`, and not back yet."""
+    return frozenset(self._dropped)
+
+  @property
+  def active(self) -> tuple[int, ...]:
+    return tuple(w for w in range(self._workers) if w not in self._dropped)
+
+  def arrive(self, worker: int, step: int, now: float) -> None:
+    """Worker ``worker`` finished step ``step`` at time ``now`` and waits for its group."""
+    worker = self._check_worker(worker)
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+      raise ConfigError(f'step must be an int >= 0, got {step!r}')
+    step, now = int(step), self._advance(now)
+    verdict = self._verdict(worker, step)
+    if verdict is not None:
+      self.ignored[verdict] += 1
+      return
+    if worker in self._dropped:
+      self._dropped.discard(worker)
+      self.rejoins.append((worker, now))
+    self._pending[worker] = (step, now)
+    self._last_seen[worker] = now
+    if self._is_sync(step):
+      self._barriers.setdefault(step, []).append(worker)
+    else:
+      self._accept(worker, step, now)
+    self._settle(now)
+
+  def leave(self, worker: int, now: float) -> None:
+    """Worker ``worker`` stops (e.g. it ran its last step): it joins `dropped`, not ``drops``,
+    and nobody waits for it any more; an arrival later readmits it like a rejoin."""
+    worker, now = self._check_worker(worker), self._advance(now)
+    if worker in self._pending:
+      raise ConfigError(f'worker {worker} is waiting for its group and cannot leave')
+    self._dropped.add(worker)
+    self._on_drop(now)
+    self._settle(now)
+
+  def poll(self, now: float) -> list[Group]:
+    """The groups closed up to ``now`` and not handed out yet, in the order they closed."""
+    self._advance(now)
+    ready, self._ready = self._ready, []
+    return ready
+
+  def next_deadline(self) -> float | None:
+    """When `poll` next has something to do (≤ the last time seen: now), or None: on arrival."""
+    times = [t for t in (self._deadline(), self._now if self._ready else None) if t is not None]
+    return min([*times, *self._drop_times().values()], default=None)
+
+  # --- shared machinery --------------------------------------------------------------------
+
+  def _check_worker(self, worker: object) -> int:
+    if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) \
+        or not 0 <= worker < self._workers:
+      raise ConfigError(f'worker must be an int in [0, {self._workers}), got {worker!r}')
+    return int(worker)
+
+  def _verdict(self, worker: int, step: int) -> str | None:
+    pending = self._pending.get(worker)
+    last = pending[0] if pending is not None else self._done.get(worker)
+    if last is None or (pending is None and step > last):
+      return None
+    return 'duplicate' if step == last else 'stale' if step < last else 'early'
+
+  def _advance(self, now: float) -> float:
+    """Runs the window expiries and drops due up to ``now``, in time order; returns ``now``."""
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
+      raise ConfigError(f'now must be a finite time in seconds, got {now!r}')
+    now = max(float(now), self._now)
+    while True:
+      due, drop = self._deadline(), min(self._drop_times().values(), default=None)
+      t = min((x for x in (due, drop) if x is not None), default=None)
+      if t is None or t > now:
+        break
+      self._now = max(self._now, t)
+      if due == t:
+        self._expire(t)
+      else:
+        self._drop_due(t)
+      self._settle(t)
+    self._now = now
+    return now
+
+  def _drop_times(self) -> dict[int, float]:
+    """When each silent worker is dropped: max(oldest waiting arrival, its last) + timeout."""
+    if not self._pending:
+      return {}
+    oldest = min(t for _, t in self._pending.values())
+    return {w: max(oldest, self._last_seen.get(w, -math.inf)) + self._timeout
+            for w in self.active if w not in self._pending}
+
+  def _drop_due(self, t: float) -> None:
+    for w, due in self._drop_times().items():
+      if due <= t:
+        self._dropped.add(w)
+        self.drops.append((w, t))
+    self._on_drop(t)
+
+  def _settle(self, t: float) -> None:
+    """Closes every group that may close at ``t`` (one may let another close)."""
+    while self._close_barrier(t) or self._close_some(t):
+      pass
+
+  def _close_barrier(self, t: float) -> bool:
+    for s in sorted(self._barriers):
+      inside = self._barriers[s]
+      if all(w in inside or self._done.get(w, -1) >= s or self._pending.get(w, (-1,))[0] > s
+             for w in self.active):
+        del self._barriers[s]
+        self._emit(inside, [s] * len(inside), True, t)
+        return True
+    return False
+
+  def _emit(self, members: Sequence[int], steps: Sequence[int], global_sync: bool,
+            t: float) -> None:
+    for m, s in zip(members, steps, strict=True):
+      self._done[m] = s
+      del self._pending[m]
+    group = Group(tuple(members), steps[0], global_sync, self._seq, tuple(steps))
+    self._seq += 1
+    self._ready.append(group)
+    self._on_close(group, t)
+
+  # --- what subclasses decide --------------------------------------------------------------
+
+  def _is_sync(self, step: int) -> bool:
+    return False
+
+  def _window_of(self, worker: int) -> float:
+    raise NotImplementedError
+
+  def _accept(self, worker: int, step: int, t: float) -> None:
+    if not self._open:
+      self._open_deadline, self._expired = t + self._window_of(worker), False
+    self._open.append(worker)
+
+  def _deadline(self) -> float | None:
+    return self._open_deadline if self._open and not self._expired else None
+
+  def _expire(self, t: float) -> None:
+    self._expired = True
+
+  def _close_some(self, t: float) -> bool:
+    return False
+
+  def _on_close(self, group: Group, t: float) -> None:
+    pass
+
+  def _on_drop(self, t: float) -> None:
+    pass
+
+
+class GroupScheduler(Grouper):
+  """SDPipe's group scheduler for the replicas of ONE pipeline stage (use one per stage).
+
+  Example::
+
+    >>> s = GroupScheduler(4, GroupRules(max_group=2))
+    >>> s.arrive(1, 1, 0.0); s.arrive(3, 1, 0.001)
+    >>> s.poll(0.001)
+    [Group(members=(1, 3), step=1, global_sync=False, seq=0, steps=(1, 1))]
+  """
+
+  name = 'sdpipe'
+
+  def __init__(self, workers: int, rules: GroupRules | None = None):
+    rules = GroupRules() if rules is None else rules
+    if not isinstance(rules, GroupRules):
+      raise ConfigError(f'rules must be a GroupRules, got {type(rules).__name__}')
+    super().__init__(workers, rules.timeout_s)
+    self.rules = rules
+    self._window = [rules.window_s] * self.workers
+    self._parent = list(range(self.workers))
+    self._ahead = [0] * self.workers
+    self._updates = 0
+    self.connections: list[float] = []  # times the epoch's groups connected every active worker
+
+  @property
+  def windows(self) -> tuple[float, ...]:
+    """Each worker's current adaptive window, in seconds."""
+    return tuple(self._window)
+
+  @property
+  def ahead(self) -> tuple[int, ...]:
+    """Groups each worker joined since the last connectivity point."""
+    return tuple(self._ahead)
+
+  @property
+  def updates(self) -> int:
+    """Updates (members of groups) accumulated since the last connectivity point."""
+    return self._updates
+
+  def _is_sync(self, step: int) -> bool:
+    return self.rules.sync_every is not None and step % self.rules.sync_every == 0
+
+  def _window_of(self, worker: int) -> float:
+    return self._window[worker]
+
+  def _close_some(self, t: float) -> bool:
+    members = self._open
+    full = len(members) >= self.rules.max_group
+    if not members or not (self._expired or full) or not self._may_close(members):
+      return False
+    self._open = []
+    self._emit(members, [self._pending[m][0] for m in members], False, t)
+    return True
+
+  def _may_close(self, members: Sequence[int]) -> bool:
+    """The SSP rules (waived while a global sync is pending)."""
+    if self._barriers:
+      return True
+    roots = {self._find(m) for m in members}
+    if any(self._ahead[m] >= self.rules.bound - 1 for m in members):
+      return all(self._find(w) in roots for w in self.active)
+    return self._updates < self.rules.bound or len(roots) > 1
+
+  def _on_close(self, group: Group, t: float) -> None:
+    r = self.rules
+    if not group.global_sync:
+      small = len(group.members) < r.min_group
+      for m in group.members:
+        w = self._window[m]
+        self._window[m] = min(2 * w, r.max_window_s) if small else max(0.9 * w, r.min_window_s)
+    first = self._find(group.members[0])
+    for m in group.members:
+      self._parent[self._find(m)] = first
+      self._ahead[m] += 1
+    self._updates += len(group.members)
+    self._on_drop(t)
+
+  def _on_drop(self, t: float) -> None:
+    """Starts a new epoch if the epoch's groups connect every active worker."""
+    if len({self._find(w) for w in self.active}) <= 1:
+      self._parent = list(range(self.workers))
+      self._ahead = [0] * self.workers
+      self._updates = 0
+      self.connections.append(t)
+
+  def _find(self, w: int) -> int:
+    while self._parent[w] != w:
+      self._parent[w] = self._parent[self._parent[w]]
+      w = self._parent[w]
+    return w

@@ -1,0 +1,179 @@
+"""Parameter-synchronisation policies for the replicas of one pipeline stage, behind one Protocol.
+
+Every policy is driven the same way: `arrive` when a replica finishes a step, `poll` right after
+and at `next_deadline`, `leave` after its last step, and each returned `Group` averages its
+members' parameters. All share `Grouper`'s rules (see `hetjax.pipeline._groups`) for duplicate,
+stale and early messages, time-outs (a silent worker is dropped once others have waited
+``timeout_s`` for it, and readmitted when it arrives again) and global synchronisations (a group
+of every active worker at one step). What differs is who groups with whom:
+
+- ``all-reduce`` (`AllReducePolicy`): every step is a global synchronisation.
+- ``ad-psgd`` (`ADPSGDPolicy`), random pairs. The first waiting arrival opens a pool for
+  ``window_s``; later arrivals join it. When the window ends, or at once when every active worker
+  is in the pool, the pool is shuffled with the policy's own seeded RNG and cut into consecutive
+  pairs (each pair listed in arrival order, pairs in order of their first member's arrival). With
+  an odd count the last shuffled worker stays, alone, as the first member of a new pool whose
+  window starts then, to pair among the next arrivals; a pool of one at its end is a singleton
+  group (the worker was alone: no one arrived within a window). Unlike AD-PSGD's one-sided
+  atomic averaging, both members of a pair wait at their sync points; the pool window keeps that
+  wait short.
+- ``ps`` (`ParameterServerPolicy`): steps that are multiples of ``every`` synchronise everyone;
+  any other step returns a singleton group at once (no averaging: a local step).
+- ``sdpipe`` (`SDPipePolicy`): `GroupScheduler`'s adaptive groups with bounded staleness.
+
+Example::
+
+  >>> policy = make_sync_policy('ps', 2, every=2)
+  >>> policy.arrive(0, 1, 0.0); policy.poll(0.0)
+  [Group(members=(0,), step=1, global_sync=False, seq=0, steps=(1,))]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+from typing import Protocol, runtime_checkable
+
+from hetjax._errors import ConfigError, parse_choice
+from hetjax.pipeline._groups import Group, Grouper, GroupRules, GroupScheduler, positive_seconds
+from hetjax.pipeline._schedule import positive_int
+
+
+@runtime_checkable
+class SyncPolicy(Protocol):
+  """Turns one stage's replica arrivals into `Group`s; times are caller-supplied seconds."""
+
+  @property
+  def name(self) -> str: ...
+
+  @property
+  def workers(self) -> int: ...
+
+  @property
+  def dropped(self) -> frozenset[int]: ...
+
+  def arrive(self, worker: int, step: int, now: float) -> None: ...
+
+  def leave(self, worker: int, now: float) -> None: ...
+
+  def poll(self, now: float) -> list[Group]: ...
+
+  def next_deadline(self) -> float | None: ...
+
+
+class AllReducePolicy(Grouper):
+  """Everyone, every step: each step's group closes when every active worker has arrived."""
+
+  name = 'all-reduce'
+
+  def __init__(self, workers: int, timeout_s: float = 5.0):
+    super().__init__(workers, timeout_s)
+
+  def _is_sync(self, step: int) -> bool:
+    return True
+
+
+class ParameterServerPolicy(Grouper):
+  """Everyone at steps that are multiples of ``every`` (step 0 too), a singleton otherwise."""
+
+  name = 'ps'
+
+  def __init__(self, workers: int, every: int = 10, timeout_s: float = 5.0):
+    super().__init__(workers, timeout_s)
+    self.every = positive_int(every, 'every')
+
+  def _is_sync(self, step: int) -> bool:
+    return step % self.every == 0
+
+  def _accept(self, worker: int, step: int, t: float) -> None:
+    self._emit([worker], [step], False, t)
+
+
+class ADPSGDPolicy(Grouper):
+  """Random pairs of the workers that arrive within a window (see the module docstring)."""
+
+  name = 'ad-psgd'
+
+  def __init__(self, workers: int, seed: int = 0, window_s: float = 0.002,
+               timeout_s: float = 5.0):
+    super().__init__(workers, timeout_s)
+    self.window_s = positive_seconds(window_s, 'window_s')
+    if self._timeout <= self.window_s:
+      raise ConfigError(f'timeout_s ({timeout_s}) must exceed window_s ({window_s})')
+    self._rng = random.Random(seed)
+
+  def _window_of(self, worker: int) -> float:
+    return self.window_s
+
+  def _close_some(self, t: float) -> bool:
+    pool = self._open
+    if not pool or not (self._expired or len(pool) >= len(self.active)):
+      return False
+    self._open = []
+    if len(pool) == 1:
+      self._emit(pool, [self._pending[pool[0]][0]], False, t)
+      return True
+    order = list(pool)
+    self._rng.shuffle(order)
+    if len(order) % 2:  # the odd one out waits on, first in a fresh pool
+      odd = order.pop()
+      self._accept(odd, self._pending[odd][0], t)
+    pairs = sorted((sorted(order[i:i + 2], key=pool.index) for i in range(0, len(order), 2)),
+                   key=lambda pair: pool.index(pair[0]))
+    for pair in pairs:
+      self._emit(pair, [self._pending[m][0] for m in pair], False, t)
+    return True
+
+
+class SDPipePolicy(GroupScheduler):
+  """SDPipe: `GroupScheduler` with ``rules`` (defaults: `GroupRules()`), one per stage."""
+
+
+class SyncName(enum.Enum):
+  """The policies `make_sync_policy` knows."""
+
+  ALL_REDUCE = 'all-reduce'
+  AD_PSGD = 'ad-psgd'
+  PS = 'ps'
+  SDPIPE = 'sdpipe'
+
+
+_RULE_FIELDS = tuple(f.name for f in dataclasses.fields(GroupRules))
+_OPTIONS = {
+    SyncName.ALL_REDUCE: ('timeout_s',),
+    SyncName.AD_PSGD: ('seed', 'window_s', 'timeout_s'),
+    SyncName.PS: ('every', 'timeout_s'),
+    SyncName.SDPIPE: ('rules', *_RULE_FIELDS),
+}
+
+
+def make_sync_policy(name: str | SyncName, workers: int, **options) -> SyncPolicy:
+  """A fresh sync policy for one stage's ``workers`` replicas, from its name.
+
+  Args:
+    name: one of `SyncName`'s values: 'all-reduce', 'ad-psgd', 'ps' or 'sdpipe'.
+    workers: replicas of the stage.
+    **options: the policy's keyword arguments; for 'sdpipe' either ``rules=GroupRules(...)`` or
+      `GroupRules` fields (e.g. ``max_group=3``), which then override ``rules``' values.
+
+  Raises:
+    ConfigError: an unknown name or option (the message lists the known ones), or a bad value.
+  """
+  choice = parse_choice(SyncName, name, 'sync policy')
+  known = _OPTIONS[choice]
+  unknown = sorted(set(options) - set(known))
+  if unknown:
+    raise ConfigError(f'sync policy {choice.value!r} has no option {unknown[0]!r}; it takes: '
+                      f'{", ".join(known)}')
+  if choice is SyncName.ALL_REDUCE:
+    return AllReducePolicy(workers, **options)
+  if choice is SyncName.AD_PSGD:
+    return ADPSGDPolicy(workers, **options)
+  if choice is SyncName.PS:
+    return ParameterServerPolicy(workers, **options)
+  rules = options.pop('rules', None)
+  base = GroupRules() if rules is None else rules
+  if options and isinstance(base, GroupRules):
+    rules = dataclasses.replace(base, **options)
+  return SDPipePolicy(workers, rules)
