@@ -9,7 +9,8 @@ across processes), with the same gradients as the unpipelined model.
 
 Replicas (SDPipe): `GroupAverager` averages one stage's parameters over a group of replica
 processes; `GroupScheduler` (SDPipe's rules) and the baseline `SyncPolicy`s decide the groups.
-A driver that runs replicated pipelines under these policies is the next piece.
+`simulate_sync` runs the policies on the virtual clock; a driver that runs replicated
+pipelines under them on real workers is the next piece.
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain
@@ -36,6 +37,10 @@ from hetjax.pipeline._schedule import gpipe as gpipe
 from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import simulate as simulate
 from hetjax.pipeline._split import split_stages as split_stages
+from hetjax.pipeline._virtual_sdpipe import Straggler as Straggler
+from hetjax.pipeline._virtual_sdpipe import SyncRun as SyncRun
+from hetjax.pipeline._virtual_sdpipe import parse_straggler as parse_straggler
+from hetjax.pipeline._virtual_sdpipe import simulate_sync as simulate_sync
 
 __all__ = [
     'ADPSGDPolicy',
@@ -54,12 +59,16 @@ __all__ = [
     'Schedule',
     'SimResult',
     'StagePrograms',
+    'Straggler',
     'SyncPolicy',
+    'SyncRun',
     'consensus_distance',
     'dispatch_order',
     'gpipe',
     'make_sync_policy',
     'one_f_one_b',
+    'parse_straggler',
     'simulate',
+    'simulate_sync',
     'split_stages',
 ]
