@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
-import sys
 import tempfile
 
 import numpy as np
 
+from experiments._bench_launch import launch_workers
 from experiments._lbbsp_worker import BUCKET
 from hetjax import balance, runtime
 from hetjax.report import load_telemetry
@@ -51,17 +50,9 @@ VIRTUAL_STEPS = 50
 
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
             cache: pathlib.Path) -> dict:
-  out.mkdir(parents=True, exist_ok=True)
-  worker = pathlib.Path(__file__).with_name('_tokens_worker.py')
-  env = dict(os.environ, HETJAX_COMPILATION_CACHE=str(cache))
-  with open(out / 'workers.log', 'w') as log:
-    result = runtime.launch_local(
-        [sys.executable, str(worker), str(out), ','.join(policies), str(rounds), str(block),
-         str(TOKEN_ROWS)],
-        WORKERS, slowdown=spec, timeout=600, init_timeout=120, stdout=log, env=env)
-  if result.returncode:
-    raise RuntimeError(f'{spec}: {result.cause} (see {out / "workers.log"})')
-  return json.loads((out / 'run.json').read_text())
+  return launch_workers(out, '_tokens_worker.py',
+                        [','.join(policies), rounds, block, TOKEN_ROWS], WORKERS, timeout=600,
+                        slowdown=spec, cache=cache)
 
 
 def _policy_steps(run_dir: pathlib.Path, policy: str, skip_first: bool = False) -> list[int]:

@@ -59,31 +59,56 @@ class _Local:
     return self.policy.shares(step + self.shift, history)
 
 
-def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
-  ctx = runtime.initialize(init_timeout_s=120)
-  runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
+@dataclasses.dataclass(frozen=True)
+class Bench:
+  """What every benchmark worker starts from (`set_up`)."""
+
+  trainer: object
+  trace: runtime.SlowdownTrace
+  rules: object  # balance.ShareRules
+  channel: runtime.Channel
+  fit: object  # runtime.AllReduceFit
+  telemetry: runtime.TelemetryGatherer
+  state: object
+  warmup_compile_s: float
+
+
+def set_up(ctx, out: pathlib.Path, channel_prefix: str) -> Bench:
+  """The benchmark MLP's trainer (bucketed), this job's slowdown trace, share rules, channel,
+  all-reduce fit and telemetry; the ladder of piece programs compiled once before the first
+  step, its compile time reported on its own."""
   import jax
   import optax
 
   import models
   from hetjax import balance
-  from hetjax.train import WorkerTrainer, worker_steps
+  from hetjax.train import WorkerTrainer
 
-  out = pathlib.Path(out_dir)
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
                           GLOBAL_BATCH, bucket=BUCKET)
   trace = runtime.parse_slowdown(ctx.slowdown or 'none', ctx.workers)
   rules = balance.ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
-  made = {name: balance.make_policy(name, rules, trace) for name in policies}
-  histories = {name: [] for name in policies}
-  channel = runtime.Channel(f'lbbsp/{out}')
+  channel = runtime.Channel(f'{channel_prefix}/{out}')
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, 10)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
-  state, schedule = trainer.init_state(), []
-  # The ladder of piece programs is compiled once before the first step; reported on its own.
+  state = trainer.init_state()
   uniform = balance.make_policy('uniform', rules).shares(0, []).values
   jax.block_until_ready(trainer.local_gradient(state, trainer.local_batch(0, uniform)))
-  warmup_compile_s = trainer.compile_s
+  return Bench(trainer, trace, rules, channel, fit, telemetry, state, trainer.compile_s)
+
+
+def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
+  ctx = runtime.initialize(init_timeout_s=120)
+  runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
+  from hetjax import balance
+  from hetjax.train import worker_steps
+
+  out = pathlib.Path(out_dir)
+  bench = set_up(ctx, out, 'lbbsp')
+  trainer, trace, fit, telemetry = bench.trainer, bench.trace, bench.fit, bench.telemetry
+  made = {name: balance.make_policy(name, bench.rules, trace) for name in policies}
+  histories = {name: [] for name in policies}
+  state, schedule, warmup_compile_s = bench.state, [], bench.warmup_compile_s
   try:
     for r in range(rounds):
       for name in policies:

@@ -22,41 +22,40 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from experiments._lbbsp_worker import BUCKET, DILATION_BASE, GLOBAL_BATCH, MODEL, _Local, _Shifted
+from experiments._lbbsp_worker import (
+    BUCKET,
+    DILATION_BASE,
+    GLOBAL_BATCH,
+    MODEL,
+    _Local,
+    _Shifted,
+    set_up,
+)
 from hetjax import runtime
 
 
 def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
-  import jax
   import numpy as np
-  import optax
 
-  import models
   from hetjax import balance
-  from hetjax.train import WorkerTrainer, worker_steps
+  from hetjax.train import worker_steps
   from hetjax.train._tokens import TokenRules, token_steps
 
   out = pathlib.Path(out_dir)
-  trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
-                          GLOBAL_BATCH, bucket=BUCKET)
-  trace = runtime.parse_slowdown(ctx.slowdown or 'none', ctx.workers)
-  rules = balance.ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
+  bench = set_up(ctx, out, 'fela')
+  trainer, trace, channel, fit, telemetry = (bench.trainer, bench.trace, bench.channel,
+                                             bench.fit, bench.telemetry)
   token_rules = {name: TokenRules(GLOBAL_BATCH, token_rows, trainer.local_batch_degree,
                                  endgame=name == 'tokens')
                  for name in ('tokens', 'tokens-greedy')}
   made = {'uniform': runtime.UniformShares(GLOBAL_BATCH, ctx.workers),
-          'lbbsp': balance.make_policy('lbbsp', rules, trace)}
+          'lbbsp': balance.make_policy('lbbsp', bench.rules, trace)}
   histories = {name: [] for name in policies}
-  channel = runtime.Channel(f'fela/{out}')
-  fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, 10)
-  telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
-  state, schedule, pulls = trainer.init_state(), [], []
-  # The ladder of piece programs (the token size among them) is compiled before the first step.
-  uniform = made['uniform'].shares(0, [])
-  jax.block_until_ready(trainer.local_gradient(state, trainer.local_batch(0, uniform)))
-  warmup_compile_s = trainer.compile_s
+  # The ladder of piece programs (the token size among them) was compiled in set_up.
+  state, schedule, pulls = bench.state, [], []
+  warmup_compile_s = bench.warmup_compile_s
   try:
     for r in range(rounds):
       for name in policies:

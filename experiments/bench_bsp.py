@@ -32,6 +32,7 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import app, flags
 
+from experiments._bench_launch import launch_workers
 from hetjax import ConfigError, runtime
 from hetjax.report import load_telemetry
 
@@ -51,14 +52,7 @@ BLOCK = 5  # steps per scenario block; the scenarios alternate block by block in
 
 
 def _launch(out: pathlib.Path, steps: int) -> dict:
-  out.mkdir(parents=True, exist_ok=True)
-  worker = pathlib.Path(__file__).with_name('_bsp_worker.py')
-  with open(out / 'workers.log', 'w') as log:
-    result = runtime.launch_local([sys.executable, str(worker), str(out), str(steps), str(BLOCK)],
-                                  WORKERS, timeout=600, init_timeout=120, stdout=log)
-  if result.returncode:
-    raise RuntimeError(f'{result.cause} (see {out / "workers.log"})')
-  return json.loads((out / 'run.json').read_text())
+  return launch_workers(out, '_bsp_worker.py', [steps, BLOCK], WORKERS, timeout=600)
 
 
 def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:

@@ -33,7 +33,6 @@ the first scenario pays cold compiles and later ones mostly load them.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
 import tempfile
@@ -45,6 +44,7 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import app, flags
 
+from experiments._bench_launch import launch_workers
 from hetjax import ConfigError, balance, runtime
 from hetjax.report import load_telemetry
 
@@ -71,16 +71,8 @@ _KEEP = flags.DEFINE_string('keep', None, 'keep run directories under this direc
 
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
             cache: pathlib.Path) -> dict:
-  out.mkdir(parents=True, exist_ok=True)
-  worker = pathlib.Path(__file__).with_name('_lbbsp_worker.py')
-  env = dict(os.environ, HETJAX_COMPILATION_CACHE=str(cache))
-  with open(out / 'workers.log', 'w') as log:
-    result = runtime.launch_local(
-        [sys.executable, str(worker), str(out), ','.join(policies), str(rounds), str(block)],
-        WORKERS, slowdown=spec, timeout=900, init_timeout=120, stdout=log, env=env)
-  if result.returncode:
-    raise RuntimeError(f'{spec}: {result.cause} (see {out / "workers.log"})')
-  return json.loads((out / 'run.json').read_text())
+  return launch_workers(out, '_lbbsp_worker.py', [','.join(policies), rounds, block], WORKERS,
+                        timeout=900, slowdown=spec, cache=cache)
 
 
 def _settle(shares: np.ndarray, bucket: int, after: int = 0) -> tuple[int | None, int]:
