@@ -9,8 +9,10 @@ across processes), with the same gradients as the unpipelined model.
 
 Replicas (SDPipe): `GroupAverager` averages one stage's parameters over a group of replica
 processes; `GroupScheduler` (SDPipe's rules) and the baseline `SyncPolicy`s decide the groups.
-`simulate_sync` runs the policies on the virtual clock; a driver that runs replicated
-pipelines under them on real workers is the next piece.
+`simulate_sync` runs the policies on the virtual clock. On real workers, `SyncService` runs a
+policy on worker 0 over the coordination channel, each replica's `ReplicaDriver` trains its
+pipeline, reports each step with its `SyncClient` and averages within the groups it is given;
+`StragglerPause` injects SDPipe's stragglers.
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain
@@ -22,6 +24,7 @@ from hetjax.pipeline._executor import dispatch_order as dispatch_order
 from hetjax.pipeline._groups import Group as Group
 from hetjax.pipeline._groups import GroupRules as GroupRules
 from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
+from hetjax.pipeline._injection import StragglerPause as StragglerPause
 from hetjax.pipeline._policies import ADPSGDPolicy as ADPSGDPolicy
 from hetjax.pipeline._policies import AllReducePolicy as AllReducePolicy
 from hetjax.pipeline._policies import ParameterServerPolicy as ParameterServerPolicy
@@ -30,6 +33,10 @@ from hetjax.pipeline._policies import SyncPolicy as SyncPolicy
 from hetjax.pipeline._policies import make_sync_policy as make_sync_policy
 from hetjax.pipeline._replicas import GroupAverager as GroupAverager
 from hetjax.pipeline._replicas import consensus_distance as consensus_distance
+from hetjax.pipeline._replicated import ReplicaDriver as ReplicaDriver
+from hetjax.pipeline._replicated import ReplicaStep as ReplicaStep
+from hetjax.pipeline._replicated import ServiceThread as ServiceThread
+from hetjax.pipeline._replicated import start_service as start_service
 from hetjax.pipeline._schedule import Action as Action
 from hetjax.pipeline._schedule import Schedule as Schedule
 from hetjax.pipeline._schedule import SimResult as SimResult
@@ -37,6 +44,9 @@ from hetjax.pipeline._schedule import gpipe as gpipe
 from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import simulate as simulate
 from hetjax.pipeline._split import split_stages as split_stages
+from hetjax.pipeline._sync_service import ServiceReport as ServiceReport
+from hetjax.pipeline._sync_service import SyncClient as SyncClient
+from hetjax.pipeline._sync_service import SyncService as SyncService
 from hetjax.pipeline._virtual_sdpipe import Straggler as Straggler
 from hetjax.pipeline._virtual_sdpipe import SyncRun as SyncRun
 from hetjax.pipeline._virtual_sdpipe import parse_straggler as parse_straggler
@@ -55,13 +65,20 @@ __all__ = [
     'ParameterServerPolicy',
     'PipelineState',
     'PipelineTrainer',
+    'ReplicaDriver',
+    'ReplicaStep',
     'SDPipePolicy',
     'Schedule',
+    'ServiceReport',
+    'ServiceThread',
     'SimResult',
     'StagePrograms',
     'Straggler',
+    'StragglerPause',
+    'SyncClient',
     'SyncPolicy',
     'SyncRun',
+    'SyncService',
     'consensus_distance',
     'dispatch_order',
     'gpipe',
@@ -71,4 +88,5 @@ __all__ = [
     'simulate',
     'simulate_sync',
     'split_stages',
+    'start_service',
 ]

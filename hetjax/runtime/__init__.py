@@ -14,6 +14,7 @@ from hetjax.runtime._kv import Channel as Channel
 from hetjax.runtime._launcher import LaunchResult as LaunchResult
 from hetjax.runtime._launcher import find_free_ports as find_free_ports
 from hetjax.runtime._launcher import launch_local as launch_local
+from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._slowdown import CsvTrace as CsvTrace
 from hetjax.runtime._slowdown import MarkovTrace as MarkovTrace
 from hetjax.runtime._slowdown import SlowdownTrace as SlowdownTrace
@@ -40,6 +41,7 @@ __all__ = [
     'CostModel',
     'CsvTrace',
     'LaunchResult',
+    'LocalChannel',
     'MarkovTrace',
     'SharePolicy',
     'SlowdownTrace',

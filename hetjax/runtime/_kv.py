@@ -42,6 +42,20 @@ class Channel:
   def get(self, key: str, timeout_s: float = 60.0) -> Any:
     return json.loads(self._client.blocking_key_value_get(self._key(key), int(timeout_s * 1000)))
 
+  def wait(self, key: str, timeout_s: float) -> Any | None:
+    """The value at ``key`` once it exists, or ``None`` if ``timeout_s`` passes first.
+
+    The coordination service counts the timeout in whole milliseconds (at least 1); other
+    failures (the service gone) raise.
+    """
+    try:
+      raw = self._client.blocking_key_value_get(self._key(key), max(1, round(timeout_s * 1000)))
+    except Exception as e:  # a timeout is a JaxRuntimeError whose message says so
+      if 'DEADLINE_EXCEEDED' in str(e):
+        return None
+      raise
+    return json.loads(raw)
+
   def try_get(self, key: str) -> Any | None:
     try:
       return json.loads(self._client.key_value_try_get(self._key(key)))

@@ -1,0 +1,234 @@
+"""SDPipe on real workers: pipeline replicas that average each stage within scheduler-made groups.
+
+A *replica* is one process running a whole pipeline (`PipelineTrainer` over its own devices,
+one device group per stage). After every step it reports to the group scheduler
+(`SyncClient.arrive`), waits for its group, and averages each stage's parameters with the
+group's members (`GroupAverager`, one per stage: a collective over a mesh of exactly the members'
+devices of that stage). Groups of disjoint replicas average at the same time; a replica never
+waits for one outside its group. Optimizer states stay local (SDPipe averages parameters).
+
+Why a replica is one process: a pipeline whose stages sit in different processes moves carries
+with cross-process `jax.device_put`, and JAX keys those transfers by a counter that *every*
+process advances (`hetjax.pipeline._transfer`), so all processes would have to walk one global
+order of transfers: the replicas would run in lock step, and decentralised groups would be moot.
+With a replica per process, stage s of every replica sits on the same local device positions,
+and stage s's groups average over exactly those devices of the members.
+
+Data: replica r's step t (t = 0, 1, …) trains on position ``t × replicas + r`` of the task's data
+stream, so replicas see disjoint batches while their step counts stay close.
+
+Example (every process; worker 0 also runs the scheduler, see `start_service`)::
+
+  trainer = PipelineTrainer(task, optax.sgd(0.1), 64, stages=2, devices=jax.local_devices())
+  client = SyncClient(channel, 'run0', jax.process_index())
+  driver = ReplicaDriver(trainer, client, replicas=jax.process_count())
+  state, steps = driver.run(trainer.init_state(), steps=100)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from hetjax._errors import ConfigError
+from hetjax.pipeline._executor import PipelineState, PipelineTrainer
+from hetjax.pipeline._policies import SyncPolicy
+from hetjax.pipeline._replicas import GroupAverager
+from hetjax.pipeline._schedule import positive_int
+from hetjax.pipeline._sync_service import Board, ServiceReport, SyncClient, SyncService
+
+#: ``pause(step, compute_s) -> seconds slept`` after a step's compute (emulated slowness).
+Pause = Callable[[int, float], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaStep:
+  """One step of one replica (seconds on this replica's clock, from the start of `run`).
+
+  Attributes:
+    step: the step completed (1, 2, …; the optimizer's step count after it).
+    loss: the mean training loss of the step's batch (before the update).
+    start_s: when the step began.
+    compute_s: forward, backward and update, until the parameters were ready.
+    pause_s: emulated slowness slept after the compute (``pause``).
+    wait_s: from reporting to the scheduler until the group was known.
+    sync_s: averaging with the group (0 for a group of one).
+    members: the group, in increasing order (this replica included).
+    global_sync: whether the group was a global synchronisation.
+    seq: the group's number in the scheduler's order (`Group.seq`).
+  """
+
+  step: int
+  loss: float
+  start_s: float
+  compute_s: float
+  pause_s: float
+  wait_s: float
+  sync_s: float
+  members: tuple[int, ...]
+  global_sync: bool
+  seq: int
+
+  @property
+  def end_s(self) -> float:
+    return self.start_s + self.compute_s + self.pause_s + self.wait_s + self.sync_s
+
+
+class ReplicaDriver:
+  """Trains this process's pipeline replica under a group scheduler (module docstring).
+
+  Args:
+    trainer: a `PipelineTrainer` whose stages are all on this process's devices.
+    client: this replica's `SyncClient`; its worker id must be this process's index.
+    replicas: how many replicas the job has (one per process).
+    pause: called after each step's compute as ``pause(step, compute_s)`` (e.g. to emulate a
+      slower host or a straggler); returns the seconds it slept.
+    group_timeout_s: the longest wait for a group before giving up with a `TimeoutError`.
+
+  Raises:
+    ConfigError: a stage on another process, or a worker id that is not this process's.
+  """
+
+  def __init__(self, trainer: PipelineTrainer, client: SyncClient, replicas: int,
+               pause: Pause | None = None, group_timeout_s: float = 120.0):
+    self.trainer, self.client, self.pause = trainer, client, pause
+    self.replicas = positive_int(replicas, 'replicas')
+    self.group_timeout_s = group_timeout_s
+    remote = [s for s in range(trainer.stages) if s not in trainer.local_stages]
+    if remote:
+      raise ConfigError(f'stages {remote} are on other processes; a replica runs its whole '
+                        'pipeline on its own devices (devices=jax.local_devices())')
+    self.replica = jax.process_index()
+    if client.worker != self.replica or not self.replica < self.replicas:
+      raise ConfigError(f'the client speaks for worker {client.worker}, but this is process '
+                        f'{self.replica} of {self.replicas} replicas')
+    self.averagers: tuple[GroupAverager, ...] = ()  # per stage, made on first use
+
+  def batch_at(self, step: int):
+    """The host batch of this replica's step ``step`` (module docstring)."""
+    t = self.trainer
+    return t.task.data.global_batch(t.seed, step * self.replicas + self.replica, t.global_batch)
+
+  def _averagers(self, state: PipelineState) -> tuple[GroupAverager, ...]:
+    if not self.averagers:
+      self.averagers = tuple(GroupAverager(list(mesh.devices.flat), params)
+                             for mesh, params in zip(self.trainer.meshes, state.params,
+                                                     strict=True))
+    return self.averagers
+
+  def warm_up(self, state: PipelineState, max_groups: int = 64) -> float:
+    """Pays before training what the first steps would otherwise pay: the stage programs'
+    compiles (one step on a copy of ``state``) and, if there are at most
+    ``max_groups`` groups holding this replica, every such group's averaging program, compiled
+    and run once on zeros (gloo connects a group's processes on its first collective). Every
+    replica must call it (the groups run in one global order); ``state`` is not changed.
+    Returns the seconds it took."""
+    start = time.monotonic()
+    copy = jax.tree.map(jnp.copy, (state.params, state.opt_state))  # train_step donates
+    jax.block_until_ready(self.trainer.train_step(
+        dataclasses.replace(state, params=copy[0], opt_state=copy[1]), self.batch_at(state.step)))
+    groups = [g for k in range(2, self.replicas + 1)
+              for g in itertools.combinations(range(self.replicas), k)]
+    if sum(self.replica in g for g in groups) <= max_groups:
+      zeros = dataclasses.replace(state, params=jax.tree.map(jnp.zeros_like, state.params))
+      for group in groups:
+        if self.replica in group:
+          jax.block_until_ready(self.average(zeros, group).params)
+    return time.monotonic() - start
+
+  def average(self, state: PipelineState, members: tuple[int, ...]) -> PipelineState:
+    """``state`` with every stage's parameters averaged over ``members`` (all must call)."""
+    params = tuple(avg.average(p, members) for avg, p in zip(self._averagers(state),
+                                                             state.params, strict=True))
+    # Back onto the stage's own sharding (same devices, no copy): an equal sharding of another
+    # mesh would make the stage programs compile again.
+    params = tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
+                   for p, mesh in zip(params, self.trainer.meshes, strict=True))
+    return dataclasses.replace(state, params=params)
+
+  def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
+          on_step: Callable[[ReplicaStep], None] | None = None, leave: bool = True
+          ) -> tuple[PipelineState, list[ReplicaStep]]:
+    """Trains until ``state.step`` reaches ``steps`` or ``until_s`` seconds have passed (no new
+    step starts after that), then leaves the scheduler (unless ``leave`` is False: then the
+    caller must call ``client.leave()`` later, or the others wait for it until it is dropped).
+
+    Returns:
+      The final state and one `ReplicaStep` per step taken.
+    """
+    if steps is None and until_s is None:
+      raise ConfigError('give steps, until_s or both')
+    records: list[ReplicaStep] = []
+    start = time.monotonic()
+    try:
+      while (steps is None or state.step < steps) and \
+          (until_s is None or time.monotonic() - start < until_s):
+        t0 = time.monotonic()
+        state, loss = self.trainer.train_step(state, self.batch_at(state.step))
+        jax.block_until_ready(state.params)
+        loss = float(loss)
+        t1 = time.monotonic()
+        paused = self.pause(state.step, t1 - t0) if self.pause else 0.0
+        t2 = time.monotonic()
+        self.client.arrive(state.step)
+        group = self.client.group(state.step, self.group_timeout_s)
+        t3 = time.monotonic()
+        members = tuple(sorted(group.members))
+        if len(members) > 1:
+          state = self.average(state, members)
+          jax.block_until_ready(state.params)
+        t4 = time.monotonic()
+        record = ReplicaStep(state.step, loss, t0 - start, t1 - t0, paused, t3 - t2, t4 - t3,
+                             members, group.global_sync, group.seq)
+        records.append(record)
+        if on_step:
+          on_step(record)
+    finally:
+      if leave:
+        self.client.leave()
+    return state, records
+
+
+@dataclasses.dataclass
+class ServiceThread:
+  """A `SyncService` running in a daemon thread (`start_service`)."""
+
+  service: SyncService
+  thread: threading.Thread
+  result: dict[str, Any]
+
+  def join(self, timeout_s: float | None = None) -> ServiceReport:
+    """Waits for the service to stop; its report (re-raises what stopped it, if anything)."""
+    self.thread.join(timeout_s)
+    if self.thread.is_alive():
+      raise TimeoutError(f'the group scheduler at {self.service.prefix!r} is still running')
+    if 'error' in self.result:
+      raise self.result['error']
+    return self.result['report']
+
+
+def start_service(board: Board, policy: SyncPolicy, prefix: str,
+                  stop_after_s: float | None = None, **options) -> ServiceThread:
+  """Runs ``SyncService(board, policy, prefix, **options).run(stop_after_s)`` in a daemon
+  thread (the coordination service's blocking reads release the GIL, so the replica beside it
+  keeps its core)."""
+  service = SyncService(board, policy, prefix, **options)
+  result: dict[str, Any] = {}
+
+  def serve():
+    try:
+      result['report'] = service.run(stop_after_s)
+    except BaseException as e:  # handed to join()
+      result['error'] = e
+
+  thread = threading.Thread(target=serve, name=f'sync-service:{prefix}', daemon=True)
+  thread.start()
+  return ServiceThread(service, thread, result)

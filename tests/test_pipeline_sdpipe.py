@@ -1,0 +1,142 @@
+"""Pipeline replicas on real workers under the group scheduler (`ReplicaDriver`, `SyncService`).
+
+Each case launches 4 local workers of 2 devices (`tests/workers/pipeline_sdpipe.py`), always with
+a timeout: each worker is one replica, a 2-stage MLP pipeline, and worker 0 also runs the
+scheduler in a thread over the coordination service.
+
+- All-reduce with SGD is exact: averaging the replicas' parameters after each step is one SGD
+  step on the mean gradient of the 4 replicas' batches, so the replicas must equal the plain
+  model trained on the concatenated batches (tolerances of tests/test_pipeline_multiprocess.py).
+- SDPipe with a persistent straggler: every member of a group got the same group, and the slow
+  replica is not waited for at every step.
+- A replica that goes silent is dropped after the time-out (reported and logged) and the others
+  finish without it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx, traverse_util
+
+import models
+from hetjax.runtime import launch_local
+from tests.conftest import require_devices
+from tests.workers.pipeline_sdpipe import BATCH, LR, MODEL, TIMEOUT_S
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH_TIMEOUT = 120
+WORKERS = 4
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(LAUNCH_TIMEOUT + 60)]
+
+
+def _launch(tmp_path, *args) -> list[dict]:
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'pipeline_sdpipe.py'),
+             str(tmp_path), *map(str, args)]
+  result = launch_local(command, workers=WORKERS, devices_per_worker=2, timeout=LAUNCH_TIMEOUT,
+                        init_timeout=60)
+  assert result.returncode == 0, result
+  outs = []
+  for w in range(WORKERS):
+    with np.load(tmp_path / f'w{w}.npz') as arrays:
+      outs.append(dict(arrays))
+  return outs
+
+
+def _params(out: dict, prefix: str) -> dict[str, np.ndarray]:
+  return {k.removeprefix(prefix + '/'): v for k, v in out.items() if k.startswith(prefix + '/')}
+
+
+def _groups(outs: list[dict]) -> dict[int, set]:
+  """seq -> the distinct member tuples its members recorded (one each when consistent)."""
+  seen: dict[int, set] = {}
+  for w, out in enumerate(outs):
+    for step in out['steps']:
+      members = tuple(int(m) for m in out[f'members/{step}'])
+      assert w in members
+      seen.setdefault(int(out[f'seq/{step}']), set()).add(members)
+  return seen
+
+
+def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
+  steps = 3
+  outs = _launch(tmp_path, 'all-reduce', steps, 'none')
+  task = models.make_task('mlp', **MODEL)
+  with jax.default_device(require_devices(1)[0]), nnx.use_eager_sharding(False):
+    graphdef, state = nnx.split(nnx.jit(lambda: task.make_model(nnx.Rngs(0)))())
+  params = nnx.to_pure_dict(state)
+
+  def mean_loss(p, batch):
+    return jnp.mean(task.loss(nnx.merge(graphdef, p), batch))
+
+  value_and_grad = jax.jit(jax.value_and_grad(mean_loss))
+  losses = np.zeros((WORKERS, steps))
+  for t in range(steps):  # replica r's step t trains on stream position t × WORKERS + r
+    grads = []
+    for r in range(WORKERS):
+      loss, g = value_and_grad(params, task.data.global_batch(0, t * WORKERS + r, BATCH))
+      losses[r, t] = float(loss)
+      grads.append(g)
+    mean = jax.tree.map(lambda *gs: sum(gs) / WORKERS, *grads)
+    params = jax.tree.map(lambda p, g: p - LR * g, params, mean)
+  expected = {'/'.join(map(str, k)): np.asarray(v)
+              for k, v in traverse_util.flatten_dict(params).items()}
+
+  for w, out in enumerate(outs):
+    np.testing.assert_allclose(out['losses'], losses[w], rtol=1e-5, err_msg=f'replica {w}')
+    got = _params(out, 'params')
+    assert got.keys() == expected.keys()
+    for path in expected:
+      np.testing.assert_allclose(got[path], expected[path], rtol=1e-5, atol=1e-6,
+                                 err_msg=f'replica {w} {path}')
+    assert all(tuple(out[f'members/{s}']) == tuple(range(WORKERS)) for s in out['steps'])
+  report = json.loads(str(outs[0]['report']))
+  assert (report['groups'], report['global_groups'], report['mean_group']) == (steps, steps, 4.0)
+  assert report['drops'] == [] and not any(report['ignored'].values())
+
+
+def test_sdpipe_groups_are_consistent_and_the_straggler_is_not_waited_for(tmp_path):
+  steps = 8
+  outs = _launch(tmp_path, 'sdpipe', steps, 'persistent:3:4')
+  for w, out in enumerate(outs):
+    assert list(out['steps']) == list(range(1, steps + 1))
+    assert np.all(np.isfinite(out['losses']))
+    init, final = _params(out, 'init'), _params(out, 'params')
+    assert any(not np.array_equal(init[p], final[p]) for p in init), f'replica {w} never moved'
+  groups = _groups(outs)
+  assert all(len(variants) == 1 for variants in groups.values()), groups
+  sizes = [len(next(iter(v))) for v in groups.values()]
+  report = json.loads(str(outs[0]['report']))
+  assert report['groups'] == len(groups) and report['drops'] == []
+  assert report['mean_group'] == pytest.approx(np.mean(sizes))
+  # The fast replicas group among themselves without the 4x straggler, and the straggler is
+  # not left alone for good (the SSP rule makes groups reconnect it).
+  members = [next(iter(v)) for v in groups.values()]
+  assert any(3 not in m and len(m) > 1 for m in members), groups
+  assert any(3 in m and len(m) > 1 for m in members), groups
+
+
+def test_a_silent_replica_is_dropped_and_the_others_finish(tmp_path, capfd):
+  steps = 6
+  outs = _launch(tmp_path, 'all-reduce', steps, 'none', 3, 3 * TIMEOUT_S)
+  report = json.loads(str(outs[0]['report']))
+  assert [w for w, _ in report['drops']] == [3]
+  logged = capfd.readouterr()  # the launcher relays the workers' output, prefixed [wN]
+  assert '[w0] run: worker 3 dropped from grouping' in logged.out + logged.err
+  assert list(outs[3]['steps']) == [1, 2]
+  for w in range(3):
+    out = outs[w]
+    assert list(out['steps']) == list(range(1, steps + 1))
+    members = [tuple(int(m) for m in out[f'members/{s}']) for s in out['steps']]
+    assert members[:2] == [(0, 1, 2, 3)] * 2 and members[2:] == [(0, 1, 2)] * (steps - 2)
+  # The three that went on averaged every step: they end equal.
+  for path, value in _params(outs[0], 'params').items():
+    for w in (1, 2):
+      np.testing.assert_allclose(_params(outs[w], 'params')[path], value, rtol=1e-6)

@@ -1,0 +1,97 @@
+"""A worker of tests/test_pipeline_sdpipe.py: pipeline replicas under a sync policy.
+
+  python tests/workers/pipeline_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
+
+Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
+Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread.
+Each replica trains STEPS steps, every step padded by `StragglerPause` to STEP_S (STRAGGLER: a
+`parse_straggler` spec). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
+without reporting it, then stops (it leaves). Each worker writes ``OUT_DIR/w{worker}.npz``: its
+final parameters (``params/<path>``), its initial ones (``init/<path>``), its steps
+(``steps``), their losses (``losses``), group members (``members/<step>``) and group numbers
+(``seq/<step>``); worker 0 also writes the scheduler's report (``report``, JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+MODEL = {'hidden': 32, 'width': 16}  # 3 links: up | down, head
+BATCH = 16
+LR = 0.1
+STEP_S = 0.03
+TIMEOUT_S = 1.0
+
+
+def flat(tree: dict, prefix: str) -> dict:
+  from flax import traverse_util
+  return {'/'.join([prefix, *map(str, k)]): np.asarray(v)
+          for k, v in traverse_util.flatten_dict(tree).items()}
+
+
+def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | None,
+         silent_s: float) -> None:
+  from hetjax import runtime
+
+  ctx = runtime.initialize(init_timeout_s=60)
+
+  import jax
+  import optax
+
+  import models
+  from hetjax.pipeline import (
+      PipelineTrainer,
+      ReplicaDriver,
+      StragglerPause,
+      SyncClient,
+      make_sync_policy,
+      start_service,
+  )
+
+  out = pathlib.Path(out_dir)
+  channel = runtime.Channel(f'sdpipe-test/{out}')
+  trainer = PipelineTrainer(models.make_task('mlp', **MODEL), optax.sgd(LR), BATCH, stages=2,
+                            micro_batches=2, devices=jax.local_devices())
+  service = None
+  if ctx.is_chief:
+    options = {'timeout_s': TIMEOUT_S}
+    if policy == 'sdpipe':  # windows on the scale of a step
+      options.update(window_s=STEP_S / 3, min_window_s=STEP_S / 10, max_window_s=STEP_S)
+    service = start_service(channel, make_sync_policy(policy, ctx.workers, **options), 'run',
+                            stop_after_s=100)
+  pause = StragglerPause(straggler, ctx.worker, STEP_S)
+  driver = ReplicaDriver(trainer, SyncClient(channel, 'run', ctx.worker), ctx.workers, pause)
+  state = trainer.init_state()
+  saved = {**flat(trainer.merge_tree(jax.device_get(state.params)), 'init')}
+  driver.warm_up(state)
+  channel.barrier('start')
+  if ctx.worker == silent:
+    state, records = driver.run(state, steps=2, leave=False)
+    time.sleep(silent_s)  # silent: the others drop it after TIMEOUT_S and go on
+    driver.client.leave()
+  else:
+    state, records = driver.run(state, steps=steps)
+  saved.update(flat(trainer.merge_tree(jax.device_get(state.params)), 'params'))
+  saved['losses'] = np.asarray([r.loss for r in records])
+  saved['steps'] = np.asarray([r.step for r in records])
+  for r in records:
+    saved[f'members/{r.step}'] = np.asarray(r.members)
+    saved[f'seq/{r.step}'] = np.asarray(r.seq)
+    saved[f'times/{r.step}'] = np.asarray([r.start_s, r.compute_s, r.pause_s, r.wait_s, r.sync_s])
+  if service is not None:
+    saved['report'] = np.asarray(json.dumps(service.join(60).to_json()))
+  np.savez(out / f'w{ctx.worker}.npz', **saved)
+  channel.barrier('end')
+
+
+if __name__ == '__main__':
+  args = sys.argv[1:]
+  main(args[0], args[1], int(args[2]), args[3], int(args[4]) if len(args) > 4 else None,
+       float(args[5]) if len(args) > 5 else 0.0)
