@@ -13,6 +13,7 @@ slower than emulated; `ReplicaStep.compute_s` shows it).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 
 import numpy as np
@@ -46,8 +47,11 @@ class StragglerPause:
   def __post_init__(self):
     object.__setattr__(self, 'straggler', parse_straggler(self.straggler))
     positive_seconds(self.step_s, 'step_s')
-    if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
-      raise ConfigError(f'worker must be an int >= 0, got {self.worker!r}')
+    for what in ('worker', 'seed'):
+      value = getattr(self, what)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ConfigError(f'{what} must be an int >= 0, got {value!r}')
+      object.__setattr__(self, what, int(value))
 
   @property
   def factor(self) -> float:
@@ -57,6 +61,8 @@ class StragglerPause:
 
   def transient_s(self, step: int) -> float:
     """The transient sleep injected at ``step`` (0.0 unless drawn)."""
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+      raise ConfigError(f'step must be an int >= 0, got {step!r}')
     s = self.straggler
     if s.kind != 'transient':
       return 0.0

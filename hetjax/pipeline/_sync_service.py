@@ -144,8 +144,8 @@ class SyncService:
                     self.prefix, stop_after_s,
                     sorted(set(range(self.policy.workers)) - self._left))
         break
-      due = self.policy.next_deadline()
-      wait = IDLE_S if due is None else min(IDLE_S, max(0.0, due - now))
+      due = self.policy.next_deadline()  # in the policy's times: seconds since start
+      wait = IDLE_S if due is None else min(IDLE_S, max(0.0, due - (now - start)))
       key = f'{self.prefix}/a/{ticket}'
       message = self.board.wait(key, wait) if wait > 0 else self.board.try_get(key)
       now = self._clock()
