@@ -7,15 +7,17 @@ For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: 
 policies, budget_s, step_s, window and max_group for `policy_options`) it starts from the same initial parameters and trains for budget_s
 seconds; worker 0 runs that run's group scheduler in a thread. Every step is padded by
 `StragglerPause` to step_s (× 3 for a persistent straggler), plus SDPipe's transient sleeps,
-drawn per (round, worker, step), so every policy of a round meets the same stragglers. After
-each run all replicas average once over everyone to measure the consensus distance
-``mean_i ‖xᵢ − x̄‖`` (not part of the run's time). The chief writes ``OUT_DIR/run.json``: per run
+drawn per (round, worker, step), so every policy of a round meets the same stragglers. Each
+replica keeps host copies of its parameters at the first step ending after 20, 40, 60 and 80%
+of the run, and at its end; after the run, all replicas average each snapshot over everyone to
+measure the consensus distance ``‖xᵢ − x̄‖`` at those times (not part of the run's time). The chief writes ``OUT_DIR/run.json``: per run
 every replica's steps (end time, loss, compute, pause, wait, sync, group size), the
-scheduler's report and the consensus distance.
+scheduler's report and its distances at the snapshots.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import sys
@@ -29,7 +31,8 @@ MODEL = {'hidden': 512, 'width': 256}
 BATCH = 64
 MICRO_BATCHES = 2
 LR = 0.02
-TIMEOUT_S = 30.0  # nobody is dropped in the benchmark: stragglers are slow, not dead
+TIMEOUT_S = 30.0
+SNAPSHOTS = (0.2, 0.4, 0.6, 0.8)  # consensus is measured at these fractions of a run and its end  # nobody is dropped in the benchmark: stragglers are slow, not dead
 
 
 def policy_options(policy: str, step_s: float, window: float = 0.1, max_group: int = 4) -> dict:
@@ -44,6 +47,42 @@ def policy_options(policy: str, step_s: float, window: float = 0.1, max_group: i
   if policy == 'ps':
     return {'timeout_s': TIMEOUT_S, 'every': 10}  # HetPipe-like: sync every 10 batches
   return {'timeout_s': TIMEOUT_S}
+
+
+class Snapshots:
+  """Host copies of a replica's parameters at the first step ending after each of SNAPSHOTS ×
+  the budget (``on_step`` of `ReplicaDriver.run`), and at the end (`finish`)."""
+
+  def __init__(self, budget_s: float):
+    self.times = [f * budget_s for f in SNAPSHOTS]
+    self.params: list = []
+
+  def __call__(self, record, state) -> None:
+    import jax
+
+    while len(self.params) < len(self.times) and record.end_s >= self.times[len(self.params)]:
+      self.params.append(jax.device_get(state.params))
+
+  def finish(self, state) -> None:
+    """Takes the final snapshot (and any a short run missed), so every replica has as many."""
+    import jax
+
+    final = jax.device_get(state.params)
+    self.params += [final] * (len(self.times) + 1 - len(self.params))
+
+
+def distance_to_mean(driver, state, params, workers: int) -> float:
+  """‖x − x̄‖ for this replica's host parameters ``params``, x̄ by one average over every
+  replica (a collective: every replica calls it, with its snapshot of the same index)."""
+  import jax
+  from jax.sharding import NamedSharding, PartitionSpec
+
+  placed = tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
+                 for p, mesh in zip(params, driver.trainer.meshes, strict=True))
+  mean = driver.average(dataclasses.replace(state, params=placed), tuple(range(workers)))
+  offsets = [np.asarray(a, np.float64) - np.asarray(b, np.float64) for a, b in zip(
+      jax.tree.leaves(params), jax.tree.leaves(jax.device_get(mean.params)), strict=True)]
+  return float(np.sqrt(sum(np.sum(o * o) for o in offsets)))
 
 
 def main(out_dir: str, config: dict) -> None:
@@ -90,15 +129,13 @@ def main(out_dir: str, config: dict) -> None:
         driver.pause = StragglerPause(spec, ctx.worker, step_s, seed=r)
         state = trainer.init_state()
         channel.barrier(f'{label}/start', timeout_s=120)
-        state, records = driver.run(state, until_s=budget_s)
-        # Consensus distance: everyone averages once with everyone (outside the timed run).
-        mean = driver.average(state, tuple(range(ctx.workers)))
-        offsets = [np.asarray(a, np.float64) - np.asarray(b, np.float64) for a, b in zip(
-            jax.tree.leaves(jax.device_get(state.params)),
-            jax.tree.leaves(jax.device_get(mean.params)), strict=True)]
-        distance = float(np.sqrt(sum(np.sum(o * o) for o in offsets)))
+        snapshots = Snapshots(budget_s)
+        state, records = driver.run(state, until_s=budget_s, on_step=snapshots)
+        snapshots.finish(state)
+        distances = [distance_to_mean(driver, state, params, ctx.workers)
+                     for params in snapshots.params]
         mine = {'steps': [[x.end_s, x.loss, x.compute_s, x.pause_s, x.wait_s, x.sync_s,
-                           len(x.members)] for x in records], 'distance': distance}
+                           len(x.members)] for x in records], 'distances': distances}
         channel.set(f'{label}/replica/{ctx.worker}', mine)
         if ctx.is_chief:
           report = service.join(120)

@@ -161,8 +161,8 @@ def _goals(rows: list[dict]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-  rounds = _ROUNDS.value or (2 if _QUICK.value else 5)
-  steps = _STEPS.value or (2 if _QUICK.value else 5)
+  rounds = (2 if _QUICK.value else 5) if _ROUNDS.value is None else _ROUNDS.value
+  steps = (2 if _QUICK.value else 5) if _STEPS.value is None else _STEPS.value
   bad = [m for m in _MODELS.value if m not in MODELS]
   if len(argv) > 1 or bad or rounds < 1 or steps < 1:
     print(f'bench_fela: error: bad arguments {argv[1:] + bad} (models: {list(MODELS)}; rounds and '

@@ -216,8 +216,8 @@ def _scenario(root, scenario, policies, rounds, block, cache) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
-  rounds = _ROUNDS.value or (3 if _QUICK.value else 6)
-  block = _BLOCK.value or 5
+  rounds = (3 if _QUICK.value else 6) if _ROUNDS.value is None else _ROUNDS.value
+  block = 5 if _BLOCK.value is None else _BLOCK.value
   scenarios = _SCENARIOS.value or (['static', 'markov'] if _QUICK.value else list(SCENARIOS))
   bad = [s for s in scenarios if s not in SCENARIOS] + [
       p for p in _POLICIES.value if p not in POLICIES]

@@ -18,7 +18,8 @@ within a round (side by side), then the median over rounds is reported. Per scen
   the target is all-reduce's smoothed loss at 60% of the budget in that round; '-' if the
   policy never reaches it;
 * ``group``: mean group size from the scheduler's report;
-* ``consensus``: mean ‖xᵢ − x̄‖ at the end of the run (before a final all-average that is not timed).
+* ``consensus``: mean ‖xᵢ − x̄‖ over the replicas and over snapshots at 20, 40, 60, 80 and 100%
+  of the run (x̄ by an all-replica average after the run, not timed).
 
 Virtual clock (`simulate_sync`): the same policies, options and scenarios with 64 and 1024
 replicas of one stage (one persistent straggler among them), step time ``--step_ms``, group
@@ -79,7 +80,7 @@ def _measures(run: dict, budget_s: float) -> dict:
   syncs = np.concatenate([s[s[:, 6] == WORKERS, 5] for s in steps])
   return {'throughput': done / budget_s, 'no_wait_limit': limit,
           'mean_group_size': run['report']['mean_group'],
-          'consensus_distance': float(np.mean([r['distance'] for r in run['replicas']])),
+          'consensus_distance': float(np.mean([r['distances'] for r in run['replicas']])),
           'full_sync_s': float(np.mean(syncs)) if syncs.size else None,
           'curve': _smoothed(run['replicas'])}
 
@@ -179,8 +180,8 @@ def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
 
 
 def main() -> None:
-  rounds = _ROUNDS.value or (1 if _QUICK.value else 3)
-  budget_s = _BUDGET.value or (7.0 if _QUICK.value else 10.0)
+  rounds = (1 if _QUICK.value else 3) if _ROUNDS.value is None else _ROUNDS.value
+  budget_s = (7.0 if _QUICK.value else 10.0) if _BUDGET.value is None else _BUDGET.value
   if rounds < 1 or budget_s <= 0 or _STEP_MS.value <= 0 or _WINDOW.value <= 0 \
       or not 1 <= _MAX_GROUP.value <= WORKERS:
     raise ConfigError(f'--rounds must be >= 1, --budget_s, --step_ms and --window > 0, and '

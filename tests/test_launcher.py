@@ -241,6 +241,30 @@ def test_a_signal_to_the_launcher_stops_every_worker(sig, status, message):
   _assert_gone(_pids(lines, 'worker'))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_workers_exit_when_the_launcher_is_sigkilled():
+  """A SIGKILLed launcher cannot stop its workers; they notice it is gone and exit."""
+  code = ('import os, sys, time; sys.path.insert(0, os.getcwd()); from hetjax import runtime; '
+          'runtime.initialize(init_timeout_s=60); print("worker", os.getpid(), flush=True); '
+          'time.sleep(60)')
+  command = _cli('--workers', '2', '--timeout', '90', '--', sys.executable, '-c', code)
+  with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                        text=True) as proc:
+    try:
+      lines = [proc.stdout.readline().rstrip('\n') for _ in range(2)]  # both joined the job
+      proc.kill()
+      proc.wait(timeout=10)
+    finally:
+      proc.kill()
+  pids = _pids(lines, 'worker')
+  assert len(pids) == 2, lines
+  deadline = time.monotonic() + 5.0  # the watch polls every second
+  while any(map(_running, pids)) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert not [pid for pid in pids if _running(pid)], 'workers outlived their launcher'
+
+
 GPUS = 'CUDA_VISIBLE_DEVICES=0,1'
 BAD_INPUT = {  # name: (arguments, the error line says); GPUS marks the one case that sets it
     'zero workers': ('--workers 0 -- true', 'workers must be between 1 and 1024, got 0'),

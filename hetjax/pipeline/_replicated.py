@@ -155,11 +155,13 @@ class ReplicaDriver:
     return dataclasses.replace(state, params=params)
 
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
-          on_step: Callable[[ReplicaStep], None] | None = None, leave: bool = True
+          on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,
+          leave: bool = True
           ) -> tuple[PipelineState, list[ReplicaStep]]:
     """Trains until ``state.step`` reaches ``steps`` or ``until_s`` seconds have passed (no new
     step starts after that), then leaves the scheduler (unless ``leave`` is False: then the
     caller must call ``client.leave()`` later, or the others wait for it until it is dropped).
+    ``on_step(record, state)`` is called after every step, with the state after its averaging.
 
     Returns:
       The final state and one `ReplicaStep` per step taken.
@@ -190,7 +192,7 @@ class ReplicaDriver:
                              members, group.global_sync, group.seq)
         records.append(record)
         if on_step:
-          on_step(record)
+          on_step(record, state)
     finally:
       if leave:
         self.client.leave()

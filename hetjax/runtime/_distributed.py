@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import sys
+import threading
+import time
 
 import jax
 
@@ -18,6 +22,8 @@ ENV_WORKER_ID = 'HETJAX_WORKER_ID'
 ENV_TRANSFER_ADDRESS = 'HETJAX_TRANSFER_ADDRESS'
 ENV_INIT_TIMEOUT = 'HETJAX_INIT_TIMEOUT'
 ENV_SLOWDOWN = 'HETJAX_SLOWDOWN'
+ENV_LAUNCHER_PID = 'HETJAX_LAUNCHER_PID'
+_WATCH_SECONDS = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +92,7 @@ def initialize(
                   shutdown_timeout_seconds=shutdown_timeout_s)
   coordinator = os.environ.get(ENV_COORDINATOR)
   if coordinator:
+    _exit_with_launcher()
     workers, worker = _int_env(ENV_NUM_WORKERS), _int_env(ENV_WORKER_ID)
     if not 0 <= worker < workers:
       raise ConfigError(f'{ENV_WORKER_ID}={worker} is outside 0..{workers - 1}')
@@ -114,6 +121,35 @@ def initialize(
     jax.distributed.initialize(initialization_timeout=init_timeout_s, **timeouts)
     return WorkerContext(jax.process_index(), jax.process_count(), 'auto', slowdown)
   return WorkerContext(0, 1, None, slowdown)
+
+
+def _exit_with_launcher() -> None:
+  """Ends this launched worker within a second of its launcher's death, however it died.
+
+  The launcher stops its workers on every path it lives through (exit, timeout, signals), but a
+  SIGKILLed launcher (e.g. by ``subprocess.run(timeout=…)`` or the OOM killer) cannot, and the
+  job's coordinator lives in worker 0, so the workers would run on. A daemon thread checks the
+  launcher's pid (``HETJAX_LAUNCHER_PID``) every second and exits the process when it is gone.
+  """
+  raw = os.environ.get(ENV_LAUNCHER_PID)
+  if not raw:
+    return
+  pid = _int_env(ENV_LAUNCHER_PID)
+
+  def watch() -> None:
+    while True:
+      try:
+        os.kill(pid, 0)
+      except ProcessLookupError:
+        with contextlib.suppress(OSError):  # the output pipe died with the launcher
+          print(f'hetjax: the launcher (pid {pid}) is gone; worker exits', file=sys.stderr,
+                flush=True)
+        os._exit(1)
+      except PermissionError:  # alive, owned by someone else
+        pass
+      time.sleep(_WATCH_SECONDS)
+
+  threading.Thread(target=watch, name='hetjax-launcher-watch', daemon=True).start()
 
 
 def _cluster_detected() -> bool:

@@ -7,6 +7,7 @@ worker gets its base environment plus what `jax.distributed` and hetjax read::
   HETJAX_NUM_WORKERS=N  HETJAX_WORKER_ID=i
   HETJAX_TRANSFER_ADDRESS=127.0.0.1:Q_i   a different port per worker
   HETJAX_SLOWDOWN=spec  HETJAX_INIT_TIMEOUT=seconds   only when given
+  HETJAX_LAUNCHER_PID=pid                 a worker exits when this process is gone
   JAX_NUM_CPU_DEVICES=D  JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo  PYTHONUNBUFFERED=1
 """
 
@@ -219,7 +220,7 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
   coordinator, *transfer = find_free_ports(workers + 1, port_range)
   base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}', 'HETJAX_NUM_WORKERS': str(workers),
            'JAX_NUM_CPU_DEVICES': str(devices_per_worker), 'PYTHONUNBUFFERED': '1',
-           'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo'}
+           'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo', 'HETJAX_LAUNCHER_PID': str(os.getpid())}
   optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
   # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
