@@ -22,8 +22,9 @@ Event model:
 - Stop. ``steps`` is the mean number of steps per worker: the run ends at the first instant T
   by which the workers have completed replicas × steps steps between them, a fixed amount of
   work (fast workers may do more than ``steps``, stragglers fewer; every resume at T counts, so
-  the total may exceed it slightly). Throughput = completed steps / T. Cost: the policies do
-  O(replicas) work per arrival, so a run is O(replicas² × steps) (1024 × 20: a few seconds).
+  the total may exceed it slightly). Throughput = completed steps / T. Cost: O(log replicas)
+  bookkeeping per event, plus the policy's closing checks (a global sync checks every active
+  worker): 1024 replicas × 20 steps take 0.2–0.6 s per policy.
 
 The policies' fault time-outs default to 1e9 s here (nobody is dropped: stragglers are slow, not
 dead) unless ``timeout_s`` (or ``rules``) is passed. SDPipe's windows are absolute seconds

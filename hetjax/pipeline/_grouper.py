@@ -1,0 +1,269 @@
+"""What every replica sync policy shares: arrival checks, time-outs, global syncs, group closing.
+
+`Grouper` is the base of `GroupScheduler` (SDPipe, `hetjax.pipeline._groups`) and of the
+baseline policies (`hetjax.pipeline._policies`). Times are floats the caller passes in; see
+`hetjax.pipeline._groups` for the rules, faults and bad messages as implemented.
+
+Cost per event: O(log workers) for the time-out bookkeeping (heaps of waiting arrivals and of
+silent workers' last arrivals, stale entries skipped when they surface), plus what a policy's
+closing rules cost (a global sync checks every active worker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import numbers
+from collections.abc import Sequence
+
+from hetjax._errors import ConfigError
+from hetjax.pipeline._schedule import positive_int
+
+
+def positive_seconds(value: object, what: str) -> float:
+  """``value`` as a finite float > 0, or a one-line `ConfigError` naming ``what``."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+    raise ConfigError(f'{what} must be a finite number of seconds > 0, got {value!r}')
+  return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """Workers that average their parameters together, as a scheduler hands them out.
+
+  Attributes:
+    members: worker ids in arrival order.
+    step: the step of the first member's arrival (every member's, for a global sync).
+    global_sync: True for a global synchronisation (every active worker, same step).
+    seq: 0, 1, 2, … in the order the scheduler closed its groups.
+    steps: each member's own step, aligned with ``members``.
+  """
+
+  members: tuple[int, ...]
+  step: int
+  global_sync: bool
+  seq: int
+  steps: tuple[int, ...] = ()
+
+
+class Grouper:
+  """What every sync policy shares: arrival checks, drops, global syncs, closing and logs.
+
+  Subclasses say which steps synchronise everyone (`_is_sync`), how long an open group waits
+  (`_window_of` its first member) or how arrivals group (`_accept`), when the open group may close
+  (`_close_some`), and follow closes and drops (`_on_close`, `_on_drop`).
+  """
+
+  def __init__(self, workers: int, timeout_s: float):
+    self._workers = positive_int(workers, 'workers')
+    self._timeout = positive_seconds(timeout_s, 'timeout_s')
+    self._now = -math.inf
+    self._done: dict[int, int] = {}  # worker -> last grouped step
+    self._pending: dict[int, tuple[int, float]] = {}  # worker -> (step, arrival time)
+    self._last_seen: dict[int, float] = {}
+    self._dropped: set[int] = set()
+    self._active: tuple[int, ...] | None = None  # cached; None after `_dropped` changes
+    # Lazy heaps (an entry is current while it matches `_pending` / `_last_seen`): waiting
+    # arrivals by time, and silent (active, not waiting) workers by their last arrival.
+    self._waiting_heap: list[tuple[float, int]] = []
+    self._silent_heap: list[tuple[float, int]] = [(-math.inf, w) for w in range(self._workers)]
+    self._barriers: dict[int, list[int]] = {}  # global-sync step -> waiting workers
+    self._ready: list[Group] = []
+    self._seq = 0
+    self.drops: list[tuple[int, float]] = []
+    self.rejoins: list[tuple[int, float]] = []
+    self.ignored = {'duplicate': 0, 'stale': 0, 'early': 0}
+    self._open: list[int] = []  # the open (not global) group, in arrival order
+    self._open_deadline = math.inf
+    self._expired = False
+
+  @property
+  def workers(self) -> int:
+    return self._workers
+
+  @property
+  def dropped(self) -> frozenset[int]:
+    """Workers left out of grouping: timed out or gone by `leave`, and not back yet."""
+    return frozenset(self._dropped)
+
+  @property
+  def active(self) -> tuple[int, ...]:
+    if self._active is None:
+      self._active = tuple(w for w in range(self._workers) if w not in self._dropped)
+    return self._active
+
+  def _set_dropped(self, worker: int, dropped: bool) -> None:
+    if dropped:
+      self._dropped.add(worker)
+    else:
+      self._dropped.discard(worker)
+    self._active = None
+
+  def arrive(self, worker: int, step: int, now: float) -> None:
+    """Worker ``worker`` finished step ``step`` at time ``now`` and waits for its group."""
+    worker = self._check_worker(worker)
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+      raise ConfigError(f'step must be an int >= 0, got {step!r}')
+    step, now = int(step), self._advance(now)
+    verdict = self._verdict(worker, step)
+    if verdict is not None:
+      self.ignored[verdict] += 1
+      return
+    if worker in self._dropped:
+      self._set_dropped(worker, False)
+      self.rejoins.append((worker, now))
+    self._pending[worker] = (step, now)
+    self._last_seen[worker] = now
+    heapq.heappush(self._waiting_heap, (now, worker))
+    if self._is_sync(step):
+      self._barriers.setdefault(step, []).append(worker)
+    else:
+      self._accept(worker, step, now)
+    self._settle(now)
+
+  def leave(self, worker: int, now: float) -> None:
+    """Worker ``worker`` stops (e.g. it ran its last step): it joins `dropped`, not ``drops``,
+    and nobody waits for it any more; an arrival later readmits it like a rejoin."""
+    worker, now = self._check_worker(worker), self._advance(now)
+    if worker in self._pending:
+      raise ConfigError(f'worker {worker} is waiting for its group and cannot leave')
+    self._set_dropped(worker, True)
+    self._on_drop(now)
+    self._settle(now)
+
+  def poll(self, now: float) -> list[Group]:
+    """The groups closed up to ``now`` and not handed out yet, in the order they closed."""
+    self._advance(now)
+    ready, self._ready = self._ready, []
+    return ready
+
+  def next_deadline(self) -> float | None:
+    """When `poll` next has something to do (≤ the last time seen: now), or None: on arrival."""
+    times = [t for t in (self._deadline(), self._now if self._ready else None) if t is not None]
+    drop = self._next_drop()
+    return min([*times, *([] if drop is None else [drop])], default=None)
+
+  # --- shared machinery --------------------------------------------------------------------
+
+  def _check_worker(self, worker: object) -> int:
+    if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) \
+        or not 0 <= worker < self._workers:
+      raise ConfigError(f'worker must be an int in [0, {self._workers}), got {worker!r}')
+    return int(worker)
+
+  def _verdict(self, worker: int, step: int) -> str | None:
+    pending = self._pending.get(worker)
+    last = pending[0] if pending is not None else self._done.get(worker)
+    if last is None or (pending is None and step > last):
+      return None
+    return 'duplicate' if step == last else 'stale' if step < last else 'early'
+
+  def _advance(self, now: float) -> float:
+    """Runs the window expiries and drops due up to ``now``, in time order; returns ``now``."""
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
+      raise ConfigError(f'now must be a finite time in seconds, got {now!r}')
+    now = max(float(now), self._now)
+    while True:
+      due, drop = self._deadline(), self._next_drop()
+      t = min((x for x in (due, drop) if x is not None), default=None)
+      if t is None or t > now:
+        break
+      self._now = max(self._now, t)
+      if due == t:
+        self._expire(t)
+      else:
+        self._drop_due(t)
+      self._settle(t)
+    self._now = now
+    return now
+
+  def _oldest_waiting(self) -> float | None:
+    """The earliest arrival time among waiting workers (None if nobody waits)."""
+    heap = self._waiting_heap
+    while heap and self._pending.get(heap[0][1], (None, None))[1] != heap[0][0]:
+      heapq.heappop(heap)
+    return heap[0][0] if heap else None
+
+  def _silent(self) -> tuple[float, int] | None:
+    """(last arrival, worker) of the silent worker that arrived longest ago, or None."""
+    heap = self._silent_heap
+    while heap and not self._is_silent(*heap[0]):
+      heapq.heappop(heap)
+    return heap[0] if heap else None
+
+  def _is_silent(self, last: float, w: int) -> bool:
+    return w not in self._pending and w not in self._dropped \
+        and self._last_seen.get(w, -math.inf) == last
+
+  def _next_drop(self) -> float | None:
+    """When the next silent worker is dropped: each one at max(oldest waiting arrival, its own
+    last arrival) + timeout, so the first is the one that arrived longest ago."""
+    oldest = self._oldest_waiting()
+    silent = self._silent() if oldest is not None else None
+    return None if silent is None else max(oldest, silent[0]) + self._timeout
+
+  def _drop_due(self, t: float) -> None:
+    """Drops, at ``t``, every silent worker whose drop time has come (in worker order)."""
+    due = []
+    while (drop := self._next_drop()) is not None and drop <= t:
+      due.append(heapq.heappop(self._silent_heap)[1])
+      self._set_dropped(due[-1], True)
+    self.drops.extend((w, t) for w in sorted(due))
+    self._on_drop(t)
+
+  def _settle(self, t: float) -> None:
+    """Closes every group that may close at ``t`` (one may let another close)."""
+    while self._close_barrier(t) or self._close_some(t):
+      pass
+
+  def _close_barrier(self, t: float) -> bool:
+    for s in sorted(self._barriers):
+      inside = self._barriers[s]
+      if all(w in inside or self._done.get(w, -1) >= s or self._pending.get(w, (-1,))[0] > s
+             for w in self.active):
+        del self._barriers[s]
+        self._emit(inside, [s] * len(inside), True, t)
+        return True
+    return False
+
+  def _emit(self, members: Sequence[int], steps: Sequence[int], global_sync: bool,
+            t: float) -> None:
+    for m, s in zip(members, steps, strict=True):
+      self._done[m] = s
+      del self._pending[m]
+      heapq.heappush(self._silent_heap, (self._last_seen[m], m))
+    group = Group(tuple(members), steps[0], global_sync, self._seq, tuple(steps))
+    self._seq += 1
+    self._ready.append(group)
+    self._on_close(group, t)
+
+  # --- what subclasses decide --------------------------------------------------------------
+
+  def _is_sync(self, step: int) -> bool:
+    return False
+
+  def _window_of(self, worker: int) -> float:
+    raise NotImplementedError
+
+  def _accept(self, worker: int, step: int, t: float) -> None:
+    if not self._open:
+      self._open_deadline, self._expired = t + self._window_of(worker), False
+    self._open.append(worker)
+
+  def _deadline(self) -> float | None:
+    return self._open_deadline if self._open and not self._expired else None
+
+  def _expire(self, t: float) -> None:
+    self._expired = True
+
+  def _close_some(self, t: float) -> bool:
+    return False
+
+  def _on_close(self, group: Group, t: float) -> None:
+    pass
+
+  def _on_drop(self, t: float) -> None:
+    pass
+
+
