@@ -8,6 +8,8 @@ stage. XLA:CPU compiles dominate the runtime, so trainers are built once per cas
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +26,8 @@ from hetjax.pipeline import (
     dispatch_order,
     gpipe,
     one_f_one_b,
+    profile_split,
+    split_stages,
 )
 from hetjax.train import Task
 from tests.conftest import require_devices
@@ -145,6 +149,38 @@ def test_mlp_chain_gradients_equal_unpipelined():
   grads, loss = trainer.gradients(trainer.init_state(params), host)
   np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
   _assert_close(trainer.merge_tree(grads), ref_grads)
+
+
+def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, reference):
+  from hetjax.planner import profile_submodels
+
+  flops = [p.flops_per_example for p in profile_submodels(task)]
+  ranges = profile_split(task, 2)
+  assert ranges == split_stages(flops, 2)
+  # The embedding and head cost unlike a block, so the split need not be 2 + 2 links.
+  assert ranges[0][0] == 0 and ranges[-1][1] == len(flops)
+  params, _, ref_loss, ref_grads = reference
+  trainer = PipelineTrainer(task, optax.sgd(LR), BATCH, stages=ranges, micro_batches=2,
+                            devices=require_devices(2))
+  assert trainer.ranges == ranges
+  grads, loss = trainer.gradients(trainer.init_state(params), task.data.global_batch(0, 0, BATCH))
+  np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
+  _assert_close(trainer.merge_tree(grads), ref_grads)
+
+
+def test_profile_split_needs_links_that_are_sub_models():
+  from models.mlp import MLP
+
+  class Renamed(MLP):
+    def chain(self):
+      return tuple(dataclasses.replace(link, name=f'x_{link.name}') for link in super().chain())
+
+  base = models.make_task('mlp', hidden=16, width=8)
+  features = base.data.arrays['x'].shape[1]
+  task = dataclasses.replace(base, make_model=lambda rngs: Renamed(features, 16, 8, 10,
+                                                                    rngs=rngs))
+  with pytest.raises(ConfigError, match=r"links \['x_up'"):
+    profile_split(task, 2)
 
 
 @pytest.mark.parametrize('build', [gpipe, one_f_one_b])

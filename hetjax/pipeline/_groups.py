@@ -3,8 +3,10 @@
 Pure, deterministic bookkeeping: no JAX, no processes, no clock of its own. Times are floats the
 caller passes in (virtual or real seconds), so a driver calls `arrive` when a replica finishes a
 step, `poll` right after and again at `next_deadline`, and gets the same `Group`s whether the
-times come from the virtual clock or from ``time.monotonic()``. There is one scheduler per
-pipeline stage; it groups that stage's replicas, numbered 0 … workers − 1.
+times come from the virtual clock or from ``time.monotonic()``. In SDPipe there is one scheduler
+per pipeline stage, grouping that stage's replicas, numbered 0 … workers − 1; `ReplicaDriver`
+runs each replica's whole pipeline in one process, so one scheduler serves every stage there.
+On real workers `SyncService` runs it on worker 0 (`hetjax.pipeline._sync_service`).
 
 Rules as implemented (SDPipe, Miao et al., VLDB 2023; choices where the paper is silent marked *):
 
@@ -96,7 +98,8 @@ class GroupRules:
 
 
 class GroupScheduler(Grouper):
-  """SDPipe's group scheduler for the replicas of ONE pipeline stage (use one per stage).
+  """SDPipe's group scheduler for the replicas of one stage (or of whole one-process pipelines,
+  as `ReplicaDriver` runs them: then one for the job).
 
   Example::
 

@@ -127,7 +127,7 @@ class ADPSGDPolicy(Grouper):
 
 
 class SDPipePolicy(GroupScheduler):
-  """SDPipe: `GroupScheduler` with ``rules`` (defaults: `GroupRules()`), one per stage."""
+  """SDPipe: `GroupScheduler` with ``rules`` (defaults: `GroupRules()`)."""
 
 
 class SyncName(enum.Enum):
