@@ -4,7 +4,7 @@
 
 The worker is one replica: a 2-stage pipeline (`MODEL` MLP on digits) on its own 2 devices.
 For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: straggler spec},
-policies, budget_s, step_s, window and max_group for `policy_options`) it starts from the same initial parameters and trains for budget_s
+policies, budget_s, step_s, window and max_group for `policy_options`, overlap for the driver) it starts from the same initial parameters and trains for budget_s
 seconds; worker 0 runs that run's group scheduler in a thread. Every step is padded by
 `StragglerPause` to step_s (× 3 for a persistent straggler), plus SDPipe's transient sleeps,
 drawn per (round, worker, step), so every policy of a round meets the same stragglers. Each
@@ -114,7 +114,8 @@ def main(out_dir: str, config: dict) -> None:
   def options(policy: str) -> dict:
     return policy_options(policy, step_s, config['window'], config['max_group'])
 
-  driver = ReplicaDriver(trainer, SyncClient(channel, 'warm-up', ctx.worker), ctx.workers)
+  driver = ReplicaDriver(trainer, SyncClient(channel, 'warm-up', ctx.worker), ctx.workers,
+                         overlap=bool(config.get('overlap')))
   warm_up_s = driver.warm_up(trainer.init_state())
   runs = []
   for r in range(int(config['rounds'])):

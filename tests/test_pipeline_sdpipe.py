@@ -65,18 +65,27 @@ def _groups(outs: list[dict]) -> dict[int, set]:
   return seen
 
 
-def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
-  steps = 3
-  outs = _launch(tmp_path, 'all-reduce', steps, 'none')
+def _plain():
+  """``(task, initial params, jitted value_and_grad of the mean loss)`` of the plain model."""
   task = models.make_task('mlp', **MODEL)
   with jax.default_device(require_devices(1)[0]), nnx.use_eager_sharding(False):
     graphdef, state = nnx.split(nnx.jit(lambda: task.make_model(nnx.Rngs(0)))())
-  params = nnx.to_pure_dict(state)
 
   def mean_loss(p, batch):
     return jnp.mean(task.loss(nnx.merge(graphdef, p), batch))
 
-  value_and_grad = jax.jit(jax.value_and_grad(mean_loss))
+  return task, nnx.to_pure_dict(state), jax.jit(jax.value_and_grad(mean_loss))
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  return {'/'.join(map(str, k)): np.asarray(v)
+          for k, v in traverse_util.flatten_dict(tree).items()}
+
+
+def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
+  steps = 3
+  outs = _launch(tmp_path, 'all-reduce', steps, 'none')
+  task, params, value_and_grad = _plain()
   losses = np.zeros((WORKERS, steps))
   for t in range(steps):  # replica r's step t trains on stream position t × WORKERS + r
     grads = []
@@ -86,8 +95,7 @@ def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
       grads.append(g)
     mean = jax.tree.map(lambda *gs: sum(gs) / WORKERS, *grads)
     params = jax.tree.map(lambda p, g: p - LR * g, params, mean)
-  expected = {'/'.join(map(str, k)): np.asarray(v)
-              for k, v in traverse_util.flatten_dict(params).items()}
+  expected = _flat(params)
 
   for w, out in enumerate(outs):
     np.testing.assert_allclose(out['losses'], losses[w], rtol=1e-5, err_msg=f'replica {w}')
@@ -100,6 +108,34 @@ def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
   report = json.loads(str(outs[0]['report']))
   assert (report['groups'], report['global_groups'], report['mean_group']) == (steps, steps, 4.0)
   assert report['drops'] == [] and not any(report['ignored'].values())
+
+
+def test_overlapped_all_reduce_averages_one_step_late(tmp_path):
+  """With ``overlap``, replica i's step k starts from its own c_{k-1,i} and ends at
+  c_{k,i} = mean_j c_{k-1,j} − lr · g_i(c_{k-1,i}); after the last step each takes the mean."""
+  steps = 3
+  outs = _launch(tmp_path, 'all-reduce+overlap', steps, 'none')
+  task, params, value_and_grad = _plain()
+  replicas = [params] * WORKERS
+  losses = np.zeros((WORKERS, steps))
+  for t in range(steps):
+    mean = jax.tree.map(lambda *ps: sum(ps) / WORKERS, *replicas)
+    moved = []
+    for r in range(WORKERS):
+      loss, g = value_and_grad(replicas[r], task.data.global_batch(0, t * WORKERS + r, BATCH))
+      losses[r, t] = float(loss)
+      moved.append(jax.tree.map(lambda m, g: m - LR * g, mean, g))
+    replicas = moved
+  expected = _flat(jax.tree.map(lambda *ps: sum(ps) / WORKERS, *replicas))
+  for w, out in enumerate(outs):
+    np.testing.assert_allclose(out['losses'], losses[w], rtol=1e-5, err_msg=f'replica {w}')
+    got = _params(out, 'params')
+    for path in expected:
+      np.testing.assert_allclose(got[path], expected[path], rtol=1e-5, atol=1e-6,
+                                 err_msg=f'replica {w} {path}')
+    # Step 1 applies no group yet; steps 2 and 3 apply the all-reduce of steps 1 and 2.
+    assert [tuple(out[f'members/{s}']) for s in out['steps']] == [(), (0, 1, 2, 3), (0, 1, 2, 3)]
+  assert len({float(out['losses'][1]) for out in outs}) == WORKERS  # replicas differ in between
 
 
 def test_sdpipe_groups_are_consistent_and_the_straggler_is_not_waited_for(tmp_path):

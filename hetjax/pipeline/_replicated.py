@@ -14,6 +14,14 @@ order of transfers: the replicas would run in lock step, and decentralised group
 With a replica per process, stage s of every replica sits on the same local device positions,
 and stage s's groups average over exactly those devices of the members.
 
+Overlap (``overlap=True``, our option; SDPipe waits for its group). A replica does not wait
+for step t's group: it reports, hands the group wait and the averaging of a copy of its
+parameters x_t to a background thread, and computes step t + 1 from x_t at once. When that step
+is done it takes the group's mean x̄_t and keeps its own progress: x_{t+1} ← x̄_t + (x_{t+1} −
+x_t), then reports step t + 1. Every replica still averages in its groups, in the scheduler's
+order, once per step; the averages are one step late, and the group wait and the collective
+run during the next step's compute instead of after it.
+
 Data: replica r's step t (t = 0, 1, …) trains on position ``t × replicas + r`` of the task's data
 stream, so replicas see disjoint batches while their step counts stay close.
 
@@ -27,6 +35,7 @@ Example (every process; worker 0 also runs the scheduler, see `start_service`)::
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import threading
@@ -64,6 +73,10 @@ class ReplicaStep:
     members: the group, in increasing order (this replica included).
     global_sync: whether the group was a global synchronisation.
     seq: the group's number in the scheduler's order (`Group.seq`).
+
+  With ``overlap``, ``wait_s`` is how long the replica blocked for the previous step's group
+  mean, ``sync_s`` the time to apply it and hand this step's averaging off, and ``members``,
+  ``global_sync`` and ``seq`` are that previous step's group (``()``, False and -1 at step 1).
   """
 
   step: int
@@ -92,14 +105,16 @@ class ReplicaDriver:
     pause: called after each step's compute as ``pause(step, compute_s)`` (e.g. to emulate a
       slower host or a straggler); returns the seconds it slept.
     group_timeout_s: the longest wait for a group before giving up with a `TimeoutError`.
+    overlap: average one step late, overlapped with the next step (module docstring).
 
   Raises:
     ConfigError: a stage on another process, or a worker id that is not this process's.
   """
 
   def __init__(self, trainer: PipelineTrainer, client: SyncClient, replicas: int,
-               pause: Pause | None = None, group_timeout_s: float = 120.0):
-    self.trainer, self.client, self.pause = trainer, client, pause
+               pause: Pause | None = None, group_timeout_s: float = 120.0,
+               overlap: bool = False):
+    self.trainer, self.client, self.pause, self.overlap = trainer, client, pause, overlap
     self.replicas = positive_int(replicas, 'replicas')
     self.group_timeout_s = group_timeout_s
     remote = [s for s in range(trainer.stages) if s not in trainer.local_stages]
@@ -170,6 +185,8 @@ class ReplicaDriver:
       raise ConfigError('give steps, until_s or both')
     records: list[ReplicaStep] = []
     start = time.monotonic()
+    background = concurrent.futures.ThreadPoolExecutor(1) if self.overlap else None
+    pending = None  # overlap: (the copy x_t, the future of (its group, the group's mean))
     try:
       while (steps is None or state.step < steps) and \
           (until_s is None or time.monotonic() - start < until_s):
@@ -180,23 +197,73 @@ class ReplicaDriver:
         t1 = time.monotonic()
         paused = self.pause(state.step, t1 - t0) if self.pause else 0.0
         t2 = time.monotonic()
-        self.client.arrive(state.step)
-        group = self.client.group(state.step, self.group_timeout_s)
-        t3 = time.monotonic()
-        members = tuple(sorted(group.members))
-        if len(members) > 1:
-          state = self.average(state, members)
+        if background is None:
+          self.client.arrive(state.step)
+          group = self.client.group(state.step, self.group_timeout_s)
+          t3 = time.monotonic()
+          if len(group.members) > 1:
+            state = self.average(state, tuple(sorted(group.members)))
+            jax.block_until_ready(state.params)
+          else:
+            t3 = None  # no sync: sync_s is 0
+        else:
+          group = None
+          if pending is not None:  # the last step's group, averaged meanwhile
+            group, state = self._catch_up(state, *pending)
+          t3 = time.monotonic()
           jax.block_until_ready(state.params)
+          pending = self._hand_off(background, state)
         t4 = time.monotonic()
+        t3 = t4 if t3 is None else t3
         record = ReplicaStep(state.step, loss, t0 - start, t1 - t0, paused, t3 - t2, t4 - t3,
-                             members, group.global_sync, group.seq)
+                             *_group_fields(group))
         records.append(record)
         if on_step:
           on_step(record, state)
+      if pending is not None:
+        _, state = self._catch_up(state, *pending)
     finally:
+      if background is not None:
+        background.shutdown(wait=True)
       if leave:
         self.client.leave()
     return state, records
+
+  def _hand_off(self, background, state: PipelineState):
+    """Reports ``state.step`` and averages a copy of ``state``'s parameters in the background."""
+    copy = dataclasses.replace(state, params=jax.tree.map(jnp.copy, state.params))
+    self.client.arrive(state.step)
+
+    def average():
+      group = self.client.group(copy.step, self.group_timeout_s)
+      members = tuple(sorted(group.members))
+      mean = self.average(copy, members) if len(members) > 1 else copy
+      return group, jax.block_until_ready(mean)
+
+    return copy, background.submit(average)
+
+  def _catch_up(self, state: PipelineState, copy: PipelineState, future) -> tuple:
+    """``state`` moved onto its last report's group mean: x̄ + (x − copy)."""
+    group, mean = future.result()
+    if len(group.members) == 1:  # nothing to move onto
+      return group, state
+    params = tuple(jax.device_put(_add_progress(m, n, o), NamedSharding(mesh, PartitionSpec()))
+                   for m, n, o, mesh in zip(mean.params, state.params, copy.params,
+                                            self.trainer.meshes, strict=True))
+    return group, dataclasses.replace(state, params=params)
+
+
+@jax.jit
+def _add_progress(mean, new, old):
+  """One stage's x̄ + (x − copy)."""
+  return jax.tree.map(lambda m, n, o: m + (n - o), mean, new, old)
+
+
+def _group_fields(group) -> tuple:
+  """``(members, global_sync, seq)`` for a `ReplicaStep` (``((), False, -1)`` for none)."""
+  if group is None:
+    return (), False, -1
+  return tuple(sorted(group.members)), group.global_sync, group.seq
 
 
 @dataclasses.dataclass

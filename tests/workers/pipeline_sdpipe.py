@@ -3,7 +3,8 @@
   python tests/workers/pipeline_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
 
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
-Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread.
+Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread;
+POLICY+overlap runs the replicas with ``overlap=True``.
 Each replica trains STEPS steps, every step padded by `StragglerPause` to STEP_S (STRAGGLER: a
 `parse_straggler` spec). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
 without reporting it, then stops (it leaves). Each worker writes ``OUT_DIR/w{worker}.npz``: its
@@ -59,6 +60,7 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
   channel = runtime.Channel(f'sdpipe-test/{out}')
   trainer = PipelineTrainer(models.make_task('mlp', **MODEL), optax.sgd(LR), BATCH, stages=2,
                             micro_batches=2, devices=jax.local_devices())
+  policy, _, mode = policy.partition('+')
   service = None
   if ctx.is_chief:
     options = {'timeout_s': TIMEOUT_S}
@@ -67,7 +69,8 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
     service = start_service(channel, make_sync_policy(policy, ctx.workers, **options), 'run',
                             stop_after_s=100)
   pause = StragglerPause(straggler, ctx.worker, STEP_S)
-  driver = ReplicaDriver(trainer, SyncClient(channel, 'run', ctx.worker), ctx.workers, pause)
+  driver = ReplicaDriver(trainer, SyncClient(channel, 'run', ctx.worker), ctx.workers, pause,
+                         overlap=mode == 'overlap')
   state = trainer.init_state()
   saved = {**flat(trainer.merge_tree(jax.device_get(state.params)), 'init')}
   driver.warm_up(state)
