@@ -230,26 +230,32 @@ class ReplicaDriver:
     return state, records
 
   def _hand_off(self, background, state: PipelineState):
-    """Reports ``state.step`` and averages a copy of ``state``'s parameters in the background."""
-    copy = dataclasses.replace(state, params=jax.tree.map(jnp.copy, state.params))
-    self.client.arrive(state.step)
+    """Reports ``state.step`` and averages a copy of ``state``'s parameters in the background.
+
+    Only the parameters are copied and read there: the optimizer state is the next step's to
+    donate."""
+    copy = jax.tree.map(jnp.copy, state.params)
+    step = state.step
+    self.client.arrive(step)
 
     def average():
-      group = self.client.group(copy.step, self.group_timeout_s)
+      group = self.client.group(step, self.group_timeout_s)
       members = tuple(sorted(group.members))
-      mean = self.average(copy, members) if len(members) > 1 else copy
-      return group, jax.block_until_ready(mean)
+      if len(members) == 1:
+        return group, copy
+      mean = self.average(dataclasses.replace(state, params=copy, opt_state=None), members)
+      return group, jax.block_until_ready(mean.params)
 
     return copy, background.submit(average)
 
-  def _catch_up(self, state: PipelineState, copy: PipelineState, future) -> tuple:
+  def _catch_up(self, state: PipelineState, copy, future) -> tuple:
     """``state`` moved onto its last report's group mean: x̄ + (x − copy)."""
     group, mean = future.result()
     if len(group.members) == 1:  # nothing to move onto
       return group, state
     params = tuple(jax.device_put(_add_progress(m, n, o), NamedSharding(mesh, PartitionSpec()))
-                   for m, n, o, mesh in zip(mean.params, state.params, copy.params,
-                                            self.trainer.meshes, strict=True))
+                   for m, n, o, mesh in zip(mean, state.params, copy, self.trainer.meshes,
+                                            strict=True))
     return group, dataclasses.replace(state, params=params)
 
 
