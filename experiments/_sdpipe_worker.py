@@ -4,7 +4,9 @@
 
 The worker is one replica: a 2-stage pipeline (`MODEL` MLP on digits) on its own 2 devices.
 For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: straggler spec},
-policies, budget_s, step_s, window and max_group for `policy_options`, overlap for the driver) it starts from the same initial parameters and trains for budget_s
+policies, budget_s, step_s, window and max_group for `policy_options`; a policy named
+``NAME+overlap`` is NAME with `ReplicaDriver(overlap=True)`) it starts from the same initial
+parameters and trains for budget_s
 seconds; worker 0 runs that run's group scheduler in a thread. Every step is padded by
 `StragglerPause` to step_s (× 3 for a persistent straggler), plus SDPipe's transient sleeps,
 drawn per (round, worker, step), so every policy of a round meets the same stragglers. Each
@@ -32,6 +34,7 @@ BATCH = 64
 MICRO_BATCHES = 2
 LR = 0.02
 TIMEOUT_S = 30.0
+OVERLAP = '+overlap'  # a policy name's suffix: the same policy, averaging overlapped
 SNAPSHOTS = (0.2, 0.4, 0.6, 0.8)  # consensus is measured at these fractions of a run and its end  # nobody is dropped in the benchmark: stragglers are slow, not dead
 
 
@@ -112,10 +115,10 @@ def main(out_dir: str, config: dict) -> None:
   step_s, budget_s = float(config['step_s']), float(config['budget_s'])
 
   def options(policy: str) -> dict:
-    return policy_options(policy, step_s, config['window'], config['max_group'])
+    return policy_options(policy.removesuffix(OVERLAP), step_s, config['window'],
+                          config['max_group'])
 
-  driver = ReplicaDriver(trainer, SyncClient(channel, 'warm-up', ctx.worker), ctx.workers,
-                         overlap=bool(config.get('overlap')))
+  driver = ReplicaDriver(trainer, SyncClient(channel, 'warm-up', ctx.worker), ctx.workers)
   warm_up_s = driver.warm_up(trainer.init_state())
   runs = []
   for r in range(int(config['rounds'])):
@@ -124,9 +127,10 @@ def main(out_dir: str, config: dict) -> None:
         label = f'{r}/{scenario}/{policy}'
         service = None
         if ctx.is_chief:
-          made = make_sync_policy(policy, ctx.workers, **options(policy))
+          made = make_sync_policy(policy.removesuffix(OVERLAP), ctx.workers, **options(policy))
           service = start_service(channel, made, label, stop_after_s=budget_s + 120)
         driver.client = SyncClient(channel, label, ctx.worker)
+        driver.overlap = policy.endswith(OVERLAP)
         driver.pause = StragglerPause(spec, ctx.worker, step_s, seed=r)
         state = trainer.init_state()
         channel.barrier(f'{label}/start', timeout_s=120)

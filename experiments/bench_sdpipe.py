@@ -21,9 +21,10 @@ within a round (side by side), then the median over rounds is reported. Per scen
 * ``consensus``: mean ‖xᵢ − x̄‖ over the replicas and over snapshots at 20, 40, 60, 80 and 100%
   of the run (x̄ by an all-replica average after the run, not timed).
 
-``--overlap`` runs every policy with `ReplicaDriver(overlap=True)`: each replica averages one
-step late, the group wait and the collective overlapped with its next step (our option, not
-SDPipe's). The virtual clock has no overlap model: its rows are the same either way.
+``all-reduce+overlap`` and ``sdpipe+overlap`` are those policies with
+`ReplicaDriver(overlap=True)`: each replica averages one step late, the group wait and the
+collective overlapped with its next step (our option, not SDPipe's), measured in the same
+rounds. The virtual clock has no overlap model: it runs the plain policies only.
 
 Virtual clock (`simulate_sync`): the same policies, options and scenarios with 64 and 1024
 replicas of one stage (one persistent straggler among them), step time ``--step_ms``, group
@@ -54,19 +55,20 @@ from hetjax import ConfigError
 WORKERS = 4
 SCENARIOS = {'transient-h1': 'transient:1', 'transient-h3': 'transient:3',
              'persistent-3x': 'persistent:3:3'}
-POLICIES = ('all-reduce', 'ad-psgd', 'ps', 'sdpipe')
+POLICIES = ('all-reduce', 'ad-psgd', 'ps', 'sdpipe', 'all-reduce+overlap', 'sdpipe+overlap')
+OVERLAP = '+overlap'
 SCALE = (64, 1024)
 SMOOTH = 16
 TARGET_AT = 0.6
 
-_QUICK = flags.DEFINE_bool('quick', False, '1 round of 7 s runs (under 3 minutes)')
+_QUICK = flags.DEFINE_bool('quick', False, '1 round of 7 s runs (about 3 minutes)')
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'rounds of every scenario x policy (default 3)')
 _BUDGET = flags.DEFINE_float('budget_s', None, 'seconds per run (default 10, quick 7)')
 _STEP_MS = flags.DEFINE_float('step_ms', 100.0, 'a healthy replica\'s emulated step time')
 _WINDOW = flags.DEFINE_float('window', 0.1, 'SDPipe\'s and AD-PSGD\'s first wait window, in steps')
 _MAX_GROUP = flags.DEFINE_integer('max_group', 4, 'SDPipe\'s maximum group size')
-_OVERLAP = flags.DEFINE_bool('overlap', False, 'every policy averages one step late, overlapped '
-                              'with the next step (ReplicaDriver(overlap=True))')
+_POLICIES = flags.DEFINE_list('policies', list(POLICIES), 'policies to compare (all-reduce '
+                              'must be one)')
 _JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
 _KEEP = flags.DEFINE_string('keep', None, 'keep the run directory here')
 
@@ -156,11 +158,11 @@ def _fmt(value, spec: str) -> str:
 
 
 def _table(rows: list[dict]) -> str:
-  head = (f'{"scenario":<15}{"workers":>8} {"source":<14}{"policy":<11}{"thr/AR":>7}'
+  head = (f'{"scenario":<15}{"workers":>8} {"source":<14}{"policy":<20}{"thr/AR":>7}'
           f'{"of limit":>9}{"ttt/AR":>7}{"group":>6}{"consensus":>10}')
   lines = [head, '-' * len(head)]
   for r in rows:
-    lines.append(f'{r["scenario"]:<15}{r["workers"]:>8} {r["source"]:<14}{r["policy"]:<11}'
+    lines.append(f'{r["scenario"]:<15}{r["workers"]:>8} {r["source"]:<14}{r["policy"]:<20}'
                  f'{r["throughput_vs_allreduce"]:>7.2f}{r["of_no_wait_limit"]:>9.2f}'
                  f'{_fmt(r["time_to_target_vs_allreduce"], ".2f"):>7}'
                  f'{r["mean_group_size"]:>6.2f}{_fmt(r["consensus_distance"], ".4f"):>10}')
@@ -168,11 +170,11 @@ def _table(rows: list[dict]) -> str:
 
 
 def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
-        virtual_steps: dict[int, int]) -> list[dict]:
-  config = {'rounds': rounds, 'scenarios': SCENARIOS, 'policies': list(POLICIES),
+        virtual_steps: dict[int, int], policies: list[str]) -> list[dict]:
+  config = {'rounds': rounds, 'scenarios': SCENARIOS, 'policies': list(policies),
             'budget_s': budget_s, 'step_s': step_s, 'window': _WINDOW.value,
-            'max_group': _MAX_GROUP.value, 'overlap': _OVERLAP.value}
-  runs_s = rounds * len(SCENARIOS) * len(POLICIES) * budget_s
+            'max_group': _MAX_GROUP.value}
+  runs_s = rounds * len(SCENARIOS) * len(policies) * budget_s
   info = launch_workers(root, '_sdpipe_worker.py', [json.dumps(config)], WORKERS,
                         timeout=300 + 3 * runs_s, devices_per_worker=2)
   rows, ring_base_s = _measured_rows(info, budget_s)
@@ -180,14 +182,19 @@ def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
         f'warm-up {info["warm_up_s"]:.1f} s; all-reduce of 4 takes {1.5e3 * ring_base_s:.1f} ms '
         f'(ring base {1e3 * ring_base_s:.2f} ms for the virtual clock)', flush=True)
   for n, steps in virtual_steps.items():
-    rows += _virtual_rows(SCENARIOS, POLICIES, n, steps, step_s, ring_base_s,
-                          info['policy_options'])
+    rows += _virtual_rows(SCENARIOS, [p for p in policies if not p.endswith(OVERLAP)], n,
+                          steps, step_s, ring_base_s, info['policy_options'])
   return rows
 
 
 def main() -> None:
   rounds = (1 if _QUICK.value else 3) if _ROUNDS.value is None else _ROUNDS.value
   budget_s = (7.0 if _QUICK.value else 10.0) if _BUDGET.value is None else _BUDGET.value
+  policies = list(dict.fromkeys(_POLICIES.value))
+  unknown = [p for p in policies if p not in POLICIES]
+  if unknown or 'all-reduce' not in policies:
+    raise ConfigError(f'--policies {",".join(policies)}: choose from {", ".join(POLICIES)}, '
+                      'all-reduce among them')
   if rounds < 1 or budget_s <= 0 or _STEP_MS.value <= 0 or _WINDOW.value <= 0 \
       or not 1 <= _MAX_GROUP.value <= WORKERS:
     raise ConfigError(f'--rounds must be >= 1, --budget_s, --step_ms and --window > 0, and '
@@ -197,17 +204,16 @@ def main() -> None:
   step_s = _STEP_MS.value / 1e3
   try:
     if _KEEP.value:
-      rows = run(pathlib.Path(_KEEP.value), rounds, budget_s, step_s, virtual_steps)
+      rows = run(pathlib.Path(_KEEP.value), rounds, budget_s, step_s, virtual_steps, policies)
     else:
       with tempfile.TemporaryDirectory() as tmp:
-        rows = run(pathlib.Path(tmp), rounds, budget_s, step_s, virtual_steps)
+        rows = run(pathlib.Path(tmp), rounds, budget_s, step_s, virtual_steps, policies)
   except RuntimeError as e:
     _cli.fail('bench_sdpipe.py', str(e))
   print(_table(rows))
   print(f'{rounds} round(s) x {budget_s:g} s per scenario and policy, step {_STEP_MS.value:g} ms, '
-        f'window {_WINDOW.value:g} steps, max group {_MAX_GROUP.value}'
-        f'{", overlapped averaging" if _OVERLAP.value else ""}; virtual steps {virtual_steps}; '
-        f'{time.perf_counter() - start:.0f} s')
+        f'window {_WINDOW.value:g} steps, max group {_MAX_GROUP.value}; virtual steps '
+        f'{virtual_steps}; {time.perf_counter() - start:.0f} s')
   if _JSON.value:
     pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
 

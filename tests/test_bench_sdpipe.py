@@ -63,7 +63,8 @@ def test_a_policy_that_never_reaches_the_target_has_no_time_to_target():
   assert '-' in bench._table(rows).splitlines()[-1]
 
 
-@pytest.mark.parametrize('flag', ['--rounds=0', '--max_group=5', '--window=0', '--nope'])
+@pytest.mark.parametrize('flag', ['--rounds=0', '--max_group=5', '--window=0', '--nope',
+                                  '--policies=sdpipe', '--policies=all-reduce,magic'])
 def test_bad_flags_are_one_line_and_exit_2(flag):
   result = subprocess.run([sys.executable, str(ROOT / 'experiments' / 'bench_sdpipe.py'), flag],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
