@@ -24,7 +24,7 @@ within a round (side by side), then the median over rounds is reported. Per scen
 ``all-reduce+overlap`` and ``sdpipe+overlap`` are those policies with
 `ReplicaDriver(overlap=True)`: each replica averages one step late, the group wait and the
 collective overlapped with its next step (our option, not SDPipe's), measured in the same
-rounds. The virtual clock has no overlap model: it runs the plain policies only.
+rounds; the virtual clock models them too (`simulate_sync(overlap=True)`).
 
 Virtual clock (`simulate_sync`): the same policies, options and scenarios with 64 and 1024
 replicas of one stage (one persistent straggler among them), step time ``--step_ms``, group
@@ -141,8 +141,9 @@ def _virtual_rows(scenarios: dict, policies, workers: int, steps: int, step_s: f
 
   rows = []
   for scenario, spec in scenarios.items():
-    runs = {p: simulate_sync(p, workers, steps, step_s, spec, sync_s=ring_base_s,
-                             **options[p]) for p in policies}
+    runs = {p: simulate_sync(p.removesuffix(OVERLAP), workers, steps, step_s, spec,
+                             sync_s=ring_base_s, overlap=p.endswith(OVERLAP), **options[p])
+            for p in policies}
     for p, r in runs.items():
       rows.append({'scenario': scenario, 'policy': p, 'workers': workers,
                    'source': 'virtual clock', 'rounds': 1,
@@ -182,8 +183,8 @@ def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
         f'warm-up {info["warm_up_s"]:.1f} s; all-reduce of 4 takes {1.5e3 * ring_base_s:.1f} ms '
         f'(ring base {1e3 * ring_base_s:.2f} ms for the virtual clock)', flush=True)
   for n, steps in virtual_steps.items():
-    rows += _virtual_rows(SCENARIOS, [p for p in policies if not p.endswith(OVERLAP)], n,
-                          steps, step_s, ring_base_s, info['policy_options'])
+    rows += _virtual_rows(SCENARIOS, policies, n, steps, step_s, ring_base_s,
+                          info['policy_options'])
   return rows
 
 

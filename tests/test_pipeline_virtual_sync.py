@@ -39,6 +39,32 @@ def test_sync_cost_is_the_ring_cost_of_the_group():
   assert local.throughput == pytest.approx(8 / STEP_S, rel=1e-9)
 
 
+def test_overlap_hides_a_sync_shorter_than_a_step_and_is_bound_by_a_longer_one():
+  sync = 2 * 7 / 8 * 0.05  # 0.0875 s < STEP_S: hidden behind the next step's compute
+  hidden = simulate_sync('all-reduce', 8, 10, STEP_S, sync_s=0.05, overlap=True)
+  assert hidden.throughput == pytest.approx(hidden.no_wait_limit, rel=1e-9)
+  assert hidden.sync_fraction == pytest.approx(0.0, abs=1e-12)
+  assert hidden.wait_fraction == pytest.approx(0.0, abs=1e-12)
+  # A sync longer than a step paces the worker: after the first step, one step per sync, the
+  # excess over a step exposed (the run ends at the 10th reports, before their group).
+  long = simulate_sync('all-reduce', 8, 10, STEP_S, sync_s=0.2, overlap=True)
+  paced = 2 * 7 / 8 * 0.2
+  total = STEP_S + 9 * paced
+  assert long.total_s == pytest.approx(total, rel=1e-12)
+  assert long.throughput == pytest.approx(8 * 10 / total, rel=1e-9)
+  assert long.sync_fraction == pytest.approx(9 * (paced - STEP_S) / total, rel=1e-9)
+  assert sync < STEP_S < paced
+
+
+@pytest.mark.parametrize('straggler', ['transient:3', 'persistent:1:3'])
+@pytest.mark.parametrize('name', ['all-reduce', 'sdpipe'])
+def test_overlap_never_loses_throughput(name, straggler):
+  plain = simulate_sync(name, 16, 30, STEP_S, straggler, sync_s=0.01)
+  over = simulate_sync(name, 16, 30, STEP_S, straggler, sync_s=0.01, overlap=True)
+  assert over.throughput >= plain.throughput
+  assert over.efficiency <= 1.0 + 0.05  # the limit holds up to the sleeps' sampling noise
+
+
 def test_persistent_straggler_holds_all_reduce_back_but_not_sdpipe():
   n = 16
   runs = {name: simulate_sync(name, n, 50, STEP_S, 'persistent:0:3', **opts)

@@ -19,6 +19,10 @@ Event model:
   (0 for a singleton): by default the ring all-reduce's 2(k − 1)/k × ``sync_s`` with ``sync_s``
   a float; pass a callable for any other cost. Resuming completes the step (it is counted then)
   and starts the next one at once.
+- Overlap (``overlap=True``, as `ReplicaDriver(overlap=True)`). An arrival completes the step at
+  once and the next step's compute starts; the worker reports that next step only when both
+  its compute and the sync of its previous group are done: at max(compute end, close +
+  sync cost). Waiting counts only the part of the group wait and sync not hidden by compute.
 - Stop. ``steps`` is the mean number of steps per worker: the run ends at the first instant T
   by which the workers have completed replicas × steps steps between them, a fixed amount of
   work (fast workers may do more than ``steps``, stragglers fewer; every resume at T counts, so
@@ -192,7 +196,7 @@ class SyncRun:
 def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s: float = 0.1,
                   straggler: str | Straggler | None = 'none',
                   sync_s: float | Callable[[int], float] = 0.0, seed: int = 0,
-                  **policy_options) -> SyncRun:
+                  overlap: bool = False, **policy_options) -> SyncRun:
   """Simulates ``replicas`` replicas of one stage under a sync policy (see the module docstring).
 
   Args:
@@ -204,6 +208,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
     sync_s: a float base for the ring cost 2(k − 1)/k × base of a k-member group, or a callable
       k -> seconds (a singleton always costs 0).
     seed: seeds the transient sleeps, and 'ad-psgd''s pairing unless ``seed`` is in the options.
+    overlap: the group wait and sync overlap the next step's compute (module docstring).
     **policy_options: passed to `make_sync_policy` (e.g. ``every=4``, ``max_group=3``).
 
   Raises:
@@ -244,6 +249,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   done = [0] * replicas
   arrived_at: list[float | None] = [None] * replicas
   resume_at = [0.0] * replicas
+  compute_end = [0.0] * replicas  # overlap: when the step after the reported one is computed
   events = [(duration(w, 1), 1, -w) for w in range(replicas)]
   heapq.heapify(events)
   total = waited = synced = 0.0
@@ -264,6 +270,12 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
         done[w] += 1
         completed += 1
         heapq.heappush(events, (t + duration(w, done[w] + 1), 1, neg))
+      elif overlap:  # the step is done; the next one computes while the group forms
+        arrived_at[w] = t
+        done[w] += 1
+        completed += 1
+        compute_end[w] = t + duration(w, done[w] + 1)
+        policy.arrive(w, done[w], t)
       else:
         arrived_at[w] = t
         policy.arrive(w, done[w] + 1, t)
@@ -279,15 +291,20 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
         local_members += k
       end = t + (cost(k) if k > 1 else 0.0)
       for m in group.members:
-        waited += t - arrived_at[m]
+        if overlap:  # only what the next step's compute does not hide
+          waited += max(0.0, t - compute_end[m])
+          synced += max(0.0, end - max(t, compute_end[m]))
+          heapq.heappush(events, (max(end, compute_end[m]), 1, -m))
+        else:
+          waited += t - arrived_at[m]
+          resume_at[m] = end
+          heapq.heappush(events, (end, 0, -m))
+          synced += end - t
         arrived_at[m] = None
-        resume_at[m] = end
-        heapq.heappush(events, (end, 0, -m))
-      synced += (end - t) * k
   total = t
   for w in range(replicas):
     if arrived_at[w] is not None:
-      waited += total - arrived_at[w]
+      waited += max(0.0, total - compute_end[w]) if overlap else total - arrived_at[w]
     elif resume_at[w] > total:  # still syncing: count only the part before the end
       synced -= resume_at[w] - total
   limit = sum(1.0 / (b + model.mean_sleep() * step_s) for b in base)
