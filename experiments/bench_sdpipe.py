@@ -16,7 +16,8 @@ within a round (side by side), then the median over rounds is reported. Per scen
 * ``ttt/AR``: time to the target loss over all-reduce's. The loss curve pools every replica's
   training loss (on its own batch, before its update) in time order, smoothed over the last 16;
   the target is all-reduce's smoothed loss at 60% of the budget in that round; '-' if the
-  policy never reaches it;
+  policy misses it in any round (the JSON's ``time_to_target_reached`` counts the rounds it
+  made);
 * ``group``: mean group size from the scheduler's report;
 * ``consensus``: mean ‖xᵢ − x̄‖ over the replicas and over snapshots at 20, 40, 60, 80 and 100%
   of the run (x̄ by an all-replica average after the run, not timed).
