@@ -78,10 +78,8 @@ def distance_to_mean(driver, state, params, workers: int) -> float:
   """‖x − x̄‖ for this replica's host parameters ``params``, x̄ by one average over every
   replica (a collective: every replica calls it, with its snapshot of the same index)."""
   import jax
-  from jax.sharding import NamedSharding, PartitionSpec
 
-  placed = tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
-                 for p, mesh in zip(params, driver.trainer.meshes, strict=True))
+  placed = driver.place(params)
   mean = driver.average(dataclasses.replace(state, params=placed), tuple(range(workers)))
   offsets = [np.asarray(a, np.float64) - np.asarray(b, np.float64) for a, b in zip(
       jax.tree.leaves(params), jax.tree.leaves(jax.device_get(mean.params)), strict=True)]

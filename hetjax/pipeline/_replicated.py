@@ -163,11 +163,16 @@ class ReplicaDriver:
     """``state`` with every stage's parameters averaged over ``members`` (all must call)."""
     params = tuple(avg.average(p, members) for avg, p in zip(self._averagers(state),
                                                              state.params, strict=True))
-    # Back onto the stage's own sharding (same devices, no copy): an equal sharding of another
-    # mesh would make the stage programs compile again.
-    params = tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
-                   for p, mesh in zip(params, self.trainer.meshes, strict=True))
-    return dataclasses.replace(state, params=params)
+    return dataclasses.replace(state, params=self.place(params))
+
+  def place(self, params: tuple) -> tuple:
+    """Per-stage trees (arrays or host values) replicated on their stages' own shardings.
+
+    Arrays already on a stage's devices are not copied. Averaged parameters come back on the
+    averager's mesh, an equal sharding of another mesh, which would make the stage programs
+    compile again; placing them here avoids that."""
+    return tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
+                 for p, mesh in zip(params, self.trainer.meshes, strict=True))
 
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
           on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,
@@ -253,10 +258,9 @@ class ReplicaDriver:
     group, mean = future.result()
     if len(group.members) == 1:  # nothing to move onto
       return group, state
-    params = tuple(jax.device_put(_add_progress(m, n, o), NamedSharding(mesh, PartitionSpec()))
-                   for m, n, o, mesh in zip(mean, state.params, copy, self.trainer.meshes,
-                                            strict=True))
-    return group, dataclasses.replace(state, params=params)
+    moved = tuple(_add_progress(m, n, o) for m, n, o in zip(mean, state.params, copy,
+                                                             strict=True))
+    return group, dataclasses.replace(state, params=self.place(moved))
 
 
 @jax.jit
