@@ -2,9 +2,13 @@
 
   python experiments/_bsp_worker.py OUT_DIR STEPS BLOCK   (started by hetjax.launch)
 
-Blocks of BLOCK steps alternate between the scenarios until each has STEPS steps, so both see
-the same machine state (on a shared 2-core box, back-to-back runs drift by 30%). The chief
-writes ``schedule.json`` (which steps belong to which scenario) beside ``telemetry.jsonl``.
+Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
+for the job; each scenario is a slowdown trace of those hosts. Blocks of BLOCK steps alternate
+between the scenarios until each has STEPS steps, so both see the same machine state (on a
+shared 2-core box, back-to-back runs drift by 30%); every step runs through
+`hetjax.train.training_steps`, and one uniform policy's state carries over from block to block.
+The chief writes ``schedule.json`` (which steps belong to which scenario) beside
+``telemetry.jsonl``.
 """
 
 from __future__ import annotations
@@ -32,34 +36,41 @@ def main(out_dir: str, steps: int, block: int) -> None:
   import optax
 
   import models
-  from hetjax.train import WorkerTrainer, measure_speed, worker_steps
+  from experiments._bench_launch import known_speed_host
+  from hetjax import balance, emulation
+  from hetjax.train import Hook, WorkerTrainer, training_steps
 
   out = pathlib.Path(out_dir)
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
                           GLOBAL_BATCH)
   channel = runtime.Channel(f'bench/{out}')
-  dilations = {name: runtime.TimeDilation(runtime.parse_slowdown(spec, ctx.workers), ctx.worker)
-               for name, spec in SCENARIOS.items()}
+  traces = {name: emulation.parse_trace(spec, ctx.workers) for name, spec in SCENARIOS.items()}
   state = trainer.init_state()
-  policy = runtime.UniformShares(GLOBAL_BATCH, ctx.workers)
-  speed = measure_speed(trainer, state, policy.shares(0, ())[ctx.worker])
+  host = known_speed_host(ctx, trainer, traces['none'], channel)
+  hosts = {name: dataclasses.replace(host, trace=trace) for name, trace in traces.items()}
+  policy = balance.Uniform(balance.ShareRules(GLOBAL_BATCH, ctx.workers))
+  policy_state = policy.init()
+  speed = trainer.measure_speed(state, policy.update(policy_state, None)[0][ctx.worker])
   cluster = runtime.discover_cluster(speed, channel)
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, ALLREDUCE_REPEATS)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
-  schedule = []
+  hooks = [Hook(lambda info: telemetry.record(info.stats.local))]
+  schedule, step = [], int(state.step)
   try:
     for _ in range(-(-steps // block)):
       for name in SCENARIOS:
-        start = int(state.step)
-        for info in worker_steps(trainer, state, start + block, policy, dilations[name],
-                                 telemetry):
-          state = info.state
-        schedule.append({'scenario': name, 'first_step': start + 1, 'last_step': start + block})
+        trainer.host = hosts[name]
+        start = step
+        for info in training_steps(trainer, state, start + block, hooks, policy, policy_state):
+          state, policy_state, step = info.state, info.policy_state, info.step
+        schedule.append({'scenario': name, 'first_step': start + 1, 'last_step': step})
   finally:
     telemetry.close()
+    trainer.close()
   if ctx.is_chief:
     info = {'workers': ctx.workers, 'global_batch': GLOBAL_BATCH, 'model': 'mlp', **MODEL,
             'scenarios': SCENARIOS, 'grad_bytes': 4 * trainer.fused_size,
+            'host_row_s': host.row_s, 'host_fixed_s': host.fixed_s,
             'allreduce': dataclasses.asdict(fit), 'cluster': cluster.to_json()}
     (out / 'run.json').write_text(json.dumps(info, indent=2) + '\n')
     (out / 'schedule.json').write_text(json.dumps(schedule) + '\n')

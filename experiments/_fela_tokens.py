@@ -1,25 +1,30 @@
 """The token-scheduling part of the Fela benchmark: BSP, LB-BSP and tokens, measured and virtual.
 
-For each scenario one job of 4 local workers (one CPU device each, time dilation for slowness)
-trains with every policy in interleaved blocks (`experiments/_tokens_worker.py`); each policy's
-median iteration time (compile time left out) comes from the measured telemetry. Then the same
-scenarios on the virtual clock at 64 and 1024 workers (512 rows per worker): uniform and LB-BSP
-through `hetjax.runtime.simulate`, tokens (with and without the end game) through
-`simulate_tokens`, all with one cost model calibrated on the static run (see `_calibrate`): a
-gradient call's fixed and per-row cost from the uniform (512-row) and token (128-row) calls,
-host time from the uniform blocks, per-token overhead (pull, placing rows) from the token
-blocks. The ``virtual-nocall`` rows repeat that without the fixed cost per call.
+For each scenario one job of 4 local workers (one CPU device each, each a host of known speed:
+`hetjax.emulation.KnownSpeedHost`, one calibrated per-row and per-step cost for the job, slowed
+by the scenario's trace) trains with every policy in interleaved blocks
+(`experiments/_tokens_worker.py`); each policy's median iteration time (compile time left out)
+comes from the measured telemetry. Then the same scenarios on the virtual clock at 64 and 1024
+workers (512 rows per worker): uniform and LB-BSP through `hetjax.runtime.simulate`, tokens
+(with and without the end game) through `simulate_tokens`, all with one cost model calibrated
+on the static run (see `_calibrate`): a gradient call's fixed and per-row cost from the uniform
+(512-row) and token (128-row) calls, host time from the uniform blocks, per-token overhead
+(pull, placing rows) from the token blocks. The ``virtual-nocall`` rows repeat that without the
+fixed cost per call.
 
 What decides the comparison here is what a gradient call costs: tokens make 16 calls a step
-where BSP and LB-BSP make 4. In these runs a 128-row token call costs nearly what a 512-row BSP
-call costs (per call, compute time undilated: 24 ms against 28 ms in one run), although the same
-calls made back to back by 4 workers without pulls or sleeps are close to proportional to their
-rows (4–12 ms against 16–30 ms). The calibrated model carries that cost as a fixed cost per call
+where BSP and LB-BSP make 4. A host of known speed pads every call to its rows' cost plus the
+calibrated per-step cost ``fixed_s``, so every token pays ``fixed_s`` and a share pays it once
+a step: that cost is set by the calibration now, unless a call overruns its host's time. Under time
+dilation (before the hosts) a 128-row token call cost nearly what a 512-row BSP call did (per
+call, compute time undilated: 24 ms against 28 ms in one run), although the same calls made back
+to back by 4 workers without pulls or sleeps are close to proportional to their rows (4–12 ms
+against 16–30 ms). The calibrated model carries that cost as a fixed cost per call
 (``fixed_s``), so the virtual rows show it at scale too; with ``fixed_s`` 0 (the per-row cost of
 a 512-row call for every row) the same model puts tokens with the end game within 4% of LB-BSP
 under the static straggler and well ahead of it under Markov. On this 2-core machine the medians
-of one policy also move up to 2.4x from one block to the next (4 rounds of every policy in one
-job: uniform 239–585 ms), more than the differences between policies.
+of one policy also moved up to 2.4x from one block to the next under time dilation (4 rounds of
+every policy in one job: uniform 239–585 ms), more than the differences between policies.
 
   run_tokens(pathlib.Path('/tmp/ft'), quick=True)   # rows for experiments/bench_fela.py
 """
@@ -33,9 +38,9 @@ import tempfile
 
 import numpy as np
 
-from experiments._bench_launch import launch_workers
+from experiments._bench_launch import host_line, launch_workers
 from experiments._lbbsp_worker import BUCKET
-from hetjax import balance, runtime
+from hetjax import balance, emulation, runtime
 from hetjax.report import load_telemetry
 from hetjax.runtime._virtual_tokens import simulate_tokens
 
@@ -98,23 +103,23 @@ def _with_speedups(rows: list[dict]) -> list[dict]:
   return [r | {'speedup_vs_uniform': uniform / r['iter_s']} for r in rows]
 
 
-def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.CostModel, float]:
+def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.ClockCosts, float]:
   """(cost model, per-token overhead seconds) from a real run.
 
-  A gradient call costs ``fixed_s + per_sample_s × rows`` at trace factor 1 (the dilation base
-  included); the uniform blocks give a 512-row call, the token blocks a 128-row one, and the two
-  give both terms, so share policies pay ``fixed_s`` once per step and tokens once per token.
-  Host time is from the uniform blocks (as ``bench_lbbsp._calibrate``); the per-token overhead
-  outside compute (pull round trip, placing the rows) from the token blocks' data time.
+  A gradient call costs ``fixed_s + per_sample_s × rows`` at trace factor 1 (compute and the
+  host's padding); the uniform blocks give a 512-row call, the token blocks a 128-row one, and
+  the two give both terms, so share policies pay ``fixed_s`` once per step and tokens once per
+  token. Host time is from the uniform blocks (as ``bench_lbbsp._calibrate``); the per-token
+  overhead outside compute (pull round trip, placing the rows) from the token blocks' data time.
   """
   t = load_telemetry(run_dir)
-  base, fit = run['dilation_base'], run['allreduce']
+  fit = run['allreduce']
 
   def per_call(name: str) -> tuple[float, float]:  # (rows, busy seconds per call at factor 1)
     idx = _policy_steps(run_dir, name, skip_first=True)
     share, busy = t.share[idx], t.compute_s[idx] + t.dilation_s[idx]
     count = _calls(name, share)
-    seconds = busy / np.maximum(count, 1) / (t.slowdown[idx] / base)
+    seconds = busy / np.maximum(count, 1) / t.slowdown[idx]
     rows = share / np.maximum(count, 1)
     return float(np.median(rows[count > 0])), float(np.median(seconds[count > 0]))
 
@@ -126,23 +131,23 @@ def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.CostModel, flo
   uniform = _policy_steps(run_dir, 'uniform', skip_first=True)
   busy = (t.compute_s[uniform] + t.dilation_s[uniform]).max(axis=1)
   host = float((t.step_s[uniform].max(axis=1) - busy).mean())
-  host -= runtime.CostModel(per_sample, **network).allreduce_s(WORKERS)
-  cost = runtime.CostModel(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
+  host -= runtime.ClockCosts(per_sample, **network).allreduce_s(WORKERS)
+  cost = runtime.ClockCosts(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
   # Pulls, placing rows and building the step's batch on the host, per round trip.
   steps = [i for name in run['shares'] if name.startswith('tokens')
            for i in _policy_steps(run_dir, name)]
   return cost, float(t.data_s[steps].sum() / run['pulls'])
 
 
-def _tile(spec: str, workers: int) -> runtime.SlowdownTrace:
+def _tile(spec: str, workers: int) -> emulation.SlowdownTrace:
   """The 4-worker scenario repeated over ``workers`` (Markov: every worker its own chain)."""
   if spec.startswith('markov'):
-    return runtime.parse_slowdown(spec, workers)
-  pattern = runtime.parse_slowdown(spec, WORKERS).factors(0)
-  return runtime.StaticTrace(tuple(np.tile(pattern, workers // WORKERS).tolist()))
+    return emulation.parse_trace(spec, workers)
+  pattern = emulation.parse_trace(spec, WORKERS).factors(0)
+  return emulation.StaticTrace(tuple(np.tile(pattern, workers // WORKERS).tolist()))
 
 
-def _virtual_rows(scenario: str, workers: int, cost: runtime.CostModel,
+def _virtual_rows(scenario: str, workers: int, cost: runtime.ClockCosts,
                   overhead: float) -> list[dict]:
   trace = _tile(SCENARIOS[scenario], workers)
   x = ROWS_PER_WORKER * workers
@@ -182,6 +187,7 @@ def run_tokens(root: pathlib.Path, quick: bool) -> list[dict]:
       run_dir = root / f'tokens-{scenario}'
       runs[scenario] = (run_dir, _launch(run_dir, spec, policies, rounds, block,
                                          pathlib.Path(cache)))
+      print(f'tokens {scenario}: {host_line(run_dir, runs[scenario][1])}', flush=True)
       rows += _measured_rows(run_dir, runs[scenario][1], scenario)
   cost, overhead = _calibrate(*runs['static'])
   # The counterfactual: no fixed cost per call, every row at the per-row cost of a 512-row call.

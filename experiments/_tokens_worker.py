@@ -2,12 +2,16 @@
 
   python experiments/_tokens_worker.py OUT_DIR POLICIES ROUNDS BLOCK TOKEN_ROWS  (under hetjax.launch)
 
-POLICIES is a comma list of ``uniform`` (BSP, `UniformShares`), ``lbbsp`` (LB-BSP, default
-predictor), ``tokens`` (`token_steps` with the end game) and ``tokens-greedy`` (Fela's plain
-greedy pulling). All train one state with one trainer, so they share
-the compiled programs (the token size is a bucket multiple, hence one of the piece programs).
-Policy p's k-th step (counting only its own steps) sees slowdown ``trace(k)``, so every policy
-meets the same slowdown sequence although their blocks alternate in time. The chief writes
+POLICIES is a comma list of ``uniform`` (BSP, `balance.Uniform`), ``lbbsp`` (LB-BSP, default
+predictor), ``tokens`` (`TokenRules` with the end game) and ``tokens-greedy`` (Fela's plain
+greedy pulling). Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`),
+calibrated once for the job and slowed by the launcher's trace. All train one state through
+`hetjax.train.training_steps`: the share policies on one bucketed `WorkerTrainer` (the piece
+ladder compiled before the first step), each token policy on a `TokenTrainer` of its own rules
+(the end game is the trainer's), on the same meshes and layout, so the state passes from one
+to the next. Policy p's k-th step (counting only its own steps) sees slowdown ``trace(k)``, so
+every policy meets the same slowdown sequence although their blocks alternate in time; each
+policy's state carries over from one of its blocks to the next. The chief writes
 ``telemetry.jsonl``, ``schedule.json`` (which global steps belong to which policy) and
 ``run.json`` (set-up, rows per worker per step, and the measured token pull round trip).
 """
@@ -22,79 +26,84 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from experiments._lbbsp_worker import (
-    BUCKET,
-    DILATION_BASE,
-    GLOBAL_BATCH,
-    MODEL,
-    _Local,
-    _Shifted,
-    set_up,
-)
+from experiments._lbbsp_worker import BUCKET, GLOBAL_BATCH, MODEL, _Local, set_up
 from hetjax import runtime
+
+TOKEN_POLICIES = {'tokens': True, 'tokens-greedy': False}  # name: plays the end game
 
 
 def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
+  import jax
   import numpy as np
 
   from hetjax import balance
-  from hetjax.train import worker_steps
-  from hetjax.train._tokens import TokenRules, token_steps
+  from hetjax.train import Hook, TokenRules, TokenTrainer, training_steps
 
   out = pathlib.Path(out_dir)
   bench = set_up(ctx, out, 'fela')
-  trainer, trace, channel, fit, telemetry = (bench.trainer, bench.trace, bench.channel,
-                                             bench.fit, bench.telemetry)
-  token_rules = {name: TokenRules(GLOBAL_BATCH, token_rows, trainer.local_batch_degree,
-                                 endgame=name == 'tokens')
-                 for name in ('tokens', 'tokens-greedy')}
-  made = {'uniform': runtime.UniformShares(GLOBAL_BATCH, ctx.workers),
-          'lbbsp': balance.make_policy('lbbsp', bench.rules, trace)}
-  histories = {name: [] for name in policies}
-  # The ladder of piece programs (the token size among them) was compiled in set_up.
-  state, schedule, pulls = bench.state, [], []
-  warmup_compile_s = bench.warmup_compile_s
+  trainer, channel, fit = bench.trainer, bench.channel, bench.fit
+  token_trainers = {
+      name: TokenTrainer(trainer.task, trainer.optimizer, GLOBAL_BATCH,
+                         TokenRules(GLOBAL_BATCH, token_rows, trainer.local_batch_degree, endgame),
+                         channel, rules=trainer.rules, seed=trainer.seed)
+      for name, endgame in TOKEN_POLICIES.items() if name in policies}
+  for token_trainer in token_trainers.values():
+    # What a token step runs before its first pull, compiled now (as the piece ladder is for
+    # the share policies): else a worker still compiling it in its first token step finds the
+    # queue drained by one that was done sooner.
+    token_trainer.time_gradient(bench.state, token_rows, repeats=1)
+    zero = token_trainer.zero_gradient
+    jax.block_until_ready(token_trainer.accumulate(zero(), zero()))
+  channel.barrier('tokens-warm')
+  programs = {name: token_trainers.get(name, trainer) for name in policies}
+  made = {name: token_trainers[name].tokens if name in token_trainers
+          else balance.make_policy(name, bench.rules, bench.trace) for name in policies}
+  policy_states = dict.fromkeys(policies)
+  shares = {name: [] for name in policies}
+  hooks = [Hook(bench.record)]
+  state, schedule, pulls, step = bench.state, [], [], int(bench.state.step)
   try:
     for r in range(rounds):
       for name in policies:
-        start, local = int(state.step), r * block
+        start, local = step, r * block
         shift = local - start
-        dilation = runtime.TimeDilation(_Shifted(trace, shift), ctx.worker, DILATION_BASE)
-        if name in token_rules:
-          steps = token_steps(trainer, state, start + block, token_rules[name], channel, dilation,
-                              telemetry, history=histories[name])
-        else:
-          steps = worker_steps(trainer, state, start + block, _Local(made[name], shift),
-                               dilation, telemetry, history=histories[name])
-        for info in steps:
-          state = info.state
-          if name in token_rules:
-            pulls.append((info.stats.pull_s, info.stats.pulls, info.stats.left > 0))
+        program = programs[name]
+        program.host = bench.block_host(shift)
+        for info in training_steps(program, state, start + block, hooks,
+                                   _Local(made[name], shift), policy_states[name]):
+          state, policy_states[name], step = info.state, info.policy_state, info.step
+          shares[name].append(list(info.stats.rows))
+          if name in TOKEN_POLICIES:
+            local_timing = info.stats.local
+            pulls.append((local_timing.pull_s, local_timing.pulls, local_timing.left > 0))
         # LB-BSP's new share sizes compile in the background; let them finish between blocks,
         # or they would compete for the cores with the next policy's steps.
         trainer.programs.wait()
-        schedule.append({'policy': name, 'first_step': start + 1, 'last_step': start + block,
+        schedule.append({'policy': name, 'first_step': start + 1, 'last_step': step,
                          'policy_step': local})
   finally:
-    telemetry.close()
-    trainer.close()
+    bench.telemetry.close()
+    for program in (trainer, *token_trainers.values()):
+      program.close()
   pull_s, count, left = np.sum(pulls, axis=0) if pulls else (0.0, 0, 0)
   channel.set(f'pulls/{ctx.worker}', [float(pull_s), int(count), int(left)])
   if ctx.is_chief:
     per_worker = [channel.get(f'pulls/{w}') for w in range(ctx.workers)]
     total_s, total = (sum(p[i] for p in per_worker) for i in (0, 1))
     info = {'workers': ctx.workers, 'global_batch': GLOBAL_BATCH, 'bucket': BUCKET,
-            'token_rows': token_rows, 'dilation_base': DILATION_BASE,
+            'token_rows': token_rows, 'host_row_s': bench.host.row_s,
+            'host_fixed_s': bench.host.fixed_s,
             'model': 'mlp', **MODEL, 'slowdown': ctx.slowdown, 'grad_bytes': 4 * trainer.fused_size,
-            'allreduce': dataclasses.asdict(fit), 'compiles': trainer.compiles,
-            'warmup_compile_s': warmup_compile_s,
+            'allreduce': dataclasses.asdict(fit),
+            'compiles': trainer.compiles + sum(t.compiles for t in token_trainers.values()),
+            'warmup_compile_s': bench.warmup_compile_s,
             'background_compiles': trainer.programs.background_compiles,
             'piece_steps': trainer.programs.piece_steps,
             'pull_s': total_s / total if total else None, 'pulls': total,
             'left_early': [p[2] for p in per_worker],  # token steps it left tokens to others
-            'shares': {n: [list(h.shares) for h in histories[n]] for n in policies}}
+            'shares': shares}
     (out / 'run.json').write_text(json.dumps(info) + '\n')
     (out / 'schedule.json').write_text(json.dumps(schedule, indent=1) + '\n')
   channel.barrier('pulls-read')  # the chief reads every worker's pulls before anyone leaves

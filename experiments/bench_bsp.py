@@ -2,15 +2,18 @@ r"""Uniform BSP under a straggler: measured on local workers, and on the virtual
 
 One real job of `experiments/_bsp_worker.py` under `hetjax.launch` (4 workers, one device each,
 an MLP whose per-worker gradient takes tens of ms) alternating blocks of two scenarios, so both
-see the same machine state: ``none`` (no slowdown; it calibrates the virtual clock) and
-``static`` (worker 3 at slowdown 3 by time dilation). For each it reports
+see the same machine state. Every worker runs as a host of known speed
+(`hetjax.emulation.KnownSpeedHost`: each step padded by sleep to the time a host of the job's
+calibrated per-row cost takes, times its slowdown): ``none`` (every host at its base speed; it
+calibrates the virtual clock) and ``static`` (worker 3's host 3x slower). For each it reports
 the measured iteration time (mean over steps of the slowest worker's step), each worker's idle
 fraction (waiting at the barrier / step time), the balanced limit X / Σ vᵢ + sync, where
-vᵢ = shareᵢ / (computeᵢ + dilationᵢ) is the measured speed and sync the measured communication
-and batch preparation, and their ratio: the gap that load balancing can close.
+vᵢ = shareᵢ / busyᵢ is the measured speed (busy: compute plus the host's padding) and sync the
+measured communication and batch preparation, and their ratio: the gap that load balancing can
+close. How often a real compute ran past its host's time (an overrun) is printed as well.
 
-The virtual clock is calibrated on the ``none`` run only (per-worker per-sample compute and its
-step-to-step coefficient of variation, the all-reduce α and β fitted by
+The virtual clock is calibrated on the ``none`` run only (per-worker busy seconds per sample and
+their step-to-step coefficient of variation, the all-reduce α and β fitted by
 `hetjax.runtime.fit_allreduce`, the rest of a step as host time)
 and then predicts the ``static`` run (the agreement check, goal within 15%) and the same
 scenario at 64 and 1024 workers (one worker at 3x, 1024 rows per worker).
@@ -32,8 +35,8 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import app, flags
 
-from experiments._bench_launch import launch_workers
-from hetjax import ConfigError, runtime
+from experiments._bench_launch import host_line, launch_workers
+from hetjax import ConfigError, balance, emulation, runtime
 from hetjax.report import load_telemetry
 
 WORKERS = 4
@@ -61,8 +64,8 @@ def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:
   blocks = json.loads((run_dir / 'schedule.json').read_text())
   keep = [index[s] for b in blocks if b['scenario'] == scenario
           for s in range(b['first_step'], b['last_step'] + 1) if s > skip]
-  share, compute = t.share[keep], t.compute_s[keep]
-  busy = compute + t.dilation_s[keep]
+  share = t.share[keep]
+  busy = t.compute_s[keep] + t.dilation_s[keep]  # the host's time: compute and padding
   iteration = t.step_s[keep].max(axis=1)
   sync = t.comm_s[keep][:, 0] + t.data_s[keep].mean(axis=1)
   speeds = share.sum(axis=0) / busy.sum(axis=0)
@@ -71,30 +74,32 @@ def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:
       'iter_time_s': float(iteration.mean()),
       'balanced_limit_s': float(limit),
       'idle_fraction': [float(x) for x in (t.wait_s[keep] / t.step_s[keep]).mean(axis=0)],
-      'per_sample_s': [float(x) for x in (compute / share).mean(axis=0)],
-      'noise_cv': float((compute.std(axis=0) / compute.mean(axis=0)).mean()),
+      'per_sample_s': [float(x) for x in (busy / share).mean(axis=0)],
+      'noise_cv': float((busy.std(axis=0) / busy.mean(axis=0)).mean()),
       'host_s': float((iteration - busy.max(axis=1)).mean()),
   }
 
 
-def _cost(calibration: dict, run: dict, workers: int | None = None) -> runtime.CostModel:
+def _cost(calibration: dict, run: dict, workers: int | None = None) -> runtime.ClockCosts:
   fit = run['allreduce']
   per_sample = tuple(calibration['per_sample_s'])
   if workers is not None:
     per_sample = float(np.mean(per_sample))
-  allreduce = runtime.CostModel(1.0, alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
-                                grad_bytes=run['grad_bytes']).allreduce_s(WORKERS)
-  return runtime.CostModel(
+  allreduce = runtime.ClockCosts(1.0, alpha_s=fit['alpha_s'],
+                                 beta_bytes_per_s=fit['beta_bytes_per_s'],
+                                 grad_bytes=run['grad_bytes']).allreduce_s(WORKERS)
+  return runtime.ClockCosts(
       per_sample, alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
       grad_bytes=run['grad_bytes'], host_s=max(calibration['host_s'] - allreduce, 0.0))
 
 
-def _virtual(cost: runtime.CostModel, workers: int, rows_per_worker: int, steps: int,
+def _virtual(cost: runtime.ClockCosts, workers: int, rows_per_worker: int, steps: int,
              noise_cv: float) -> dict:
   factors = (1.0,) * (workers - 1) + (3.0,)
   batch = rows_per_worker * workers
-  v = runtime.simulate(runtime.UniformShares(batch, workers), runtime.StaticTrace(factors), cost,
-                       batch, steps, noise_cv=noise_cv)
+  uniform = balance.Uniform(balance.ShareRules(batch, workers))
+  v = runtime.simulate(uniform, emulation.StaticTrace(factors), cost, batch, steps,
+                       noise_cv=noise_cv)
   idle = v.idle_fraction.mean(axis=0)
   return {'iter_time_s': v.mean_iter_s(), 'balanced_limit_s': v.mean_balanced_limit_s(),
           'idle_fraction': [float(idle[:-1].mean())] * (workers - 1) + [float(idle[-1])]}
@@ -113,7 +118,8 @@ def run(steps: int, skip: int, root: pathlib.Path) -> list[dict]:
   measured = {name: _measured(root, skip, name) for name in SCENARIOS}
   rows = [_row(name, WORKERS, 'measured', measured[name]) for name in SCENARIOS]
   rows_per_worker = info['global_batch'] // WORKERS
-  noise = measured['none']['noise_cv']  # this machine's step-to-step compute jitter
+  print(host_line(root, info), flush=True)
+  noise = measured['none']['noise_cv']  # step-to-step jitter of the hosts' busy time
   predicted = _virtual(_cost(measured['none'], runs['none']), WORKERS, rows_per_worker, steps,
                        noise)
   agreement = abs(predicted['iter_time_s'] / measured['static']['iter_time_s'] - 1)

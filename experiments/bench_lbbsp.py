@@ -1,8 +1,11 @@
 r"""LB-BSP against uniform BSP under stragglers: real local workers, then the virtual clock at scale.
 
-For each scenario, one job of 4 local workers (one CPU device each, time dilation for
-slowness) trains with every policy in turn, in interleaved blocks; policy p's k-th step meets
-slowdown trace(k), so all policies see the same slowdowns (`experiments/_lbbsp_worker.py`).
+For each scenario, one job of 4 local workers (one CPU device each, each a host of known speed:
+`hetjax.emulation.KnownSpeedHost`, one calibrated per-row cost for the job, slowed by the
+scenario's trace) trains with every policy in turn, in interleaved blocks; policy p's k-th step
+meets slowdown trace(k), so all policies see the same slowdowns
+(`experiments/_lbbsp_worker.py`). Every host has the same base speed, so the oracle, which
+knows the trace and takes base speeds as equal, knows every worker's true speed.
 Per scenario × policy it reports, from measured telemetry (steps of that policy only):
 
 * ``iter/limit``: median iteration time (compile time left out) over the median balanced limit
@@ -19,6 +22,9 @@ Per scenario × policy it reports, from measured telemetry (steps of that policy
 * ``settle``: policy steps until the shares stop moving by more than one bucket (after the
   change for ``step``; ``-`` if they never settle, as expected under Markov);
 * ``reversals``: direction reversals of any share after settling (oscillation).
+
+Per scenario it also prints the hosts' calibrated cost and how many worker-steps overran their
+host's time (the real compute took longer than the emulated host: the emulation did not hold).
 
 Then the same scenarios (patterns tiled over the workers) on the virtual clock at 64 and 1024
 workers, calibrated on the Uniform blocks of the first scenario's run.
@@ -44,8 +50,8 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import app, flags
 
-from experiments._bench_launch import launch_workers
-from hetjax import ConfigError, balance, runtime
+from experiments._bench_launch import host_line, launch_workers
+from hetjax import ConfigError, balance, emulation, runtime
 from hetjax.report import load_telemetry
 
 WORKERS = 4
@@ -124,10 +130,10 @@ def _with_speedups(rows: list[dict]) -> list[dict]:
   return rows
 
 
-def _virtual_rows(scenario: str, workers: int, cost: runtime.CostModel, steps: int,
+def _virtual_rows(scenario: str, workers: int, cost: runtime.ClockCosts, steps: int,
                   policies) -> list[dict]:
   spec = SCENARIOS[scenario]
-  pattern = runtime.parse_slowdown(spec, WORKERS)
+  pattern = emulation.parse_trace(spec, WORKERS)
   tiled = _tile(pattern, spec, workers)
   rows_per_worker = 512
   x = rows_per_worker * workers
@@ -149,29 +155,28 @@ def _virtual_rows(scenario: str, workers: int, cost: runtime.CostModel, steps: i
 def _tile(pattern, spec: str, workers: int):
   """The 4-worker scenario repeated over ``workers`` (Markov: every worker its own chain)."""
   if spec.startswith('markov'):
-    return runtime.parse_slowdown(spec, workers)
+    return emulation.parse_trace(spec, workers)
   if spec.startswith('step'):
     _, at, before, after = spec.split(':')
     rep = lambda s: ','.join(s.split(',') * (workers // WORKERS))  # noqa: E731
-    return runtime.parse_slowdown(f'step:{at}:{rep(before)}:{rep(after)}', workers)
-  return runtime.StaticTrace(tuple(np.tile(pattern.factors(0), workers // WORKERS).tolist()))
+    return emulation.parse_trace(f'step:{at}:{rep(before)}:{rep(after)}', workers)
+  return emulation.StaticTrace(tuple(np.tile(pattern.factors(0), workers // WORKERS).tolist()))
 
 
-def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> runtime.CostModel:
+def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> runtime.ClockCosts:
   t = load_telemetry(run_dir)
   schedule = json.loads((run_dir / 'schedule.json').read_text())
   index = {s: i for i, s in enumerate(t.steps)}
   idx = [index[s] for b in schedule if b['policy'] == 'uniform'
          for s in range(b['first_step'] + 1, b['last_step'] + 1)]
-  # Per-sample busy time of a worker at trace factor 1 (the dilation base included).
-  trace_factor = t.slowdown[idx] / run['dilation_base']
-  per_sample = float(((t.compute_s[idx] + t.dilation_s[idx]) / t.share[idx] / trace_factor).mean())
+  # Per-sample busy time (compute and the host's padding) of a host at trace factor 1.
+  busy = t.compute_s[idx] + t.dilation_s[idx]
+  per_sample = float((busy / t.share[idx] / t.slowdown[idx]).mean())
   fit = run['allreduce']
-  base = runtime.CostModel(per_sample, alpha_s=fit['alpha_s'],
+  base = runtime.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
                            beta_bytes_per_s=fit['beta_bytes_per_s'], grad_bytes=run['grad_bytes'])
-  busy = (t.compute_s[idx] + t.dilation_s[idx]).max(axis=1)
-  host = float((t.step_s[idx].max(axis=1) - busy).mean()) - base.allreduce_s(WORKERS)
-  return runtime.CostModel(per_sample, alpha_s=fit['alpha_s'],
+  host = float((t.step_s[idx].max(axis=1) - busy.max(axis=1)).mean()) - base.allreduce_s(WORKERS)
+  return runtime.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
                            beta_bytes_per_s=fit['beta_bytes_per_s'], grad_bytes=run['grad_bytes'],
                            host_s=max(host, 0.0))
 
@@ -211,7 +216,8 @@ def _scenario(root, scenario, policies, rounds, block, cache) -> list[dict]:
   print(f'{scenario} (worker 0): piece ladder compiled before step 1 in '
         f'{compiles["warmup_compile_s"]:.1f} s; {compiles["background_compiles"]} sizes compiled '
         f'in the background ({compiles["background_compile_s"]:.1f} s); '
-        f'{compiles["piece_steps"]} steps ran as pieces', flush=True)
+        f'{compiles["piece_steps"]} steps ran as pieces; '
+        f'{host_line(root / scenario, run_info)}', flush=True)
   return [r | compiles for r in _policy_rows(root / scenario, run_info, scenario)]
 
 

@@ -60,7 +60,7 @@ def _bench(name: str, rounds: int, steps: int) -> dict:
   task = models.make_task(name, **kwargs)
   mesh = make_mesh((jax.device_count(), 1))
   opt = optax.adam(1e-3)
-  trainer = Trainer(task, opt, mesh, Strategy.DATA_PARALLEL.rules(), global_batch)
+  trainer = Trainer(task, opt, global_batch, mesh, Strategy.DATA_PARALLEL.rules())
   plain = PlainDataParallel(task, opt, mesh, global_batch)
 
   state = trainer.init_state()

@@ -1,10 +1,12 @@
 """The showcase: 4 local workers, one of them 3x slow, trained with uniform BSP and then LB-BSP.
 
 Both runs train the same MLP on scikit-learn's digits with the same global batch, seed and
-straggler (time dilation); they differ only in how the batch is split. Every worker is dilated
-4x on top of the trace (``--dilation_base=4``) so that four workers on a two-core machine spend
-most of a step asleep and stop contending for the cores, as separate hosts would. Prints the two side by
-side and writes per-worker timelines, throughput and shares-over-time plots into each run dir.
+straggler; they differ only in how the batch is split. Every worker runs as a host of known
+speed: its step is padded by sleep to rows × a per-row cost calibrated at start (the slowest
+worker's measurement, with a margin) × its slowdown, so four workers sharing two cores behave
+like four separate hosts whose speeds the trace sets. Prints the two side by side with the
+perfectly balanced limit, and writes per-worker timelines, throughput and shares-over-time plots
+into each run dir.
 
   .venv/bin/python experiments/demo.py --workdir=runs/demo
 """
@@ -34,7 +36,7 @@ WORKERS = 4
 SKIP = 3  # compile steps left out of the means
 TRAIN = ['--config=mlp', '--mesh=1x1', '--set', 'model_args.hidden=1024', '--set',
          'model_args.width=512', '--set', 'global_batch=2048', '--set', 'log_every=20',
-         '--bucket=128', '--dilation_base=4']
+         '--bucket=128']
 
 
 def _run(policy: str, workdir: pathlib.Path) -> pathlib.Path:

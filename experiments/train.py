@@ -1,15 +1,25 @@
-"""Trains one of the shipped configs on the local devices.
+"""Trains a config — shipped, a file of yours, or ``module:function`` — in any mode.
 
-  python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \
+  python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \\
       --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
 
-Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
-one worker of a multi-worker job: each worker computes its share of the global batch on its own
-devices (``--mesh`` is then the per-worker mesh), gradients are combined across workers, and
-worker 0 writes ``telemetry.jsonl`` (per-step, per-worker timings) beside the metrics:
+Every option of a run is a field of `experiments.configs.Config`, set with ``--set key=value``
+(``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``); the flags
+below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
+``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
+(stages on device groups); ``auto`` is spmd on one process and shares under several workers.
+All of them run in one loop with the same checkpoints, metrics and telemetry.
 
-  python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \
-      python experiments/train.py --config=mlp --mesh=1x1 --workdir=runs/bsp
+Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
+one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
+``telemetry.jsonl`` (per-step, per-worker timings) beside the metrics:
+
+  python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \\
+      python experiments/train.py --config=mlp --mesh=1x1 --policy=lbbsp --workdir=runs/bsp
+
+A slowdown makes every worker a host of known speed: its step padded by sleep to rows × a
+calibrated per-row cost × its slowdown. ``--resume`` continues the run in ``--workdir`` from its
+last checkpoint, the policy's state (shares, predictor history) included.
 
 Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
 batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
@@ -25,50 +35,54 @@ import sys
 if __package__ in (None, ''):  # run as a script: make the checkout's packages importable
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import jax
 from absl import flags
 
-import models
-from experiments import _cli, configs
-from hetjax import ConfigError, balance, checkpoint, planner, runtime, sharding, train
+from experiments import _cli, _programs, configs
+from hetjax import ConfigError, checkpoint, runtime, train
 
-_CONFIG = flags.DEFINE_string('config', None, f'config name: one of {configs.names()}')
+_CONFIG = flags.DEFINE_string(
+    'config', None, f'a config name ({", ".join(configs.names())}), a file.py defining '
+    'get_config(), or module:function returning a Config')
 _SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
-_STRATEGY = flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)')
-_MESH = flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2')
 _STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'s)')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
 _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
-_SHARES = flags.DEFINE_list('shares', None, 'per-worker batch shares (default: uniform, i.e. BSP)')
-_POLICY = flags.DEFINE_string(
-    'policy', 'uniform', 'share policy of a multi-worker run: uniform (BSP), proportional, '
-    'lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu, oracle')
-_BUCKET = flags.DEFINE_integer(
-    'bucket', None, 'shares are multiples of this (default: 1/16 of a uniform share)')
-_DILATION_BASE = flags.DEFINE_float(
-    'dilation_base', 1.0, 'multiply every worker\'s slowdown by this, so that workers sharing '
-    'a few cores sleep most of a step and stop contending (4 workers on 2 cores: 4)')
-_COMPILATION_CACHE = flags.DEFINE_bool(
-    'compilation_cache', True, 'keep compiled programs across runs (~/.cache/hetjax/jax)')
-_MEMORY_CAPS = flags.DEFINE_list(
-    'memory_caps', None, 'most rows each worker can hold per step (one per worker, bucket multiples)')
-_PLAN = flags.DEFINE_string(
-    'plan', None, 'a plan JSON (experiments/plan.py --json, or experiments/plans/): its mesh and '
-    'per-sub-model rules replace --strategy and --mesh; compiled and memory-checked first')
-_SLOWDOWN = flags.DEFINE_string(
-    'slowdown', None, 'emulated slowdown trace, e.g. static:1,3 (default: the launcher\'s)')
+# Shorthands for config fields (each is the same as --set FIELD=VALUE).
+_SHORTHANDS = {
+    'mode': flags.DEFINE_string('mode', None, 'spmd, shares, tokens, pipeline or auto'),
+    'strategy': flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)'),
+    'mesh': flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2'),
+    'plan': flags.DEFINE_string('plan', None, 'a plan JSON (experiments/plan.py --json)'),
+    'policy': flags.DEFINE_string(
+        'policy', None, 'share policy: uniform (BSP), proportional, '
+        'lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu, oracle'),
+    'shares': flags.DEFINE_list('shares', None, 'fixed per-worker batch shares'),
+    'bucket': flags.DEFINE_integer('bucket', None, 'shares are multiples of this (0: automatic)'),
+    'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
+    'slowdown': flags.DEFINE_string('slowdown', None, 'emulated slowdown trace, e.g. static:1,3'),
+    'token_rows': flags.DEFINE_integer('token_rows', None, 'rows per token (tokens mode)'),
+    'compilation_cache': flags.DEFINE_bool(
+        'compilation_cache', None, 'keep compiled programs across runs (~/.cache/hetjax/jax)'),
+}
 
 
 def _config() -> configs.Config:
   if not _CONFIG.value:
-    raise ConfigError(f'--config is required: one of {", ".join(configs.names())}')
+    raise ConfigError(f'--config is required: one of {", ".join(configs.names())}, a file.py, '
+                      'or module:function')
   config = configs.override(configs.load(_CONFIG.value), _SET.value)
-  cli = {'strategy': _STRATEGY.value, 'mesh': _MESH.value, 'steps': _STEPS.value}
-  config = configs.override(config, [f'{k}={v!r}' for k, v in cli.items() if v is not None])
-  if config.steps < 1 or config.log_every < 1 or config.checkpoint_every < 1:
-    raise ConfigError('steps, log_every and checkpoint_every must be positive')
-  return config
+  cli = {k: f.value for k, f in _SHORTHANDS.items()} | {'steps': _STEPS.value}
+  assignments = []
+  for key, value in cli.items():
+    if value is None:
+      continue
+    if isinstance(value, list):  # a flag list: a tuple of integers
+      value = ','.join(value)
+      assignments.append(f'{key}=({value},)')
+    else:
+      assignments.append(f'{key}={value}')
+  return configs.override(config, assignments)
 
 
 def _prepare_workdir(workdir: pathlib.Path) -> None:
@@ -82,149 +96,107 @@ def _prepare_workdir(workdir: pathlib.Path) -> None:
   workdir.mkdir(parents=True, exist_ok=True)
 
 
-def _multi_worker(ctx: runtime.WorkerContext) -> bool:
-  return ctx.workers > 1 or bool(_SHARES.value or _SLOWDOWN.value or ctx.slowdown) \
-      or _POLICY.value != 'uniform' or _DILATION_BASE.value != 1.0
+def _restore(ckpt, built, meta):
+  """The state and policy state to start from: fresh, or the checkpoint's (``--resume``)."""
+  program, policy = built.program, built.policy
+  if not _RESUME.value:
+    return program.init_state(), None
+  saved = ckpt.read_meta()
+  checkpoint.check_compatible(saved, meta, str(ckpt.directory))
+  # A pipeline's step is a host int, not an array: its restore target carries the saved one.
+  abstract = (program.abstract_state(saved['step']) if built.mode is configs.Mode.PIPELINE
+              else program.abstract_state())
+  state, saved = ckpt.restore(abstract)
+  if policy is None or 'policy' not in saved:
+    return state, None
+  if saved.get('policy_name') != policy.name:
+    print(f'resume: the checkpoint\'s policy is {saved.get("policy_name")!r}, this run\'s '
+          f'{policy.name!r}: its state starts fresh', flush=True)
+    return state, None
+  return state, ckpt.policy_state(saved, policy.init())
 
 
-class _FixedShares:
-  """The shares given by --shares, every step."""
-
-  name = 'fixed'
-
-  def __init__(self, shares: tuple[int, ...]):
-    self.values = shares
-
-  def shares(self, step, history):
-    return self.values
-
-
-def _policy(config: configs.Config, ctx: runtime.WorkerContext, degree: int, trace):
-  """(the share policy, its bucket — None when shares never change)."""
-  if _SHARES.value:
-    try:
-      return _FixedShares(tuple(int(s) for s in _SHARES.value)), None
-    except ValueError:
-      raise ConfigError(f'--shares {",".join(_SHARES.value)} are not integers') from None
-  # Default: 16 buckets per worker's uniform share, so a worker compiles only a few sizes.
-  bucket = _BUCKET.value or degree * max(1, config.global_batch // (16 * ctx.workers * degree))
-  if bucket < 1 or bucket % degree:
-    raise ConfigError(f'--bucket {bucket} is not a positive multiple of the local data-parallel '
-                      f'degree {degree}')
-  caps = None
-  if _MEMORY_CAPS.value:
-    try:
-      caps = tuple(int(c) for c in _MEMORY_CAPS.value)
-    except ValueError:
-      raise ConfigError(f'--memory_caps {",".join(_MEMORY_CAPS.value)} are not integers') from None
-  rules = balance.ShareRules(config.global_batch, ctx.workers, bucket, maximum=caps)
-  policy = balance.make_policy(_POLICY.value, rules, trace)
-  return policy, None if isinstance(policy, balance.Uniform) else bucket
-
-
-def _build(config, ctx, task, optimizer, strategy, mesh_shape):
-  """The trainer, its state factory and the loop, for one process or for a worker of many."""
-  if not _multi_worker(ctx):
-    if _PLAN.value:
-      plan = planner.Plan.load(_PLAN.value, sharding.submodel_names(task.make_model))
-      cap = planner.device_memory(jax.devices())
-      trainer = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
-                                     seed=config.seed).trainer
-      devices = f'plan {plan.name!r}: {plan.devices} {jax.devices()[0].platform} devices'
-    else:
-      mesh = sharding.make_mesh(mesh_shape)
-      trainer = train.Trainer(
-          task, optimizer, mesh, strategy.rules(), config.global_batch, config.seed)
-      devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
-    return trainer, devices, lambda state, hooks, _: train.training_steps(
-        trainer, state, config.steps, hooks)
-  spec = _SLOWDOWN.value or ctx.slowdown
-  trace = runtime.parse_slowdown(spec, ctx.workers) if spec else None
-  dilation = None
-  if trace or _DILATION_BASE.value != 1.0:
-    trace = trace or runtime.parse_slowdown('none', ctx.workers)
-    dilation = runtime.TimeDilation(trace, ctx.worker, _DILATION_BASE.value)
-  policy, bucket = _policy(
-      config, ctx, train.local_batch_degree(strategy.rules(), mesh_shape), trace)
-  trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
-                                strategy.rules(), config.seed, bucket=bucket)
-  trainer.check_shares(tuple(policy.shares(0, [])))
-  devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} devices'
-
-  def loop(state, hooks, telemetry):
-    speed = train.measure_speed(trainer, state, max(policy.shares(0, [])[ctx.worker], 1),
-                                dilation=dilation)
-    cluster = runtime.discover_cluster(speed, telemetry.channel)
-    if ctx.is_chief:
-      (telemetry.path.parent / 'cluster.json').write_text(
-          json.dumps(cluster.to_json(), indent=2) + '\n')
-      print('workers: ' + ', '.join(f'{w.worker}: {w.speed:,.0f} samples/s on {len(w.devices)} '
-                                    f'{w.device_kind}' for w in cluster.workers), flush=True)
-    return train.worker_steps(trainer, state, config.steps, policy, dilation, telemetry, hooks)
-
-  return trainer, devices, loop
+def _probe_speeds(built, state, telemetry, ctx, policy_state):
+  """Measures each worker's speed on its first share (padded to its emulated host) and writes
+  ``cluster.json``; the chief prints it."""
+  program, policy = built.program, built.policy
+  first = policy.update(policy.init() if policy_state is None else policy_state, None)[0]
+  rows = (program.tokens.token_rows if built.mode is configs.Mode.TOKENS
+          else max(first[ctx.worker], program.local_batch_degree))
+  speed = program.measure_speed(state, rows)
+  cluster = runtime.discover_cluster(speed, telemetry.channel)
+  if ctx.is_chief:
+    (telemetry.path.parent / 'cluster.json').write_text(
+        json.dumps(cluster.to_json(), indent=2) + '\n')
+    print('workers: ' + ', '.join(f'{w.worker}: {w.speed:,.0f} samples/s on {len(w.devices)} '
+                                  f'{w.device_kind}' for w in cluster.workers), flush=True)
 
 
 def run() -> dict | None:
   ctx = runtime.initialize()
-  if _COMPILATION_CACHE.value:
-    runtime.enable_compilation_cache()
   config = _config()
-  strategy = train.Strategy.parse(config.strategy)
-  mesh_shape = sharding.parse_mesh_shape(config.mesh)
-  task = models.make_task(config.model, **config.model_args)
-  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
-  if _PLAN.value and _multi_worker(ctx):
-    raise ConfigError('--plan runs on the devices of one process; multi-worker runs take '
-                      '--strategy and --mesh per worker')
-  trainer, devices, loop = _build(config, ctx, task, optimizer, strategy, mesh_shape)
+  if config.compilation_cache:
+    runtime.enable_compilation_cache()
+  workdir = pathlib.Path(_WORKDIR.value or f'runs/{pathlib.Path(_CONFIG.value).stem}')
+  channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
+  built = _programs.build(config, ctx, channel)
+  program, policy = built.program, built.policy
+  multi = built.mode in (configs.Mode.SHARES, configs.Mode.TOKENS)
 
-  workdir = pathlib.Path(_WORKDIR.value or f'runs/{_CONFIG.value}')
   if ctx.is_chief:
     _prepare_workdir(workdir)
-  channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
   if channel:
     channel.barrier('workdir-ready')
+  task = program.task
   meta = {
       'task': {'name': task.name, **task.config},
       'data': {'seed': config.seed, 'global_batch': config.global_batch},
-      'layout': ({'plan': _PLAN.value, 'workers': ctx.workers} if _PLAN.value else
-                 {'strategy': strategy.value, 'mesh': config.mesh, 'workers': ctx.workers}),
+      'layout': {'mode': built.mode.value, 'plan': config.plan, 'strategy': config.strategy,
+                 'mesh': config.mesh, 'workers': ctx.workers},
+      'policy_name': None if policy is None else policy.name,
   }
   ckpt = checkpoint.Checkpointer(workdir / 'checkpoints')
   logger = telemetry = None
+  segment: dict[str, list] = {}
   try:
-    if _RESUME.value:
-      checkpoint.check_compatible(ckpt.read_meta(), meta, str(ckpt.directory))
-      state, _ = ckpt.restore(trainer.abstract_state())
-    else:
-      state = trainer.init_state()
+    state, policy_state = _restore(ckpt, built, meta)
     start = int(state.step)
-    hooks = [ckpt.hook(meta, every=config.checkpoint_every)]
-    if _multi_worker(ctx):
+    hooks = [ckpt.hook(meta, every=config.checkpoint_every),
+             train.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
+             train.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
+    if multi:
       telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
                                             workdir / 'telemetry.jsonl')
+      hooks.append(train.Hook(lambda i: telemetry.record(i.stats.local)))
     if ctx.is_chief:
       (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
       run_info = {'workers': ctx.workers, 'global_batch': config.global_batch,
-                  'model': task.name, 'slowdown': _SLOWDOWN.value or ctx.slowdown,
-                  'policy': 'fixed' if _SHARES.value else _POLICY.value}
+                  'model': task.name, 'mode': built.mode.value,
+                  'slowdown': config.slowdown or ctx.slowdown,
+                  'policy': None if policy is None else policy.name,
+                  'host_row_s': built.host.row_s if built.host else None}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
-      layout = f'plan {_PLAN.value}' if _PLAN.value else f'{strategy.value} on mesh {config.mesh}'
-      print(f'{task.name}: {layout} ({devices}), global batch '
+      layout = f'plan {config.plan}' if config.plan else f'{config.strategy} on mesh {config.mesh}'
+      print(f'{task.name}: {built.mode.value}, {layout} ({built.devices}), global batch '
             f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)
       logger = train.MetricsLogger(
           workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
       hooks.insert(0, logger.hook())
-    for _ in loop(state, hooks, telemetry):
+    if multi and start < config.steps:
+      _probe_speeds(built, state, telemetry, ctx, policy_state)
+    for _ in train.training_steps(program, state, config.steps, hooks, policy, policy_state):
       pass
   finally:
-    for closable in (logger, telemetry, ckpt, getattr(trainer, 'programs', None)):
+    for closable in (logger, telemetry, ckpt):
       if closable:
         closable.close()
+    if hasattr(program, 'close'):
+      program.close()
   if not ctx.is_chief:
     return None
-  summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps()}
+  summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps(),
+                                'first_shares': segment.get('first'),
+                                'last_shares': segment.get('last')}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

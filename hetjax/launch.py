@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hetjax._errors import ConfigError
+from hetjax.emulation import parse_trace
 from hetjax.runtime._launcher import launch_local
-from hetjax.runtime._slowdown import parse_slowdown
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = launch_local(argv[split + 1:], args.workers, args.devices_per_worker,
                           slowdown=args.slowdown, timeout=args.timeout,
                           init_timeout=args.init_timeout, port_range=port_range,
-                          validate_slowdown=lambda spec: parse_slowdown(spec, args.workers))
+                          validate_slowdown=lambda spec: parse_trace(spec, args.workers))
   except ConfigError as e:
     _fail(str(e))
   if result.returncode != 0:

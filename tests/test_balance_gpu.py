@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -10,11 +11,12 @@ import pytest
 from hetjax._errors import ConfigError
 from hetjax.balance._gpu import LBBSPGpu, TimeModel, finish_time_shares, fit_time_model
 from hetjax.balance._policy import BalancePolicy
-from hetjax.balance._shares import ShareRules, Shares
-from hetjax.runtime._slowdown import StaticTrace, StepChangeTrace
-from hetjax.runtime._virtual_clock import CostModel, StepStats, UniformShares, simulate
+from hetjax.balance._simple import Uniform
+from hetjax.core import ShareRules, Shares, StepStats, decode_state, encode_state
+from hetjax.emulation import StaticTrace, StepChangeTrace
+from hetjax.runtime._virtual_clock import ClockCosts, simulate
 
-GPU_LIKE = CostModel(per_sample_s=1e-3, fixed_s=0.05)  # a large fixed cost: flat-ish at small x
+GPU_LIKE = ClockCosts(per_sample_s=1e-3, fixed_s=0.05)  # a large fixed cost: flat-ish at small x
 RULES = ShareRules(global_batch=4096, workers=4, bucket=64)
 
 
@@ -23,14 +25,20 @@ def _fraction_of_ideal(run):
   return run.balanced_limit_s / run.iter_s
 
 
+def _stats(step: int, shares, t: np.ndarray) -> StepStats:
+  return StepStats(step, rows=tuple(int(x) for x in shares), compute_s=tuple(t.tolist()),
+                   iter_s=float(t.max()))
+
+
 def _drive(policy, true: TimeModel, steps: int):
   """A BSP loop whose workers take exactly ``true.time(share)``: shares and times per step."""
   history, shares = [], []
+  s, state = policy.update(policy.init(), None)
   for step in range(steps):
-    s = policy.shares(step, history)
     t = true.time(np.array(s.values, dtype=np.float64))
-    history.append(StepStats(step, s.values, tuple(t.tolist()), 0.0, float(t.max())))
+    history.append(_stats(step, s.values, t))
     shares.append(s.values)
+    s, state = policy.update(state, history[-1])
   return np.array(shares), np.array([h.iter_s for h in history])
 
 
@@ -44,6 +52,12 @@ class _Alternating:
 
   def factor(self, worker: int, step: int) -> float:
     return float(self.factors(step)[worker])
+
+  def delays(self, step: int) -> np.ndarray:
+    return np.zeros(self.workers)
+
+  def delay(self, worker: int, step: int) -> float:
+    return 0.0
 
   def describe(self) -> str:
     return 'alternating'
@@ -114,7 +128,7 @@ def test_memory_caps_that_cannot_hold_the_batch_are_refused():
 def test_policy_is_a_balance_policy_and_validates_its_knobs():
   policy = LBBSPGpu(RULES)
   assert isinstance(policy, BalancePolicy) and policy.name == 'lbbsp-gpu'
-  assert policy.shares(0, []).values == (1024,) * 4
+  assert policy.update(policy.init(), None)[0].values == (1024,) * 4
   for bad in ({'window': 1}, {'step_fraction': 0}, {'dead_band_buckets': -1}, {'probe': -1},
               {'change_tolerance': 0}):
     with pytest.raises(ConfigError):
@@ -124,7 +138,7 @@ def test_policy_is_a_balance_policy_and_validates_its_knobs():
 def test_gpu_like_cluster_reaches_95_percent_of_ideal_within_8_steps_and_holds():
   trace = StaticTrace((1, 1, 1, 3))
   run = simulate(LBBSPGpu(RULES), trace, GPU_LIKE, 4096, steps=30)
-  uniform = simulate(UniformShares(4096, 4), trace, GPU_LIKE, 4096, steps=1)
+  uniform = simulate(Uniform(ShareRules(4096, 4)), trace, GPU_LIKE, 4096, steps=1)
   assert uniform.iter_s[0] / run.balanced_limit_s[0] == pytest.approx(2.5, rel=1e-3)
   frac = _fraction_of_ideal(run)
   first = int(np.argmax(frac >= 0.95))
@@ -164,12 +178,13 @@ def test_floor_curves_converge_to_the_optimum():
 
 def test_noisy_times_keep_the_best_split_without_jitter():
   true = TimeModel(0.0, np.array([0.05] * 3 + [0.15]), np.array([1e-3] * 3 + [3e-3]))
-  rng, history, policy = np.random.default_rng(1), [], LBBSPGpu(RULES)
+  rng, policy = np.random.default_rng(1), LBBSPGpu(RULES)
+  decided, state = policy.update(policy.init(), None)
   shares = []
   for step in range(60):  # 5% timing noise; ideal is 4096 rows / Σ speeds = 1.2888 s
-    s = np.array(policy.shares(step, history).values)
+    s = np.array(decided.values)
     t = true.time(s) * (1 + 0.05 * rng.standard_normal(4))
-    history.append(StepStats(step, tuple(s.tolist()), tuple(t.tolist()), 0.0, float(t.max())))
+    decided, state = policy.update(state, _stats(step, s, t))
     shares.append(s)
   noiseless = np.array([true.time(s).max() for s in shares])
   assert (1.2888 / noiseless[5:]).mean() >= 0.95
@@ -181,7 +196,8 @@ def test_probe_gives_homogeneous_workers_a_second_share_then_returns():
   run = simulate(policy, StaticTrace((1, 1, 1, 1)), GPU_LIKE, 4096, steps=6)
   assert run.shares[1].tolist() == [1088, 960, 1088, 960]
   assert (run.shares[2:] == 1024).all()
-  np.testing.assert_allclose(policy.model.intercept_s, 0.05, rtol=1e-9)  # fixed cost learned
+  # The fixed cost is learned.
+  np.testing.assert_allclose(run.policy_state.model.intercept_s, 0.05, rtol=1e-9)
 
 
 def test_a_slowdown_mid_run_is_followed_within_a_few_steps():
@@ -197,7 +213,8 @@ def test_a_reused_policy_starts_over_at_step_0():
   a = simulate(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
   b = simulate(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
   np.testing.assert_array_equal(a, b)
-  assert isinstance(policy.shares(1, [StepStats(0, (1024,) * 4, (1.0,) * 4, 0.0, 1.0)]), Shares)
+  shares, _ = policy.update(policy.init(), _stats(0, (1024,) * 4, np.ones(4)))
+  assert isinstance(shares, Shares)
 
 
 def test_1024_workers_for_50_steps_take_under_3_seconds():
@@ -209,3 +226,16 @@ def test_1024_workers_for_50_steps_take_under_3_seconds():
   assert time.perf_counter() - start < 3.0
   assert (_fraction_of_ideal(run)[3:] >= 0.95).all()
   assert (np.diff(run.shares[10:], axis=0) == 0).all()
+
+
+def test_the_state_holds_the_fitted_curves_and_resumes_exactly():
+  trace = StepChangeTrace(6, (1, 1, 1, 1), (1, 1, 1, 3))
+  policy = LBBSPGpu(RULES)
+  full = simulate(policy, trace, GPU_LIKE, 4096, steps=12)
+  first = simulate(policy, trace, GPU_LIKE, 4096, steps=6)
+  assert policy.init().model is None and first.policy_state.model is not None
+  saved = decode_state(policy.init(), json.loads(json.dumps(encode_state(first.policy_state))))
+  np.testing.assert_array_equal(saved.model.slope_s, first.policy_state.model.slope_s)
+  rest = simulate(policy, trace, GPU_LIKE, 4096, steps=12, start=6, policy_state=saved)
+  np.testing.assert_array_equal(rest.shares, full.shares[6:])
+  assert np.isfinite(rest.policy_state.finish_s)

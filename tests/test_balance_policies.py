@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
+import jax
 import numpy as np
 import pytest
 
 from hetjax._errors import ConfigError
 from hetjax.balance._lbbsp import LBBSP
+from hetjax.balance._narx import NARX
 from hetjax.balance._policy import BalancePolicy, observed_speeds
 from hetjax.balance._predictors import EWMA, LastValue
 from hetjax.balance._registry import PolicyName, make_policy
-from hetjax.balance._shares import ShareRules
 from hetjax.balance._simple import Oracle, Proportional
-from hetjax.runtime._slowdown import CsvTrace, MarkovTrace, StaticTrace, StepChangeTrace
-from hetjax.runtime._virtual_clock import CostModel, StepStats, VirtualRun, simulate
+from hetjax.core import Policy, ShareRules, StepStats, decode_state, encode_state
+from hetjax.emulation import CsvTrace, MarkovTrace, StaticTrace, StepChangeTrace
+from hetjax.runtime._virtual_clock import ClockCosts, VirtualRun, simulate
 
 X, BUCKET = 4096, 64
 RULES = ShareRules(global_batch=X, workers=4, bucket=BUCKET)
-COST = CostModel(per_sample_s=1e-3)
+COST = ClockCosts(per_sample_s=1e-3)
 LBBSP_NAMES = ('lbbsp-last', 'lbbsp-ewma', 'lbbsp-ar', 'lbbsp-narx')
 
 
@@ -44,12 +47,12 @@ def _settled_at(run: VirtualRun, trace, start: int = 0) -> int | None:
 
 
 def _stats(step, shares, compute) -> StepStats:
-  return StepStats(step, tuple(shares), tuple(compute), 0.0, max(compute))
+  return StepStats(step, rows=tuple(shares), compute_s=tuple(compute), iter_s=max(compute))
 
 
 def test_observed_speeds_keeps_previous_for_bad_times_and_logs_once(caplog):
   bad = (float('nan'), 0.0, -1.0, float('inf'))  # workers 1-4; worker 4 also has share 0
-  stats = StepStats(7, (100, 100, 100, 100, 0), (0.1, *bad), 0.0, 0.1)
+  stats = StepStats(7, rows=(100, 100, 100, 100, 0), compute_s=(0.1, *bad), iter_s=0.1)
   previous = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
   with caplog.at_level(logging.WARNING, logger='hetjax.balance'):
     speeds = observed_speeds(stats, previous)
@@ -162,18 +165,18 @@ def test_large_clusters_run_fast(workers):
 @pytest.mark.parametrize('policy', [LBBSP(RULES, EWMA()), Proportional(RULES)])
 def test_nan_compute_keeps_the_previous_speed_estimate(policy, caplog):
   first = _stats(0, RULES.uniform(), (1.024, 1.024, 1.024, 3.072))
-  balanced = policy.shares(1, [first])
+  balanced, state = policy.update(policy.init(), first)
   assert balanced[3] == 384
   second = _stats(1, balanced, (1.28, float('nan'), 1.216, 1.152))
   with caplog.at_level(logging.WARNING, logger='hetjax.balance'):
-    again = policy.shares(2, [first, second])
+    again, _ = policy.update(state, second)
   assert again.values == balanced.values  # worker 1 keeps speed 1000 rows/s
   assert sum(again) == X and all(s % BUCKET == 0 for s in again)
   assert any('worker(s) 1' in r.getMessage() for r in caplog.records)
 
 
 def test_a_reused_policy_starts_over_on_a_new_run():
-  policy = make_policy('lbbsp-narx', RULES)
+  policy = make_policy('lbbsp-narx', RULES)  # a value: each run starts from policy.init()
   trace = MarkovTrace(4, slow=3, stay=0.9, seed=3)
   first = simulate(policy, trace, COST, X, 40)
   second = simulate(policy, trace, COST, X, 40)
@@ -184,10 +187,11 @@ def test_make_policy_names_and_errors():
   trace = StaticTrace((1, 1, 1, 3))
   for choice in PolicyName:
     policy = make_policy(choice.value, RULES, trace)
-    assert isinstance(policy, BalancePolicy)
+    assert isinstance(policy, BalancePolicy) and isinstance(policy, Policy)
     expected = 'lbbsp-ewma' if choice is PolicyName.LBBSP else choice.value
     assert policy.name == expected
-    assert sum(policy.shares(0, [])) == X
+    shares, _ = policy.update(policy.init(), None)
+    assert sum(shares) == X
   with pytest.raises(ConfigError, match='uniform, proportional, oracle, lbbsp, lbbsp-last'):
     make_policy('lbbsp-lstm', RULES)
   with pytest.raises(ConfigError, match=r'oracle.*trace'):
@@ -214,8 +218,77 @@ def test_lbbsp_hedges_toward_uniform_when_reacting_does_not_pay():
 
 
 def test_observed_speeds_skips_steps_marked_as_not_samples_silently(caplog):
-  stats = StepStats(9, (100, 300), (0.1, 3.0), 0.0, 3.0, sampled=(True, False))
+  stats = StepStats(9, rows=(100, 300), compute_s=(0.1, 3.0), iter_s=3.0, sampled=(True, False))
   with caplog.at_level(logging.WARNING, logger='hetjax.balance'):
     speeds = observed_speeds(stats, np.array([500.0, 700.0]))
   np.testing.assert_array_equal(speeds, [1000.0, 700.0])  # worker 1 keeps its speed
   assert not caplog.records
+
+
+ALL_NAMES = [choice.value for choice in PolicyName]
+
+
+def _policy(name: str, trace) -> Policy:
+  """A policy by name, or LB-BSP with a NARX whose RNN trains from step 5 ('lbbsp-narx4')."""
+  if name == 'lbbsp-narx4':
+    return LBBSP(RULES, NARX(window=4, examples=8))
+  return make_policy(name, RULES, trace)
+
+
+def _json_round_trip(policy: Policy, state):
+  """``state`` as a checkpoint would save and restore it."""
+  return decode_state(policy.init(), json.loads(json.dumps(encode_state(state))))
+
+
+def _layout(state) -> tuple:
+  leaves = jax.tree.leaves(state)
+  return jax.tree.structure(state), [(np.shape(x), np.asarray(x).dtype.str) for x in leaves]
+
+
+@pytest.mark.parametrize('noise_cv', [0.0, 0.4])
+@pytest.mark.parametrize('name', [*ALL_NAMES, 'lbbsp-narx4'])
+def test_a_resumed_policy_decides_as_the_uninterrupted_one(name, noise_cv):
+  trace = MarkovTrace(4, slow=3, stay=0.9, seed=0)
+  policy = _policy(name, trace)
+  full = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1)
+  first = simulate(policy, trace, COST, X, 6, noise_cv=noise_cv, seed=1)
+  np.testing.assert_array_equal(first.shares, full.shares[:6])
+  saved = _json_round_trip(policy, first.policy_state)
+  rest = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6,
+                  policy_state=saved)
+  np.testing.assert_array_equal(rest.shares, full.shares[6:])
+  assert [s.step for s in rest.history] == list(range(6, 12))
+  assert encode_state(rest.policy_state) == encode_state(full.policy_state)
+  if name not in ('uniform', 'oracle'):  # the saved state is what decides step 6
+    fresh = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6)
+    assert not np.array_equal(fresh.shares, full.shares[6:])
+
+
+@pytest.mark.parametrize('name', [*ALL_NAMES, 'lbbsp-narx4'])
+def test_asking_without_stats_changes_nothing_and_the_layout_is_fixed(name):
+  trace = MarkovTrace(4, slow=3, stay=0.9, seed=2)
+  policy = _policy(name, trace)
+  state = policy.init()
+  fresh = _layout(state)
+  shares, same = policy.update(state, None)
+  if name == 'oracle':
+    assert shares.values == Oracle(RULES, trace).planned(0).values
+  else:
+    assert shares.values == RULES.uniform().values  # uniform before any step
+  for t in range(10):
+    before = encode_state(state)
+    again, same = policy.update(state, None)
+    assert again.values == shares.values  # the decision in force, without learning
+    assert encode_state(same) == before and encode_state(state) == before
+    assert _layout(state) == fresh  # structure, shapes and dtypes never change
+    compute = COST.compute_s(np.array(shares.values), trace.factors(t))
+    stats = StepStats(t, rows=shares.values, compute_s=tuple(compute.tolist()),
+                      iter_s=float(compute.max()), load=tuple(trace.factors(t).tolist()))
+    shares, state = policy.update(state, stats)
+    assert encode_state(same) == before  # update(state, stats) left its input alone
+
+
+def test_a_state_saved_by_another_policy_is_refused():
+  saved = encode_state(make_policy('lbbsp-ewma', RULES).init())
+  with pytest.raises(ConfigError, match='another policy'):
+    decode_state(make_policy('uniform', RULES).init(), saved)

@@ -20,7 +20,7 @@ STEPS, SAVE_AT = 6, 3
 def _trainer(shape, strategy):
   mesh = make_mesh(shape, devices=require_devices(int(np.prod(shape))))
   task = models.make_task('wide_deep', rows=2048, dim=16, hidden=64, hidden2=32)
-  return Trainer(task, optax.adam(1e-2), mesh, strategy.rules(), global_batch=64, seed=1)
+  return Trainer(task, optax.adam(1e-2), 64, mesh, strategy.rules(), seed=1)
 
 
 def _losses(trainer, state, until, hooks=()):

@@ -15,8 +15,8 @@ from tests.conftest import require_devices
 @pytest.fixture(scope='module')
 def trainer():
   mesh = make_mesh((2, 1), devices=require_devices(2))
-  return Trainer(models.make_task('mlp', hidden=32, width=16), optax.sgd(0.1), mesh,
-                 Strategy.DATA_PARALLEL.rules(), global_batch=32)
+  return Trainer(models.make_task('mlp', hidden=32, width=16), optax.sgd(0.1), 32, mesh,
+                 Strategy.DATA_PARALLEL.rules())
 
 
 def test_hooks_run_every_n_steps_and_at_the_end(trainer):

@@ -83,7 +83,7 @@ def test_shipped_plans_load(tmp_path):
 
 
 def _train(task, rules, mesh, batch):
-  trainer = Trainer(task, OPTIMIZER, mesh, rules, global_batch=batch, seed=0)
+  trainer = Trainer(task, OPTIMIZER, batch, mesh, rules, seed=0)
   losses, state = [], trainer.init_state()
   for info in training_steps(trainer, state, STEPS):
     losses.append(info.metrics['loss'])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import jax
 import numpy as np
 import pytest
 
 from hetjax._errors import ConfigError
 from hetjax.balance._narx import NARX
 from hetjax.balance._predictors import AR, EWMA, LastValue, SpeedPredictor, clip_to_recent
+from hetjax.core import decode_state, encode_state
 
 PREDICTORS = {'last': LastValue, 'ewma': EWMA, 'ar': AR, 'narx': NARX}
 
@@ -15,12 +19,19 @@ PREDICTORS = {'last': LastValue, 'ewma': EWMA, 'ar': AR, 'narx': NARX}
 def _errors(predictor, speeds: np.ndarray, load: np.ndarray | None = None,
             skip: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """Predictions made after each step and their errors against the next step's speeds."""
-  preds = []
+  preds, state = [], predictor.init(speeds.shape[1])
   for t in range(len(speeds) - 1):
-    predictor.update(speeds[t], None if load is None else load[t])
-    preds.append(predictor.predict())
+    state = predictor.update(state, speeds[t], None if load is None else load[t])
+    preds.append(predictor.predict(state))
   preds = np.array(preds)
   return preds, (preds - speeds[1:])[skip:]
+
+
+def _feed(predictor, state, values):
+  """``state`` after one update per row of ``values`` (no load)."""
+  for v in values:
+    state = predictor.update(state, np.atleast_1d(np.asarray(v, dtype=np.float64)), None)
+  return state
 
 
 @pytest.mark.parametrize('name', list(PREDICTORS))
@@ -35,11 +46,16 @@ def test_constant_series_is_predicted_exactly(name):
 @pytest.mark.parametrize('name', list(PREDICTORS))
 def test_predict_before_update_and_wrong_width_are_config_errors(name):
   p = PREDICTORS[name]()
+  state = p.init(3)
   with pytest.raises(ConfigError):
-    p.predict()
-  p.update(np.ones(3), None)
+    p.predict(state)
+  state = p.update(state, np.ones(3), None)
   with pytest.raises(ConfigError):
-    p.update(np.ones(4), None)
+    p.update(state, np.ones(4), None)
+  with pytest.raises(ConfigError):
+    p.update(p.init(3), np.ones(4), None)  # the width is the state's from init on
+  with pytest.raises(ConfigError):
+    p.init(0)
 
 
 def test_ewma_smooths_jitter_and_restarts_on_a_level_shift():
@@ -52,13 +68,10 @@ def test_ewma_smooths_jitter_and_restarts_on_a_level_shift():
   ewma_mse = np.mean((ewma_err + noisy[11:] - true[11:]) ** 2)
   assert ewma_mse < 0.5 * last_mse  # α = 0.5 keeps a third of the noise variance
   p = EWMA(alpha=0.5)
-  for v in (100.0, 100.0, 300.0):  # a 3x speed-up is a new regime, not noise
-    p.update(np.array([v]), None)
-  assert p.predict()[0] == 300.0
+  state = _feed(p, p.init(1), (100.0, 100.0, 300.0))  # a 3x speed-up is a new regime, not noise
+  assert p.predict(state)[0] == 300.0
   smoothed = EWMA(alpha=0.5, reset=None)
-  for v in (100.0, 100.0, 300.0):
-    smoothed.update(np.array([v]), None)
-  assert smoothed.predict()[0] == 200.0
+  assert smoothed.predict(_feed(smoothed, smoothed.init(1), (100.0, 100.0, 300.0)))[0] == 200.0
 
 
 def test_ar_recovers_an_ar1_process_better_than_last_value():
@@ -77,12 +90,12 @@ def test_ar_recovers_an_ar1_process_better_than_last_value():
 
 def test_ar_falls_back_to_last_value_until_it_has_data_and_after_a_shift():
   p = AR(p=2, window=32)
+  state = p.init(1)
   for v in (1.0, 1.1, 0.95):
-    p.update(np.array([v]), None)
-    assert p.predict()[0] == v
-  for v in (1.0, 1.05) * 10 + (3.0,):  # a 3x jump restarts the fit
-    p.update(np.array([v]), None)
-  assert p.predict()[0] == 3.0
+    state = _feed(p, state, [v])
+    assert p.predict(state)[0] == v
+  state = _feed(p, state, (1.0, 1.05) * 10 + (3.0,))  # a 3x jump restarts the fit
+  assert p.predict(state)[0] == 3.0
 
 
 def test_clip_to_recent_bounds_extrapolation():
@@ -125,8 +138,44 @@ def test_narx_learns_a_spell_pattern_and_is_deterministic():
 def test_narx_without_load_is_last_value_until_window_plus_two_points():
   p = NARX(window=4)
   speeds = np.array([[1.0, 2.0], [1.5, 2.0], [1.0, 2.5], [2.0, 2.0], [1.0, 1.0]])
+  state = p.init(2)
   for v in speeds:
-    p.update(v, None)
-    np.testing.assert_array_equal(p.predict(), v)
-  p.update(np.array([1.0, 1.0]), None)
-  assert np.all(np.isfinite(p.predict())) and np.all(p.predict() > 0)
+    state = p.update(state, v, None)
+    np.testing.assert_array_equal(p.predict(state), v)
+  state = p.update(state, np.array([1.0, 1.0]), None)
+  assert np.all(np.isfinite(p.predict(state))) and np.all(p.predict(state) > 0)
+
+
+def _leaf_shapes(state) -> list[tuple[tuple[int, ...], str]]:
+  return [(np.shape(x), np.asarray(x).dtype.str) for x in jax.tree.leaves(state)]
+
+
+@pytest.mark.parametrize('name', list(PREDICTORS))
+def test_state_is_a_fixed_shape_value_that_survives_json(name):
+  # NARX with a short window, so that the resume happens after its training has started.
+  p = NARX(window=4, examples=8) if name == 'narx' else PREDICTORS[name]()
+  factors = _spells(40, 3, seed=1)
+  speeds, load = 1000.0 / factors, factors
+  fresh = p.init(3)
+  state, states, preds = fresh, [], []
+  for t in range(40):
+    state = p.update(state, speeds[t], load[t])
+    states.append(state)
+    preds.append(p.predict(state))
+  for s in states:  # the structure, shapes and dtypes are init's from the first step on
+    assert jax.tree.structure(s) == jax.tree.structure(fresh)
+    assert _leaf_shapes(s) == _leaf_shapes(fresh)
+  for saved_at in (0, 3, 20):
+    state = decode_state(p.init(3), json.loads(json.dumps(encode_state(states[saved_at]))))
+    for t in range(saved_at + 1, 40):  # the resumed predictor predicts exactly the same
+      state = p.update(state, speeds[t], load[t])
+      np.testing.assert_array_equal(p.predict(state), preds[t])
+
+
+@pytest.mark.parametrize('name', list(PREDICTORS))
+def test_update_leaves_its_input_state_alone(name):
+  p = PREDICTORS[name]()
+  state = _feed(p, p.init(2), [(1.0, 2.0), (1.5, 2.5), (3.0, 2.0)])
+  before = encode_state(state)
+  p.update(state, np.array([9.0, 9.0]), np.array([2.0, 2.0]))
+  assert encode_state(state) == before

@@ -6,11 +6,11 @@ import threading
 import pytest
 
 from hetjax import ConfigError
+from hetjax.core import WorkerTiming
 from hetjax.runtime import (
   Channel,
   Cluster,
   TelemetryGatherer,
-  WorkerStepStats,
   find_free_ports,
   local_worker_info,
   split_collective,
@@ -19,9 +19,9 @@ from hetjax.runtime._rendezvous import roll_call
 
 
 def _stats(worker, collective_s, step=1):
-  return WorkerStepStats(step=step, worker=worker, share=8, slowdown=1.0, data_s=0.001,
-                         compute_s=0.01, dilation_s=0.0, collective_s=collective_s,
-                         step_s=0.02 + collective_s)
+  return WorkerTiming(step=step, worker=worker, share=8, slowdown=1.0, data_s=0.001,
+                      compute_s=0.01, dilation_s=0.0, collective_s=collective_s,
+                      step_s=0.02 + collective_s)
 
 
 def test_split_collective_charges_the_last_arrival_with_communication_only():

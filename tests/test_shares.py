@@ -4,8 +4,12 @@ import math
 
 import pytest
 
-from hetjax import ConfigError
+from hetjax import ConfigError, core
 from hetjax.balance import ShareRules, Shares
+
+
+def test_balance_names_the_core_types():
+  assert ShareRules is core.ShareRules and Shares is core.Shares
 
 
 def test_uniform_and_weighted_splits_are_bucketed_and_exact():

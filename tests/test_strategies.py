@@ -38,7 +38,7 @@ def _run(name, strategy, shape):
   kwargs, batch = MODELS[name]
   mesh = make_mesh(shape, devices=require_devices(int(np.prod(shape))))
   task = models.make_task(name, **kwargs)
-  trainer = Trainer(task, OPTIMIZER, mesh, strategy.rules(), global_batch=batch, seed=0)
+  trainer = Trainer(task, OPTIMIZER, batch, mesh, strategy.rules(), seed=0)
   losses, state = [], trainer.init_state()
   for info in training_steps(trainer, state, STEPS):
     losses.append(info.metrics['loss'])
@@ -73,14 +73,14 @@ def test_batch_must_divide_over_the_data_parallel_degree():
   mesh = make_mesh((4, 2), devices=require_devices(8))
   with pytest.raises(ConfigError, match=r'global batch 12 is not divisible by the data-parallel '
                      r'degree 8 \(batch split over mesh axes \(\'data\', \'model\'\)'):
-    Trainer(models.make_task('mlp'), optax.sgd(0.1), mesh, Strategy.FSDP.rules(), 12)
+    Trainer(models.make_task('mlp'), optax.sgd(0.1), 12, mesh, Strategy.FSDP.rules())
 
 
 def test_parameter_that_does_not_divide_is_named():
   mesh = make_mesh((1, 8), devices=require_devices(8))
   with pytest.raises(ShardingError, match=r"^parameter 'down/kernel': dimension 0 \('mlp', size 60\)"):
-    Trainer(models.make_task('mlp', hidden=60), optax.sgd(0.1), mesh,
-            Strategy.TENSOR_PARALLEL.rules(), 64)
+    Trainer(models.make_task('mlp', hidden=60), optax.sgd(0.1), 64, mesh,
+            Strategy.TENSOR_PARALLEL.rules())
 
 
 def test_unknown_strategy_and_model():

@@ -2,7 +2,7 @@
 its virtual clock and end-game rule against hand-computed cases.
 
 The multi-worker cases launch real local workers through `hetjax.runtime.launch_local` (always
-with a timeout); one worker is slowed by time dilation, so the tokens split unevenly.
+with a timeout); one worker is an emulated host 200x slower, so the tokens split unevenly.
 """
 
 import json
@@ -15,7 +15,8 @@ import pytest
 
 import models
 from hetjax import ConfigError
-from hetjax.runtime import CostModel, StaticTrace, launch_local
+from hetjax.emulation import StaticTrace
+from hetjax.runtime import ClockCosts, launch_local
 from hetjax.runtime._virtual_tokens import may_leave, simulate_tokens, takes_token
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, training_steps
@@ -31,14 +32,14 @@ TOKEN_ROWS = 8  # 8 tokens of the 64-row batch
 def _reference():
   kwargs, batch = MODELS['mlp']
   mesh = make_mesh((1, 1), devices=require_devices(1))
-  trainer = Trainer(models.make_task('mlp', **kwargs), OPTIMIZER, mesh,
-                    Strategy.DATA_PARALLEL.rules(), batch)
+  trainer = Trainer(models.make_task('mlp', **kwargs), OPTIMIZER, batch, mesh,
+                    Strategy.DATA_PARALLEL.rules())
   infos = list(training_steps(trainer, trainer.init_state(), STEPS))
   return [float(i.metrics['loss']) for i in infos], jax.device_get(infos[-1].state.params)
 
 
-# The slow worker sleeps 200x its compute per token (~20 ms), while a fast worker takes ~1 ms
-# for a token and its pull, so it cannot keep up. Which fast worker gets most is up to the
+# Hosts of known speed at 0.1 ms per row: a token of 8 rows takes 0.8 ms on a fast host and
+# 160 ms on the 200x slow one, so it cannot keep up. Which fast worker gets most is up to the
 # scheduler (with tokens this small, the first worker back from the combine may drain the queue).
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
@@ -88,7 +89,7 @@ def test_virtual_tokens_match_a_hand_computed_schedule():
   # Worker 1 is 3x slower; 8 rows in tokens of 2 at 1 ms per row; 1 ms per pull. Worker 0 takes
   # tokens at 0, 3 and 6 ms, worker 1 one at 0 ms (free at 7 ms, after the queue emptied at 6);
   # the empty pulls end at 10 and 8 ms; then 0.5 ms of host work.
-  cost = CostModel(per_sample_s=1e-3, host_s=5e-4)
+  cost = ClockCosts(per_sample_s=1e-3, host_s=5e-4)
   run = simulate_tokens(StaticTrace((1, 3)), cost, 8, token_rows=2, steps=1, pull_s=1e-3)
   assert run.shares.tolist() == [[6, 2]]
   np.testing.assert_allclose(run.compute_s, [[6e-3, 6e-3]])
@@ -101,7 +102,7 @@ def test_the_end_game_leaves_the_last_tokens_to_the_fast_workers():
   # 16 tokens of 25 ms, worker 3 three times slower. Greedy: worker 3 takes a second token at
   # 75 ms and ends at 150 ms while the others are done at 125 ms. With the end game (from the
   # second step, when speeds are known) it leaves that token: 125 ms, LB-BSP's best split.
-  cost = CostModel(per_sample_s=1e-3)
+  cost = ClockCosts(per_sample_s=1e-3)
   trace = StaticTrace((1, 1, 1, 3))
   greedy = simulate_tokens(trace, cost, 400, 25, steps=3)
   endgame = simulate_tokens(trace, cost, 400, 25, steps=3, endgame=True)
@@ -127,4 +128,4 @@ def test_takes_token_compares_its_finish_with_the_others(own, others, remaining,
 
 def test_virtual_tokens_refuse_bad_sizes():
   with pytest.raises(ConfigError, match='token_rows 3 does not divide the global batch 8'):
-    simulate_tokens(StaticTrace((1, 1)), CostModel(per_sample_s=1e-3), 8, 3, steps=1)
+    simulate_tokens(StaticTrace((1, 1)), ClockCosts(per_sample_s=1e-3), 8, 3, steps=1)

@@ -67,9 +67,21 @@ def _expect_usage_error(result, *fragments):
     (['--config=mlp', '--mesh=8x1', '--policy=lbbsp', '--bucket=64', '--memory_caps=128'],
      ['memory caps (128,) hold 128 rows, less than the global batch 256']),
     (['--config=mlp', '--mesh=8x1', '--policy=lbbsp', '--bucket=12'],
-     ['--bucket 12 is not a positive multiple of the local data-parallel degree 8']),
+     ['bucket 12 is not a multiple of the local data-parallel degree 8']),
     (['--config=mlp', '--mesh=8x1', '--policy=fastest'], ["unknown balance policy 'fastest'"]),
     ([], ['--config is required']),
+    (['--config=mlp', '--mode=ring'], ["unknown mode 'ring'"]),
+    (['--config=mlp', '--mode=spmd', '--set', 'token_rows=-1'], ['token_rows must be >= 0']),
+    (['--config=mlp', '--mode=tokens', '--token_rows=24'],
+     ['token_rows 24 does not divide the global batch 256']),
+    (['--config=mlp', '--mode=tokens', '--plan=experiments/plans/pure_dp.json'],
+     ['plan runs in spmd mode']),
+    (['--config=no_such_file.py'], ['config file no_such_file.py does not exist']),
+    (['--config=experiments.configs.mlp:nope'], ["has no function 'nope'"]),
+    (['--config=mlp', '--set', 'model=json:dumps'], ["model 'json:dumps' does not take"]),
+    (['--config=mlp', '--set', 'model=types:SimpleNamespace'],
+     ["model 'types:SimpleNamespace' returned SimpleNamespace, not a hetjax.train.Task"]),
+    (['--config=mlp', '--set', 'shares=(1.5,)'], ['expected a tuple of ints or None']),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
   _expect_usage_error(train(*args, f'--workdir={tmp_path}'), *fragments)
@@ -134,3 +146,41 @@ def test_kill_during_save_leaves_only_complete_checkpoints(tmp_path):
                  '--resume')
   assert result.returncode == 0, result.stderr
   assert f'steps {complete[-1]}→{complete[-1] + 1}' in result.stdout
+
+
+@pytest.mark.parametrize('mode, extra', [
+    ('tokens', ['--mesh=8x1', '--token_rows=64']),
+    ('shares', ['--mesh=8x1', '--shares=256']),
+    ('pipeline', ['--set', 'stages=2', '--set', 'micro_batches=4']),
+])
+def test_every_mode_runs_from_train_py_on_one_process(tmp_path, mode, extra):
+  result = train('--config=mlp', f'--mode={mode}', '--steps=2', f'--workdir={tmp_path}', *extra)
+  assert result.returncode == 0, result.stderr
+  assert f'mlp: {mode},' in result.stdout
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['final_step'] == 2 and summary['first_shares'] == summary['last_shares'] == [256]
+  assert len(_losses(tmp_path)) == 2 and all(math.isfinite(x) for x in _losses(tmp_path))
+
+
+def test_a_pipeline_run_resumes_at_its_step(tmp_path):
+  args = ['--config=mlp', '--mode=pipeline', f'--workdir={tmp_path}', '--set', 'micro_batches=2']
+  assert train(*args, '--steps=2').returncode == 0
+  result = train(*args, '--steps=3', '--resume')
+  assert result.returncode == 0, result.stderr
+  assert 'steps 2→3' in result.stdout and len(_losses(tmp_path)) == 3
+
+
+def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
+  path = tmp_path / 'mine.py'
+  path.write_text(
+      'from experiments.configs import Config\n\n'
+      'def get_config():\n'
+      "  return Config(model='mlp', model_args={'hidden': 32, 'width': 16}, global_batch=64,\n"
+      "                steps=2, mesh='8x1', strategy='data_parallel')\n")
+  result = train(f'--config={path}', f'--workdir={tmp_path / "a"}')
+  assert result.returncode == 0, result.stderr
+  assert json.loads((tmp_path / 'a' / 'summary.json').read_text())['final_step'] == 2
+  result = train('--config=experiments.configs.mlp:get_config', '--steps=1',
+                 '--set', 'model=models:make_task', '--set', 'model_args.name=mlp',
+                 f'--workdir={tmp_path / "b"}')
+  assert result.returncode == 0, result.stderr

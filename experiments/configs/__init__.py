@@ -9,30 +9,68 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import importlib
+import importlib.util
+import pathlib
 import pkgutil
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetjax import ConfigError
+from hetjax._errors import parse_choice
+
+
+class Mode(enum.Enum):
+  """How a step runs (`Config.mode`).
+
+  ``auto`` is ``spmd`` on one process and ``shares`` under several workers.
+  """
+
+  AUTO = 'auto'
+  SPMD = 'spmd'          # one jitted step over one mesh (`hetjax.train.Trainer`)
+  SHARES = 'shares'      # per-worker batch shares, re-sized by a policy (LB-BSP)
+  TOKENS = 'tokens'      # Fela's tokens: workers pull fixed-size pieces of the batch
+  PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """One experiment.
+  """One experiment: every option of a run is a field, overridable with ``--set key=value``.
 
   Attributes:
-    model: a name in `models.NAMES`.
+    model: a name in `models.NAMES`, or ``'module:function'`` returning a `hetjax.train.Task`
+      (called with ``model_args``): a model of your own.
     model_args: keyword arguments of that model's ``make_task``.
-    global_batch: examples per step, over all devices.
+    global_batch: examples per step, over all devices and workers.
     optimizer: a `hetjax.train.Optimizer` name.
     learning_rate: the optimizer's step size.
     steps: total optimizer steps of the run.
     seed: parameter initialisation and data order.
-    strategy: a `hetjax.train.Strategy` name.
-    mesh: mesh shape over ``('data', 'model')``, e.g. ``'4x2'``.
+    mode: a `Mode` value: how a step runs.
+    strategy: a `hetjax.train.Strategy` name (spmd, and inside each worker).
+    mesh: mesh shape over ``('data', 'model')``, e.g. ``'4x2'``; per worker in the
+      multi-worker modes.
+    plan: a plan JSON (`experiments/plan.py --json`, `experiments/plans/`) replacing strategy
+      and mesh (spmd only); compiled and memory-checked first.
+    policy: the share policy (shares mode): uniform, proportional, lbbsp[-last|-ewma|-ar|-narx],
+      lbbsp-gpu, oracle.
+    shares: fixed per-worker shares instead of a policy, e.g. ``(192, 64)``.
+    bucket: shares are multiples of it; 0 picks a divisor of the global batch near 1/16 of a
+      uniform share.
+    memory_caps: most rows each worker can hold per step (bucket multiples), or None.
+    slowdown: the emulated hosts' slowdown trace (`hetjax.emulation.parse_trace`), e.g.
+      ``'static:1,1,1,3'``; None: the launcher's ``--slowdown``, else none.
+    host_row_s: seconds per row of an undisturbed emulated host; 0 calibrates it at start.
+    token_rows: rows per token (tokens mode); 0 picks X / (4 × workers) rounded to a divisor.
+    endgame: tokens mode: a slow worker leaves the last tokens to faster ones.
+    stages: pipeline stages (pipeline mode).
+    micro_batches: micro-batches per step (pipeline mode).
+    schedule: the pipeline schedule: ``'1f1b'`` or ``'gpipe'``.
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
+    compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
   """
 
   model: str
@@ -42,10 +80,34 @@ class Config:
   learning_rate: float = 1e-3
   steps: int = 100
   seed: int = 0
+  mode: str = 'auto'
   strategy: str = 'hybrid'
   mesh: str = '4x2'
+  plan: str | None = None
+  policy: str = 'uniform'
+  shares: tuple[int, ...] | None = None
+  bucket: int = 0
+  memory_caps: tuple[int, ...] | None = None
+  slowdown: str | None = None
+  host_row_s: float = 0.0
+  token_rows: int = 0
+  endgame: bool = True
+  stages: int = 2
+  micro_batches: int = 2
+  schedule: str = '1f1b'
   log_every: int = 10
   checkpoint_every: int = 50
+  compilation_cache: bool = True
+
+  def __post_init__(self):
+    for name in ('global_batch', 'steps', 'log_every', 'checkpoint_every', 'stages',
+                 'micro_batches'):
+      if getattr(self, name) < 1:
+        raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}')
+    for name in ('bucket', 'token_rows'):
+      if getattr(self, name) < 0:
+        raise ConfigError(f'{name} must be >= 0 (0: automatic), got {getattr(self, name)}')
+    parse_choice(Mode, self.mode, 'mode')
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self) | {'model_args': dict(self.model_args)}
@@ -57,14 +119,65 @@ def names() -> list[str]:
 
 
 def load(name: str) -> Config:
-  """Returns config ``name``'s `Config`.
+  """Returns the `Config` of a shipped config name, a Python file defining ``get_config()``, or
+  ``'module:function'`` (imported from the Python path) returning a `Config`.
 
   Raises:
-    ConfigError: for an unknown name.
+    ConfigError: for an unknown name, a missing file or module, or a function that does not
+      return a `Config`.
   """
-  if name not in names():
-    raise ConfigError(f'unknown config {name!r}; choose one of: {", ".join(names())}')
-  return importlib.import_module(f'{__name__}.{name}').get_config()
+  if name.endswith('.py'):
+    path = pathlib.Path(name)
+    if not path.is_file():
+      raise ConfigError(f'config file {name} does not exist')
+    spec = importlib.util.spec_from_file_location(f'_hetjax_config_{path.stem}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    make = getattr(module, 'get_config', None)
+    where = f'{name}: get_config()'
+  elif ':' in name:
+    make, where = import_function(name, 'config'), f'{name}()'
+  else:
+    if name not in names():
+      raise ConfigError(f'unknown config {name!r}; choose one of: {", ".join(names())}, a '
+                        'file.py defining get_config(), or module:function')
+    return importlib.import_module(f'{__name__}.{name}').get_config()
+  if not callable(make):
+    raise ConfigError(f'{where} is not defined')
+  config = make()
+  if not isinstance(config, Config):
+    raise ConfigError(f'{where} returned {type(config).__name__}, not experiments.configs.Config')
+  return config
+
+
+def import_function(spec: str, what: str):
+  """The function named by ``'package.module:function'``.
+
+  Raises:
+    ConfigError: when the module cannot be imported or has no such function.
+  """
+  module_name, _, function = spec.partition(':')
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise ConfigError(f'{what} {spec!r}: cannot import {module_name!r} ({e})') from None
+  made = getattr(module, function, None)
+  if not callable(made):
+    raise ConfigError(f'{what} {spec!r}: {module_name!r} has no function {function!r}')
+  return made
+
+
+def _allowed(key: str) -> tuple[type, ...] | None:
+  """The types a field's value may have (None: not a top-level typed field)."""
+  hint = typing.get_type_hints(Config).get(key)
+  if hint is None:
+    return None
+  args = typing.get_args(hint)
+  if typing.get_origin(hint) is tuple:
+    return (tuple,)
+  if args:  # X | None
+    return tuple(typing.get_origin(a) or a for a in args)
+  return (hint,)
 
 
 def _parse_value(key: str, text: str, current: Any) -> Any:
@@ -72,6 +185,26 @@ def _parse_value(key: str, text: str, current: Any) -> Any:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
     value = text  # a bare word is a string
+  allowed = _allowed(key) if '.' not in key else None
+  if allowed is not None:
+    if isinstance(value, list):
+      value = tuple(value)
+    if tuple in allowed and isinstance(value, int) and not isinstance(value, bool):
+      value = (value,)
+    if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+      value = float(value)
+    if str in allowed and not isinstance(value, str) and value is not None:
+      value = text.strip()  # e.g. a mesh '4x2' or a slowdown 'static:1,3' always stays text
+    ok = any(isinstance(value, t) and (t is not int or not isinstance(value, bool))
+             for t in allowed if t is not type(None)) or (value is None and type(None) in allowed)
+    if tuple in allowed and isinstance(value, tuple) and not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value):
+      ok = False
+    if not ok:
+      names = ' or '.join('None' if t is type(None) else
+                          'a tuple of ints' if t is tuple else t.__name__ for t in allowed)
+      raise ConfigError(f'override {key}={text!r}: expected {names}, got {type(value).__name__}')
+    return value
   if current is None or (isinstance(value, type(current))
                          and isinstance(value, bool) == isinstance(current, bool)):
     return value
@@ -98,7 +231,11 @@ def override(config: Config, assignments: Sequence[str]) -> Config:
       value = _parse_value(key, text, config.model_args.get(arg))
       config = dataclasses.replace(config, model_args={**config.model_args, arg: value})
     elif key in fields - {'model_args'}:
-      config = dataclasses.replace(config, **{key: _parse_value(key, text, getattr(config, key))})
+      try:
+        config = dataclasses.replace(
+            config, **{key: _parse_value(key, text, getattr(config, key))})
+      except TypeError as e:  # a comparison in __post_init__ with a value of another type
+        raise ConfigError(f'override {key}={text!r}: {e}') from None
     else:
       raise ConfigError(
           f'override {key!r}: unknown field; fields are {", ".join(sorted(fields))} '

@@ -3,9 +3,10 @@
 A GPU is flat at small batches (not saturated), linear beyond, and holds at most Mᵢ rows, so a
 split ∝ speed mis-splits it. Each worker's curve is fitted from its recent (share, compute time)
 points, T with Σᵢ clamp(tᵢ⁻¹(T), minᵢ, Mᵢ) = X is found by bisection (water-filling), and shares
-step toward that target with a dead band, halving a worker's step when it reverses. Example:
+step toward that target with a dead band, halving a worker's step when it reverses. The recent
+points, the fitted curves and the stepping state are the policy's state (`GpuState`). Example:
 ``simulate(LBBSPGpu(ShareRules(4096, 4, bucket=64)), StaticTrace((1, 1, 1, 3)),
-CostModel(1e-3, fixed_s=0.05), 4096, 8)`` settles at (1280, 1216, 1216, 384) from step 1.
+ClockCosts(1e-3, fixed_s=0.05), 4096, 8)`` settles at (1280, 1216, 1216, 384) from step 1.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import dataclasses
 import heapq
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.balance._shares import ShareRules, Shares
-from hetjax.runtime._virtual_clock import StepStats
+from hetjax.balance._policy import shares_array, shares_of
+from hetjax.core._shares import ShareRules, Shares
+from hetjax.core._stats import StepStats
 
 _NOISE = 1e-6  # relative timing resolution: residuals below it count as a perfect fit
 
@@ -128,6 +131,44 @@ def finish_time_shares(model: TimeModel | Sequence[TimeModel], total: float,
   return t_hi, x_lo + ((total - x_lo.sum()) / gap if gap > 0 else 1.0) * (x_hi - x_lo)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GpuState:
+  """What `LBBSPGpu` has learned, per worker (n workers, a window of w points).
+
+  Attributes:
+    shares: the shares in force (the next step's), int64[n].
+    x: the recent shares, float64[n, w], a ring written at ``seen % w``.
+    t: their compute seconds, float64[n, w].
+    ok: which points count, bool[n, w] (sampled, and not from before a change).
+    seen: steps observed.
+    curve: the fitted `TimeModel`, float64[3, n]: floor_s, intercept_s, slope_s rows.
+    fitted: whether ``curve`` holds a model yet.
+    finish_s: the modelled finish time of the last target (NaN before any).
+    fraction: each worker's step fraction, float64[n] (halved on reversals).
+    direction: the sign of each worker's last wanted move, float64[n] (0 when none).
+    fresh: workers whose next decision jumps straight to target, bool[n].
+  """
+
+  shares: np.ndarray
+  x: np.ndarray
+  t: np.ndarray
+  ok: np.ndarray
+  seen: int
+  curve: np.ndarray
+  fitted: bool
+  finish_s: float
+  fraction: np.ndarray
+  direction: np.ndarray
+  fresh: np.ndarray
+
+  @property
+  def model(self) -> TimeModel | None:
+    """The fitted curves as a `TimeModel` of arrays, or None before any fit."""
+    return TimeModel(*self.curve) if self.fitted else None
+
+
+@dataclasses.dataclass(frozen=True)
 class LBBSPGpu:
   """LB-BSP's GPU policy: fitted curves, water-filled T, damped steps. E.g. ``LBBSPGpu(rules)``.
 
@@ -143,90 +184,105 @@ class LBBSPGpu:
   fit sees two shares, then go straight to target.
   """
 
-  name = 'lbbsp-gpu'
+  rules: ShareRules
+  window: int = 16
+  step_fraction: float = 0.5
+  dead_band_buckets: int = 1
+  probe: int = 1
+  change_tolerance: float = 0.25
+  halve_on_reversal: bool = True
+  name: str = dataclasses.field(default='lbbsp-gpu', init=False)
 
-  def __init__(self, rules: ShareRules, window: int = 16, step_fraction: float = 0.5,
-               dead_band_buckets: int = 1, probe: int = 1, change_tolerance: float = 0.25,
-               halve_on_reversal: bool = True):
-    if window < 2 or not (0 < step_fraction <= 1 and change_tolerance > 0) or min(
-        dead_band_buckets, probe) < 0:
-      raise ConfigError(f'need window >= 2 ({window}), 0 < step_fraction <= 1 ({step_fraction}), '
-                        f'dead_band_buckets and probe >= 0 ({dead_band_buckets}, {probe}), '
-                        f'change_tolerance > 0 ({change_tolerance})')
-    self.rules, self.window, self.step_fraction = rules, int(window), float(step_fraction)
-    self.dead_band_buckets, self.probe = int(dead_band_buckets), int(probe)
-    self.change_tolerance, self.halve_on_reversal = float(change_tolerance), halve_on_reversal
-    self._reset()
+  def __post_init__(self):
+    if self.window < 2 or not (0 < self.step_fraction <= 1 and self.change_tolerance > 0) or min(
+        self.dead_band_buckets, self.probe) < 0:
+      raise ConfigError(f'need window >= 2 ({self.window}), 0 < step_fraction <= 1 '
+                        f'({self.step_fraction}), dead_band_buckets and probe >= 0 '
+                        f'({self.dead_band_buckets}, {self.probe}), change_tolerance > 0 '
+                        f'({self.change_tolerance})')
+    for field, kind in (('window', int), ('step_fraction', float), ('dead_band_buckets', int),
+                        ('probe', int), ('change_tolerance', float)):
+      object.__setattr__(self, field, kind(getattr(self, field)))
 
-  def _reset(self) -> None:
+  def init(self) -> GpuState:
     n, w = self.rules.workers, self.window
-    self._x, self._t, self._ok = np.zeros((n, w)), np.zeros((n, w)), np.zeros((n, w), dtype=bool)
-    self._seen, self.model, self.finish_s = 0, None, float('nan')  # model: a TimeModel of arrays
-    self._frac, self._dir = np.full(n, self.step_fraction), np.zeros(n)
-    self._fresh = np.ones(n, dtype=bool)
+    return GpuState(
+        shares=shares_array(self.rules.uniform()), x=np.zeros((n, w)), t=np.zeros((n, w)),
+        ok=np.zeros((n, w), dtype=bool), seen=0, curve=np.zeros((3, n)), fitted=False,
+        finish_s=float('nan'), fraction=np.full(n, self.step_fraction),
+        direction=np.zeros(n), fresh=np.ones(n, dtype=bool))
 
-  def _observe(self, history: Sequence[StepStats]) -> None:
+  def _observe(self, state: GpuState, stats: StepStats) -> GpuState:
+    """``state`` with ``stats``' point in the window and the curves refitted."""
     ratio = np.ones(self.rules.workers)
-    for st in history[self._seen:]:
-      x, t = np.asarray(st.shares, dtype=np.float64), np.asarray(st.compute_s, dtype=np.float64)
-      if self.model is not None:
-        with np.errstate(divide='ignore', invalid='ignore'):
-          ratio = t / self.model.time(x)
-        self._ok[np.abs(ratio - 1) > self.change_tolerance] = False
-      slot = self._seen % self.window
-      sampled = np.asarray(st.sampled, dtype=bool) if st.sampled else True
-      self._x[:, slot], self._t[:, slot], self._ok[:, slot] = x, t, sampled
-      self._seen += 1
-    fit, kind = _fit_rows(self._x, self._t, self._ok)
+    xs, ts, ok = state.x.copy(), state.t.copy(), state.ok.copy()
+    x, t = np.asarray(stats.rows, dtype=np.float64), np.asarray(stats.compute_s, dtype=np.float64)
+    model = state.model
+    if model is not None:
+      with np.errstate(divide='ignore', invalid='ignore'):
+        ratio = t / model.time(x)
+      ok[np.abs(ratio - 1) > self.change_tolerance] = False
+    slot = state.seen % self.window
+    sampled = np.asarray(stats.sampled, dtype=bool) if stats.sampled else True
+    xs[:, slot], ts[:, slot], ok[:, slot] = x, t, sampled
+    fit, kind = _fit_rows(xs, ts, ok)
     new = np.array(dataclasses.astuple(fit))
-    if self.model is not None:  # a one-share window keeps the old curve, rescaled by a running
+    if model is not None:  # a one-share window keeps the old curve, rescaled by a running
       keep = (kind == 0) | ((kind == 1) & np.isfinite(ratio) & (ratio > 0))  # mean of its misses
-      scale = np.where(kind == 1, 1 + (ratio - 1) / np.maximum(self._ok.sum(1), 1), 1.0)
-      new = np.where(keep, np.array(dataclasses.astuple(self.model)) * scale, new)
-    missing = ~np.isfinite(new[0]) | ((kind == 0) & (self.model is None))
+      scale = np.where(kind == 1, 1 + (ratio - 1) / np.maximum(ok.sum(1), 1), 1.0)
+      with np.errstate(invalid='ignore', over='ignore'):  # inf × 0 where the fit is used
+        new = np.where(keep, state.curve * scale, new)
+    missing = ~np.isfinite(new[0]) | ((kind == 0) & (model is None))
+    curve, fitted = state.curve, state.fitted
     if not missing.all():  # a worker never usefully seen gets the median worker's curve
       new[:, missing] = np.median(new[:, ~missing], axis=1, keepdims=True)
-      self.model = TimeModel(*new)
+      curve, fitted = new, True
+    return dataclasses.replace(state, x=xs, t=ts, ok=ok, seen=state.seen + 1, curve=curve,
+                               fitted=fitted)
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares:
-    """Next step's shares: uniform at step 0 or without usable history, else the damped target."""
-    if step == 0 or not history or len(history) < self._seen:
-      self._reset()
-    self._observe(history)
-    if self.model is None:
-      return self.rules.uniform()
+  def update(self, state: GpuState, stats: StepStats | None) -> tuple[Shares, GpuState]:
+    """The next shares: uniform without a usable fit, else the damped target."""
+    if stats is None:
+      return shares_of(state.shares, self.rules), state
+    state = self._observe(state, stats)
+    model = state.model
+    if model is None:
+      shares = self.rules.uniform()
+      return shares, dataclasses.replace(state, shares=shares_array(shares))
     r, q = self.rules, float(self.rules.bucket)
     lo, hi = np.asarray(r.lower, dtype=np.float64), np.asarray(r.upper, dtype=np.float64)
-    self.finish_s, target = finish_time_shares(self.model, r.global_batch, lo, hi)
-    s = np.asarray(history[-1].shares, dtype=np.float64)
+    finish_s, target = finish_time_shares(model, r.global_batch, lo, hi)
+    s = np.asarray(stats.rows, dtype=np.float64)
     d = np.sign(target - s)
-    best = self.model.time(np.array(self._round(target, target, lo, hi))).max()
-    late = self.model.time(s) > best * (1 + 1e-9)  # would finish after the best whole-bucket split
-    want = ~self._fresh & ((np.abs(target - s) > self.dead_band_buckets * q) | late)
+    best = model.time(np.array(self._round(model, target, target, lo, hi))).max()
+    late = model.time(s) > best * (1 + 1e-9)  # would finish after the best whole-bucket split
+    fresh, frac, direction = state.fresh, state.fraction, state.direction
+    want = ~fresh & ((np.abs(target - s) > self.dead_band_buckets * q) | late)
     if self.halve_on_reversal:
-      f = np.where(want & (d == -self._dir), self._frac / 2, 2 * self._frac)
-      self._frac = np.where(want, np.minimum(f, self.step_fraction), self._frac)
-    self._dir = np.where(self._fresh, 0.0, np.where(want, d, self._dir))  # jumps set no direction
-    size = q * np.maximum(np.round(self._frac * np.abs(target - s) / q),
-                          self._frac == self.step_fraction)
-    new = np.where(self._fresh, target, np.where(want, s + d * size, s))
-    probed = np.zeros_like(self._fresh)
-    if self._fresh.all() and self.probe:
+      f = np.where(want & (d == -direction), frac / 2, 2 * frac)
+      frac = np.where(want, np.minimum(f, self.step_fraction), frac)
+    direction = np.where(fresh, 0.0, np.where(want, d, direction))  # jumps set no direction
+    size = q * np.maximum(np.round(frac * np.abs(target - s) / q), frac == self.step_fraction)
+    new = np.where(fresh, target, np.where(want, s + d * size, s))
+    probed = np.zeros_like(fresh)
+    if fresh.all() and self.probe:
       idx = np.flatnonzero(np.abs(target - s) < q)
       idx = idx[: len(idx) // 2 * 2]
       new[idx] = s[idx] + self.probe * q * (1 - 2 * (np.arange(len(idx)) % 2))
       probed[idx] = True
-    self._fresh = probed
-    return Shares(self._round(np.clip(new, lo, hi), target, lo, hi), r)
+    shares = Shares(self._round(model, np.clip(new, lo, hi), target, lo, hi), r)
+    return shares, dataclasses.replace(
+        state, shares=shares_array(shares), finish_s=float(finish_s), fraction=frac,
+        direction=direction, fresh=probed)
 
-  def _round(self, x, target, lo, hi) -> tuple[int, ...]:
+  def _round(self, model: TimeModel, x, target, lo, hi) -> tuple[int, ...]:
     """Whole buckets summing to X, handed out by modelled time rather than as from_weights does.
 
     A missing bucket goes to the worker modelled to finish soonest with it, a surplus one leaves
     the last to finish, first among workers short of (past) their target so no damped move is
     undone. E.g. (1238.8 ×3, 379.6) in 64-row buckets → (1280, 1216, 1216, 384).
     """
-    q, (c, a, b) = self.rules.bucket, dataclasses.astuple(self.model)
+    q, (c, a, b) = self.rules.bucket, dataclasses.astuple(model)
     u = np.clip(np.floor(x / q + 1e-9), lo / q, hi / q).astype(np.int64)
     d = self.rules.global_batch // q - int(u.sum())
     sign, edge = (1, hi / q) if d > 0 else (-1, lo / q)

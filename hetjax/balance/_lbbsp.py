@@ -16,91 +16,125 @@ The dead band is on predicted time rather than per-share change because with coa
 one-bucket difference on the straggler can be worth ~5% of the step (X = 4096 in 64-row buckets,
 speeds (1, 1, 1, ⅓): 7 buckets on the straggler is 91% of the ideal speedup, 6 buckets 96%).
 
+The predictor's state, the hedge and the current shares are all in `LBBSPState`, so a resumed
+run decides exactly as the uninterrupted one would have.
+
 Example::
 
   policy = LBBSP(rules, EWMA())
-  run = simulate(policy, StaticTrace((1, 1, 1, 3)), CostModel(per_sample_s=1e-3), 4096, 20)
+  run = simulate(policy, StaticTrace((1, 1, 1, 3)), ClockCosts(per_sample_s=1e-3), 4096, 20)
   # step 0 uniform, step 1 balanced (2.4x faster), unchanged from then on
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
+import dataclasses
+from typing import Any, ClassVar
 
+import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.balance._policy import HistoryCursor, load_of, makespan
+from hetjax.balance._policy import load_of, makespan, observed_speeds, shares_array, shares_of
 from hetjax.balance._predictors import SpeedPredictor
-from hetjax.balance._shares import ShareRules, Shares
-from hetjax.runtime._virtual_clock import StepStats
+from hetjax.core._shares import ShareRules, Shares
+from hetjax.core._stats import StepStats
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LBBSPState:
+  """What `LBBSP` has learned.
+
+  Attributes:
+    shares: the shares in force (the next step's), int64[workers].
+    speeds: the speeds observed at the last step, float64[workers] (zeros before any).
+    steps: steps learned from. Before the first one there is no proposal to score and the first
+      decision goes straight to its target.
+    predictor: the speed predictor's state.
+    edge: the discounted log-makespan advantage of the proposals over uniform shares.
+    proposal: the shares proposed at the last step (all of the predictor's target, before the
+      hedge), int64[workers]; uniform before any step.
+  """
+
+  shares: np.ndarray
+  speeds: np.ndarray
+  steps: int
+  predictor: Any
+  edge: float
+  proposal: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
 class LBBSP:
   """Semi-dynamic load balancing from predicted speeds (LB-BSP, CPU clusters).
 
   Args:
     rules: the job's share rules.
-    predictor: next-step speed predictor; a pristine copy is kept, so a new run (a history
-      shorter than the last one seen) starts from an untrained predictor.
+    predictor: next-step speed predictor (its settings: its state is in `LBBSPState`).
     damping: fraction of the way to the target moved on a moderate predicted gain.
     dead_band: predicted relative gain at or below which the shares are kept.
     jump: predicted relative gain above which the target is taken at once.
   """
 
-  def __init__(self, rules: ShareRules, predictor: SpeedPredictor, damping: float = 0.5,
-               dead_band: float = 0.1, jump: float = 0.25):
-    if not 0 < damping <= 1 or not 0 <= dead_band <= jump:
-      raise ConfigError(f'LB-BSP needs 0 < damping <= 1 and 0 <= dead_band <= jump; got '
-                        f'damping={damping}, dead_band={dead_band}, jump={jump}')
-    self.rules, self.damping, self.dead_band, self.jump = rules, damping, dead_band, jump
-    self.predictor = predictor
-    self._pristine = copy.deepcopy(predictor)
-    self._cursor = HistoryCursor()
-    self._decided = False
-    self._proposal: Shares | None = None
-    self._edge = self.OPTIMISM
+  rules: ShareRules
+  predictor: SpeedPredictor
+  damping: float = 0.5
+  dead_band: float = 0.1
+  jump: float = 0.25
 
   # Hedging against uniform: after each step both LB-BSP's proposal and uniform shares are
   # scored on the speeds that actually happened (full information: no need to have played
-  # them). The discounted log-makespan advantage `_edge` sets how far the played target moves
+  # them). The discounted log-makespan advantage `edge` sets how far the played target moves
   # from uniform toward the proposal: all the way while reacting pays (static, skewed, step
   # change), back toward uniform where it does not (many workers flipping independently:
   # whatever is fitted to the last step is wrong for the next). Starts trusting the proposal.
-  OPTIMISM = 0.5
-  MEMORY = 0.8
-  TEMPERATURE = 0.1
+  OPTIMISM: ClassVar[float] = 0.5
+  MEMORY: ClassVar[float] = 0.8
+  TEMPERATURE: ClassVar[float] = 0.1
+
+  def __post_init__(self):
+    if not 0 < self.damping <= 1 or not 0 <= self.dead_band <= self.jump:
+      raise ConfigError(f'LB-BSP needs 0 < damping <= 1 and 0 <= dead_band <= jump; got '
+                        f'damping={self.damping}, dead_band={self.dead_band}, jump={self.jump}')
 
   @property
   def name(self) -> str:
     return f'lbbsp-{self.predictor.name}'
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares:
-    restarted, new = self._cursor.advance(history)
-    if restarted:
-      self.predictor, self._decided = copy.deepcopy(self._pristine), False
-      self._proposal, self._edge = None, self.OPTIMISM
+  def init(self) -> LBBSPState:
+    n, uniform = self.rules.workers, shares_array(self.rules.uniform())
+    return LBBSPState(uniform, np.zeros(n), 0, self.predictor.init(n), self.OPTIMISM, uniform)
+
+  def update(self, state: LBBSPState, stats: StepStats | None) -> tuple[Shares, LBBSPState]:
+    if stats is None:
+      return shares_of(state.shares, self.rules), state
     uniform = self.rules.uniform()
-    for stats, speeds in new:
-      load = load_of(stats)
-      self.predictor.update(speeds, load if load is None or len(load) == len(speeds) else None)
-      if self._proposal is not None:  # score last proposal against uniform, with what happened
-        edge = np.log(makespan(uniform, speeds) / makespan(self._proposal, speeds))
-        self._edge = self.MEMORY * self._edge + edge
-    if not history:
-      return uniform
-    predicted = self.predictor.predict()
-    self._proposal = self.rules.from_weights(predicted)
-    trust = 1.0 / (1.0 + np.exp(-self._edge / self.TEMPERATURE))
-    u = np.asarray(uniform.values, dtype=np.float64)
-    target = self.rules.from_weights(u + trust * (np.asarray(self._proposal.values) - u))
+    speeds = observed_speeds(stats, state.speeds if state.steps else None)
+    load = load_of(stats)
+    predictor = self.predictor.update(
+        state.predictor, speeds, load if load is None or len(load) == len(speeds) else None)
+    edge = state.edge
+    if state.steps:  # score the last proposal against uniform, with what happened
+      edge = self.MEMORY * edge + float(
+          np.log(makespan(uniform, speeds) / makespan(state.proposal, speeds)))
+    predicted = self.predictor.predict(predictor)
+    proposal = self.rules.from_weights(predicted)
+    shares = self._decide(stats, state.steps == 0, predicted, proposal, edge)
+    return shares, LBBSPState(shares_array(shares), speeds, state.steps + 1, predictor, edge,
+                              shares_array(proposal))
+
+  def _decide(self, stats: StepStats, first: bool, predicted: np.ndarray, proposal: Shares,
+              edge: float) -> Shares:
+    """The next shares: the hedged target, reached through the dead band and damping."""
+    trust = 1.0 / (1.0 + np.exp(-edge / self.TEMPERATURE))
+    u = np.asarray(self.rules.uniform().values, dtype=np.float64)
+    target = self.rules.from_weights(u + trust * (np.asarray(proposal.values) - u))
     try:
-      current = Shares(tuple(int(x) for x in history[-1].shares), self.rules)
+      current = Shares(tuple(int(x) for x in stats.rows), self.rules)
     except ConfigError:
       current = None  # the last step ran under other rules: nothing to move from
-    if current is None or not self._decided:
-      self._decided = True
+    if current is None or first:
       return target
     gain = makespan(current, predicted) / makespan(target, predicted) - 1
     if gain <= self.dead_band:

@@ -9,17 +9,24 @@ so the parameters are shared (vmapped) across workers. After every step the mode
 Adam steps (Huber loss, nearly L1: see ``huber``) on every complete window in a fixed-size
 buffer; shapes never change, so the train and predict functions compile once per worker count.
 
+The network's parameters, Adam's state and the history buffers are the predictor's state (a
+pytree of numpy arrays of fixed shapes, `NARXState`), so a resumed run continues training the
+same network on the same history.
+
 Example::
 
   narx = NARX(window=16)
+  state = narx.init(workers)
   for stats in history:
-    narx.update(speeds_of(stats), load_of(stats))
-  next_speeds = narx.predict()  # last value until window + 2 points have been seen
+    state = narx.update(state, speeds_of(stats), load_of(stats))
+  next_speeds = narx.predict(state)  # last value until window + 2 points have been seen
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +34,7 @@ import numpy as np
 import optax
 
 from hetjax._errors import ConfigError
-from hetjax.balance._predictors import clip_to_recent
+from hetjax.balance._predictors import clip_to_recent, workers_of
 
 
 def _rnn(params: dict, seq: jax.Array) -> jax.Array:
@@ -66,6 +73,41 @@ def _trainer(learning_rate: float, train_steps: int, huber: float):
   return opt, train
 
 
+def _host(tree: Any) -> Any:
+  """Every leaf of ``tree`` as a numpy array: a state holds host values only."""
+  return jax.tree.map(np.asarray, tree)
+
+
+def _windows(log_v: np.ndarray, load: np.ndarray, end: np.ndarray, window: int) -> np.ndarray:
+  """Inputs [len(end), workers, window, 2] for the windows ending just before each index."""
+  idx = end[:, None] + np.arange(-window, 0)[None, :]  # [k, window]
+  rel = log_v[idx] - log_v[end - 1][:, None]  # [k, window, n]
+  feats = np.stack([rel, load[idx]], axis=-1)  # [k, window, n, 2]
+  return feats.transpose(0, 2, 1, 3).astype(np.float32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NARXState:
+  """`NARX`'s state: the network, its optimizer and the history it trains on.
+
+  Attributes:
+    params: the RNN's weights ('w_x', 'w_h', 'b', 'w_o', 'b_o'), float32 numpy arrays.
+    opt_state: Adam's state for ``params`` (numpy leaves).
+    log_v: log speeds of the last window + examples steps, float64[window + examples, workers],
+      newest last (before that many steps, the first one repeated).
+    load: log(1 + load) of the same steps, same shape.
+    seen: steps seen.
+  """
+
+  params: dict[str, np.ndarray]
+  opt_state: Any
+  log_v: np.ndarray
+  load: np.ndarray
+  seen: int
+
+
+@dataclasses.dataclass(frozen=True)
 class NARX:
   """Online NARX predictor (Elman RNN, hidden 8, shared across workers), deterministic.
 
@@ -85,69 +127,74 @@ class NARX:
     seed: PRNG seed of the initial weights (the head starts at zero either way).
   """
 
-  name = 'narx'
+  window: int = 16
+  hidden: int = 8
+  examples: int = 64
+  batch: int = 4096
+  train_steps: int = 5
+  learning_rate: float = 3e-2
+  huber: float = 0.1
+  seed: int = 0
+  name: str = dataclasses.field(default='narx', init=False)
 
-  def __init__(self, window: int = 16, hidden: int = 8, examples: int = 64, batch: int = 4096,
-               train_steps: int = 5, learning_rate: float = 3e-2, huber: float = 0.1,
-               seed: int = 0):
-    if min(window, hidden, examples, batch, train_steps) < 1 or not min(learning_rate, huber) > 0:
+  def __post_init__(self):
+    sizes = (self.window, self.hidden, self.examples, self.batch, self.train_steps)
+    if min(sizes) < 1 or not min(self.learning_rate, self.huber) > 0:
       raise ConfigError(f'NARX needs positive sizes, learning rate and huber; got '
-                        f'window={window}, hidden={hidden}, examples={examples}, batch={batch}, '
-                        f'train_steps={train_steps}, learning_rate={learning_rate}, huber={huber}')
-    self.window, self.examples, self.batch = window, examples, batch
-    self._opt, self._train = _trainer(float(learning_rate), int(train_steps), float(huber))
-    k_x, k_h = jax.random.split(jax.random.PRNGKey(seed))
-    self._params = {
+                        f'window={self.window}, hidden={self.hidden}, examples={self.examples}, '
+                        f'batch={self.batch}, train_steps={self.train_steps}, '
+                        f'learning_rate={self.learning_rate}, huber={self.huber}')
+
+  def _trainer(self):
+    return _trainer(float(self.learning_rate), int(self.train_steps), float(self.huber))
+
+  def init(self, workers: int) -> NARXState:
+    n, hidden = workers_of(workers), self.hidden
+    k_x, k_h = jax.random.split(jax.random.PRNGKey(self.seed))
+    params = _host({
         'w_x': jax.random.normal(k_x, (2, hidden)) / np.sqrt(2.0),
         'w_h': jax.random.normal(k_h, (hidden, hidden)) / np.sqrt(hidden),
         'b': jnp.zeros(hidden), 'w_o': jnp.zeros(hidden), 'b_o': jnp.zeros(()),
-    }
-    self._opt_state = self._opt.init(self._params)
-    self._log_v: np.ndarray | None = None  # float[window + examples, workers], newest last
-    self._load: np.ndarray | None = None
-    self._seen = 0
+    })
+    opt, _ = self._trainer()
+    size = self.window + self.examples
+    return NARXState(params, _host(opt.init(params)), np.zeros((size, n)), np.zeros((size, n)), 0)
 
-  def _windows(self, end: np.ndarray, cols: np.ndarray | slice = slice(None)) -> np.ndarray:
-    """Inputs [len(end), workers, window, 2] for the windows ending just before each index."""
-    idx = end[:, None] + np.arange(-self.window, 0)[None, :]  # [k, window]
-    log_v, load = self._log_v[:, cols], self._load[:, cols]
-    rel = log_v[idx] - log_v[end - 1][:, None]  # [k, window, n]
-    feats = np.stack([rel, load[idx]], axis=-1)  # [k, window, n, 2]
-    return feats.transpose(0, 2, 1, 3).astype(np.float32)
-
-  def update(self, speeds: np.ndarray, load: np.ndarray | None) -> None:
+  def update(self, state: NARXState, speeds: np.ndarray, load: np.ndarray | None) -> NARXState:
     v = np.asarray(speeds, dtype=np.float64)
-    n = v.shape[0]
-    if self._log_v is not None and v.shape != self._log_v.shape[1:]:
-      raise ConfigError(f'{v.shape[0]} speeds; this NARX predicts {self._log_v.shape[1]} workers')
+    size, n = state.log_v.shape
+    if v.shape != (n,):
+      raise ConfigError(f'{v.shape[0] if v.ndim else v.size} speeds; this NARX predicts {n} '
+                        f'workers')
     lv = np.log(np.maximum(v, 1e-300))
     ld = np.zeros(n) if load is None else np.log1p(np.nan_to_num(
         np.maximum(np.asarray(load, dtype=np.float64), 0.0), nan=0.0, posinf=1e6))
-    size = self.window + self.examples
-    if self._log_v is None:
-      self._log_v, self._load = np.repeat(lv[None], size, 0), np.repeat(ld[None], size, 0)
-    self._log_v = np.concatenate([self._log_v[1:], lv[None]])
-    self._load = np.concatenate([self._load[1:], ld[None]])
-    self._seen += 1
-    if self._seen <= self.window:
-      return
-    targets = np.arange(self.window, size)  # buffer index of each training target
-    mask = (targets - self.window >= size - self._seen).astype(np.float32)  # inputs all real
-    m = min(n, max(1, self.batch // self.examples))  # workers trained on, rotating
-    cols = (self._seen * m + np.arange(m)) % n
-    x = self._windows(targets, cols).reshape(-1, self.window, 2)
-    log_v = self._log_v[:, cols]
-    y = (log_v[targets] - log_v[targets - 1]).astype(np.float32).reshape(-1)
-    self._params, self._opt_state = self._train(
-        self._params, self._opt_state, x, y, np.repeat(mask, m))
+    log_v, load_buf = state.log_v, state.load
+    if not state.seen:
+      log_v, load_buf = np.repeat(lv[None], size, 0), np.repeat(ld[None], size, 0)
+    log_v = np.concatenate([log_v[1:], lv[None]])
+    load_buf = np.concatenate([load_buf[1:], ld[None]])
+    seen = state.seen + 1
+    params, opt_state = state.params, state.opt_state
+    if seen > self.window:
+      targets = np.arange(self.window, size)  # buffer index of each training target
+      mask = (targets - self.window >= size - seen).astype(np.float32)  # inputs all real
+      m = min(n, max(1, self.batch // self.examples))  # workers trained on, rotating
+      cols = (seen * m + np.arange(m)) % n
+      log_c = log_v[:, cols]
+      x = _windows(log_c, load_buf[:, cols], targets, self.window).reshape(-1, self.window, 2)
+      y = (log_c[targets] - log_c[targets - 1]).astype(np.float32).reshape(-1)
+      _, train = self._trainer()
+      params, opt_state = _host(train(params, opt_state, x, y, np.repeat(mask, m)))
+    return NARXState(params, opt_state, log_v, load_buf, seen)
 
-  def predict(self) -> np.ndarray:
-    if self._log_v is None:
+  def predict(self, state: NARXState) -> np.ndarray:
+    if not state.seen:
       raise ConfigError('predict() before any update()')
-    last = np.exp(self._log_v[-1])
-    if self._seen < self.window + 2:
+    last = np.exp(state.log_v[-1])
+    if state.seen < self.window + 2:
       return last
-    x = self._windows(np.array([self._log_v.shape[0]]))[0]
-    change = np.asarray(_predict_all(self._params, x), dtype=np.float64)
-    recent = np.exp(self._log_v[-self.window:])
+    x = _windows(state.log_v, state.load, np.array([state.log_v.shape[0]]), self.window)[0]
+    change = np.asarray(_predict_all(state.params, x), dtype=np.float64)
+    recent = np.exp(state.log_v[-self.window:])
     return clip_to_recent(last * np.exp(change), recent)

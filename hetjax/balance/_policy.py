@@ -1,10 +1,12 @@
 """`BalancePolicy`: what chooses next step's shares, and the helpers every policy shares.
 
-A policy is asked for step t's shares with the `StepStats` of steps 0 … t−1. Real runs and the
-virtual clock call it the same way, so a policy cannot tell which one feeds it. What a policy
-measures is speed, vᵢ = xᵢ / tᵢ (rows per second of busy time), and what it hands back is a split
-of the global batch that makes the predicted slowest worker finish as early as possible:
-``rules.from_weights(speeds)`` (proportional, with leftover buckets rounded for the makespan).
+A balance policy is a `hetjax.core.Policy` whose decision is `Shares`: ``init()`` gives a fresh
+state, ``update(state, stats)`` learns from one finished step and returns the shares of the
+next one. Real runs and the virtual clock feed it the same `StepStats`, so a policy cannot tell
+which one feeds it. What a policy measures is speed, vᵢ = xᵢ / tᵢ (rows per second of busy
+time), and what it hands back is a split of the global batch that makes the predicted slowest
+worker finish as early as possible: ``rules.from_weights(speeds)`` (proportional, with leftover
+buckets rounded for the makespan).
 
 Example::
 
@@ -20,28 +22,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hetjax.balance._shares import Shares
-from hetjax.runtime._virtual_clock import StepStats
+from hetjax.core._policy import Policy
+from hetjax.core._shares import ShareRules, Shares
+from hetjax.core._stats import StepStats
 
 logger = logging.getLogger('hetjax.balance')
 
 
 @runtime_checkable
-class BalancePolicy(Protocol):
-  """Chooses step ``step``'s `Shares` from the finished steps (``history[k]`` is step k).
+class BalancePolicy(Policy[Shares], Protocol):
+  """A `hetjax.core.Policy` deciding each step's `Shares`.
 
-  Policies may keep state between calls (predictors), but each call gets the whole history, so
-  a policy must hand each finished step to its state once (see `HistoryCursor`).
+  ``init()`` is a fresh state (its shares are the first step's, usually uniform);
+  ``update(state, None)`` returns the shares in force without learning; ``update(state,
+  stats)`` learns from the finished step ``stats`` and returns the next step's shares.
   """
 
   @property
   def name(self) -> str: ...
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares: ...
+  def init(self) -> Any: ...
+
+  def update(self, state: Any, stats: StepStats | None) -> tuple[Shares, Any]: ...
 
 
 def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray:
@@ -55,7 +61,7 @@ def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray
 
   Example::
 
-    >>> stats = StepStats(3, (100, 100), (0.1, float('nan')), 0.0, 0.1)
+    >>> stats = StepStats(3, rows=(100, 100), compute_s=(0.1, float('nan')), iter_s=0.1)
     >>> observed_speeds(stats, np.array([900.0, 500.0]))  # logs: worker 1 at step 3
     array([1000.,  500.])
 
@@ -66,13 +72,13 @@ def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray
   Returns:
     float64[workers], every entry finite and > 0.
   """
-  shares = np.asarray(stats.shares, dtype=np.float64)
+  rows = np.asarray(stats.rows, dtype=np.float64)
   compute = np.asarray(stats.compute_s, dtype=np.float64)
   with np.errstate(divide='ignore', invalid='ignore'):
-    speeds = shares / compute
+    speeds = rows / compute
   valid = np.isfinite(compute) & (compute > 0) & np.isfinite(speeds) & (speeds > 0)
   sampled = np.asarray(stats.sampled, dtype=bool) if stats.sampled else np.ones(len(speeds), bool)
-  good = valid & (shares > 0) & sampled
+  good = valid & (rows > 0) & sampled
   if good.all():
     return speeds
   if previous is not None and len(previous) == len(speeds):
@@ -93,35 +99,16 @@ def makespan(shares: Sequence[int], speeds: np.ndarray) -> float:
   return float(np.max(np.asarray(shares, dtype=np.float64) / speeds))
 
 
-class HistoryCursor:
-  """Hands a policy each finished step once, as speeds, though every call passes the history.
-
-  Example::
-
-    cursor = HistoryCursor()
-    restarted, new = cursor.advance(history)  # [(StepStats, speeds), …] since the last call
-
-  A history shorter than the one seen before is a new run: ``restarted`` is True and the
-  cursor starts over, so a policy can reset its predictor.
-  """
-
-  def __init__(self):
-    self._seen = 0
-    self.speeds: np.ndarray | None = None
-
-  def advance(self, history: Sequence[StepStats]
-              ) -> tuple[bool, list[tuple[StepStats, np.ndarray]]]:
-    restarted = len(history) < self._seen
-    if restarted:
-      self._seen, self.speeds = 0, None
-    new = []
-    for stats in history[self._seen:]:
-      self.speeds = observed_speeds(stats, self.speeds)
-      new.append((stats, self.speeds))
-    self._seen = len(history)
-    return restarted, new
-
-
 def load_of(stats: StepStats) -> np.ndarray | None:
   """The step's exogenous load as an array, or None when the run did not record one."""
   return np.asarray(stats.load, dtype=np.float64) if len(stats.load) else None
+
+
+def shares_array(shares: Sequence[int]) -> np.ndarray:
+  """Shares as the int64[workers] array a policy state keeps."""
+  return np.asarray(tuple(shares), dtype=np.int64)
+
+
+def shares_of(values: np.ndarray, rules: ShareRules) -> Shares:
+  """The `Shares` a state's int64[workers] array holds (checked against ``rules``)."""
+  return Shares(tuple(int(v) for v in values), rules)

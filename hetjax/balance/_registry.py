@@ -17,9 +17,9 @@ from hetjax.balance._lbbsp import LBBSP
 from hetjax.balance._narx import NARX
 from hetjax.balance._policy import BalancePolicy
 from hetjax.balance._predictors import AR, EWMA, LastValue
-from hetjax.balance._shares import ShareRules
 from hetjax.balance._simple import Oracle, Proportional, Uniform
-from hetjax.runtime._slowdown import SlowdownTrace
+from hetjax.core._shares import ShareRules
+from hetjax.emulation import SlowdownTrace
 
 
 class PolicyName(enum.Enum):
@@ -43,7 +43,7 @@ _PREDICTORS = {PolicyName.LBBSP: EWMA, PolicyName.LBBSP_LAST: LastValue,
 
 def make_policy(name: str | PolicyName, rules: ShareRules,
                 trace: SlowdownTrace | None = None) -> BalancePolicy:
-  """A fresh policy (with an untrained predictor) from its name, with default settings.
+  """A policy from its name, with default settings; ``policy.init()`` is its untrained state.
 
   Args:
     name: one of `PolicyName`'s values, e.g. 'uniform' or 'lbbsp-narx'.

@@ -2,40 +2,98 @@
 
 They bound LB-BSP from both sides in the benchmarks: `Uniform` is what balancing must beat,
 `Proportional` is the simplest reactive balancer (LB-BSP with a last-value predictor, no
-damping), and `Oracle` knows this step's slowdowns, which no real policy can.
+damping), and `Oracle` knows the slowdowns of the step it plans, which no real policy can.
 
 Example::
 
   >>> rules = ShareRules(global_batch=4096, workers=4, bucket=64)
-  >>> Oracle(rules, StaticTrace((1, 1, 1, 3))).shares(0, []).values
+  >>> oracle = Oracle(rules, StaticTrace((1, 1, 1, 3)))
+  >>> oracle.update(oracle.init(), None)[0].values
   (1280, 1216, 1216, 384)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.balance._policy import HistoryCursor
-from hetjax.balance._shares import ShareRules, Shares
-from hetjax.runtime._slowdown import SlowdownTrace
-from hetjax.runtime._virtual_clock import StepStats
+from hetjax.balance._policy import observed_speeds, shares_array, shares_of
+from hetjax.core._shares import ShareRules, Shares
+from hetjax.core._stats import StepStats
+from hetjax.emulation import SlowdownTrace
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SharesState:
+  """The state of a policy that learns nothing: the shares in force, int64[workers]."""
+
+  shares: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
 class Uniform:
-  """Plain BSP: ``rules.uniform()`` at every step, whatever happened."""
+  """Plain BSP: ``rules.uniform()`` at every step, whatever happened.
+
+  With bucket 1 that is X // n rows each and the remainder one each to the first workers:
+  ``Uniform(ShareRules(10, 4))`` runs (3, 3, 2, 2).
+  """
 
   rules: ShareRules
   name: str = dataclasses.field(default='uniform', init=False)
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares:
-    return self.rules.uniform()
+  def init(self) -> SharesState:
+    return SharesState(shares_array(self.rules.uniform()))
+
+  def update(self, state: SharesState, stats: StepStats | None) -> tuple[Shares, SharesState]:
+    return shares_of(state.shares, self.rules), state
 
 
+@dataclasses.dataclass(frozen=True)
+class Fixed:
+  """The same given shares at every step (``--shares``), checked against ``rules`` once.
+
+  Example::
+
+    >>> policy = Fixed(ShareRules(8, 2, minimum=(0, 0)), (6, 2))
+    >>> policy.update(policy.init(), None)[0].values
+    (6, 2)
+  """
+
+  rules: ShareRules
+  values: tuple[int, ...]
+  name: str = dataclasses.field(default='fixed', init=False)
+
+  def __post_init__(self):
+    Shares(tuple(int(v) for v in self.values), self.rules)  # raises ConfigError, one line
+
+  def init(self) -> SharesState:
+    return SharesState(shares_array(self.values))
+
+  def update(self, state: SharesState, stats: StepStats | None) -> tuple[Shares, SharesState]:
+    return shares_of(state.shares, self.rules), state
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ProportionalState:
+  """`Proportional`'s state.
+
+  Attributes:
+    shares: the shares in force, int64[workers].
+    speeds: the speeds observed at the last step, float64[workers] (zeros before any).
+    steps: steps learned from.
+  """
+
+  shares: np.ndarray
+  speeds: np.ndarray
+  steps: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Proportional:
   """Shares ∝ the speeds observed at the last step (uniform before any step).
 
@@ -43,17 +101,20 @@ class Proportional:
   `observed_speeds`).
   """
 
-  name = 'proportional'
+  rules: ShareRules
+  name: str = dataclasses.field(default='proportional', init=False)
 
-  def __init__(self, rules: ShareRules):
-    self.rules = rules
-    self._cursor = HistoryCursor()
+  def init(self) -> ProportionalState:
+    n = self.rules.workers
+    return ProportionalState(shares_array(self.rules.uniform()), np.zeros(n), 0)
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares:
-    self._cursor.advance(history)
-    if not history:
-      return self.rules.uniform()
-    return self.rules.from_weights(self._cursor.speeds)
+  def update(self, state: ProportionalState,
+             stats: StepStats | None) -> tuple[Shares, ProportionalState]:
+    if stats is None:
+      return shares_of(state.shares, self.rules), state
+    speeds = observed_speeds(stats, state.speeds if state.steps else None)
+    shares = self.rules.from_weights(speeds)
+    return shares, ProportionalState(shares_array(shares), speeds, state.steps + 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +122,8 @@ class Oracle:
   """Shares ∝ the true speeds of the step being planned: base_speed / trace.factors(step).
 
   It reads the slowdown trace, so it exists only for benchmarks, as the best any policy could
-  do with perfect foresight (up to bucket rounding).
+  do with perfect foresight (up to bucket rounding). It learns nothing: ``init()`` holds step
+  0's shares and ``update`` after step t gives step t + 1's.
 
   Args:
     rules: the job's share rules.
@@ -85,6 +147,16 @@ class Oracle:
                           f'{self.rules.workers} finite values > 0')
       object.__setattr__(self, 'base_speed', tuple(base.tolist()))
 
-  def shares(self, step: int, history: Sequence[StepStats]) -> Shares:
+  def planned(self, step: int) -> Shares:
+    """The shares of ``step``, from its true slowdowns."""
     base = np.ones(self.rules.workers) if self.base_speed is None else np.array(self.base_speed)
     return self.rules.from_weights(base / self.trace.factors(step))
+
+  def init(self) -> SharesState:
+    return SharesState(shares_array(self.planned(0)))
+
+  def update(self, state: SharesState, stats: StepStats | None) -> tuple[Shares, SharesState]:
+    if stats is None:
+      return shares_of(state.shares, self.rules), state
+    shares = self.planned(stats.step + 1)
+    return shares, SharesState(shares_array(shares))

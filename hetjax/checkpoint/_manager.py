@@ -9,6 +9,7 @@ from typing import Any
 import orbax.checkpoint as ocp
 
 from hetjax._errors import ConfigError
+from hetjax.core import decode_state, encode_state
 from hetjax.train import Hook, StepInfo, TrainState
 
 
@@ -43,10 +44,17 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, state: TrainState, meta: Mapping[str, Any]) -> None:
-    """Starts saving ``state`` at its step (asynchronously; the arrays are copied first)."""
+  def save(self, state: TrainState, meta: Mapping[str, Any], policy_state: Any = None) -> None:
+    """Starts saving ``state`` at its step (asynchronously; the arrays are copied first).
+
+    ``policy_state`` (a policy's state after that step, e.g. the LB-BSP shares and predictor
+    history) is saved in the JSON record under ``'policy'`` (`hetjax.core.encode_state`);
+    `policy_state` reads it back.
+    """
     step = int(state.step)
     meta = {**meta, 'step': step}
+    if policy_state is not None:
+      meta['policy'] = encode_state(policy_state)
     self._manager.save(
         step,
         args=ocp.args.Composite(
@@ -68,11 +76,23 @@ class Checkpointer:
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
     return restored.state, restored.meta
 
+  @staticmethod
+  def policy_state(meta: Mapping[str, Any], template: Any) -> Any:
+    """The policy state saved with a checkpoint, in the structure of ``template`` (the
+    policy's ``init()``), or None if the checkpoint holds none.
+
+    Raises:
+      ConfigError: a saved state that does not fit the template (another policy saved it).
+    """
+    saved = meta.get('policy')
+    return None if saved is None else decode_state(template, saved)
+
   def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
-    """A loop hook that saves every ``every`` steps and after the last one."""
+    """A loop hook that saves every ``every`` steps and after the last one, the policy's
+    state included."""
     def save(info: StepInfo) -> None:
       if info.step not in self._manager.all_steps():
-        self.save(info.state, meta)
+        self.save(info.state, meta, info.policy_state)
 
     return Hook(save, every=every, at_end=True)
 

@@ -42,17 +42,18 @@ norm only.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.pipeline._chain import Path, assemble, check_chain
 from hetjax.pipeline._schedule import (
@@ -61,18 +62,15 @@ from hetjax.pipeline._schedule import (
     Action,
     Schedule,
     finish_times,
-    gpipe,
-    one_f_one_b,
     positive_int,
 )
-from hetjax.pipeline._split import split_stages
+from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, stage_meshes
 from hetjax.sharding import LogicalRules, activation_rules, scope
 from hetjax.train import Task
 
 PyTree = Any
 AXIS = 'batch'
-SCHEDULES: dict[str, Callable[[int, int], Schedule]] = {'gpipe': gpipe, '1f1b': one_f_one_b}
 _RULES = LogicalRules.of({'batch': AXIS})  # inside a stage, only the batch is split
 
 
@@ -168,10 +166,10 @@ class PipelineTrainer:
     self.paths = {link.name: path for link, path in zip(links, paths, strict=True)}
     self.graphdefs = {link.name: nnx.graphdef(link.module) for link in links}
     self._chain_loss = model.chain_loss
-    self.ranges = _stage_ranges(stages, len(links))
+    self.ranges = stage_ranges(stages, len(links))
     self.stage_links = tuple(tuple(link.name for link in links[a:b]) for a, b in self.ranges)
     n = len(self.ranges)
-    self.schedule = _schedule(schedule, n, self.micro_batches)
+    self.schedule = checked_schedule(schedule, n, self.micro_batches)
     self._order = dispatch_order(self.schedule)
 
     self.meshes, self.owners = stage_meshes(jax.devices() if devices is None else devices, n, AXIS)
@@ -325,7 +323,7 @@ class PipelineTrainer:
     process's stage has ``None`` gradients, and the loss is ``None`` but on the last stage's.
     """
     order = self._order if schedule is None else dispatch_order(
-        _schedule(schedule, self.stages, self.micro_batches))
+        checked_schedule(schedule, self.stages, self.micro_batches))
     return self._run(state.params, host_batch, order)
 
   def train_step(self, state: PipelineState, host_batch: Batch, schedule: Schedule | None = None
@@ -337,6 +335,31 @@ class PipelineTrainer:
     for s in self.local_stages:
       params[s], opt_state[s] = self.programs[s].update(params[s], opt_state[s], grads[s])
     return PipelineState(state.step + 1, tuple(params), tuple(opt_state)), loss
+
+  def step(self, state: PipelineState, work: Work, decision: None = None
+           ) -> tuple[PipelineState, StepStats]:
+    """One optimizer step on ``work`` (the `StepProgram` shape); ``state`` is donated.
+
+    Like an SPMD step it does not wait for the devices: ``iter_s`` is the host time since the
+    previous step returned, not a speed sample. One process only (``stats.loss`` is on the
+    last stage's devices).
+    """
+    if decision is not None:
+      raise ConfigError(f'a pipeline step takes no decision, got {decision!r}')
+    start = time.perf_counter()
+    state, loss = self.train_step(state, work.batch)
+    end = time.perf_counter()
+    last = getattr(self, '_last_return', None)
+    iter_s, self._last_return = end - (start if last is None else last), end
+    return state, StepStats(work.step, (self.global_batch,), (iter_s,), iter_s=iter_s,
+                            sampled=(False,), loss=loss)
+
+  def abstract_state(self, step: int = 0) -> PipelineState:
+    """Shapes, dtypes and shardings of the state at ``step``: a checkpoint's restore target
+    (built from a fresh state, so it allocates one)."""
+    fresh = self.init_state()
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                        dataclasses.replace(fresh, step=step))
 
   def _run(self, params: tuple[PyTree, ...], host_batch: Batch, order: Sequence[Action]):
     rows = {len(v) for v in host_batch.values()}
@@ -368,32 +391,3 @@ class PipelineTrainer:
         step.cotangent(d_in, s, m)
     loss, acc[last] = (None, None) if acc[last] is None else acc[last]
     return tuple(acc), loss
-
-
-def _stage_ranges(stages: int | Sequence[tuple[int, int]], links: int) -> tuple[tuple[int, int], ...]:
-  """Contiguous non-empty link ranges covering ``0 … links − 1``, or a `ConfigError`."""
-  if isinstance(stages, (int, np.integer)) and not isinstance(stages, bool):
-    return split_stages([1.0] * links, int(stages))
-  ranges = tuple(tuple(r) for r in stages)
-  edges = [0]
-  for r in ranges:
-    if len(r) != 2 or r[0] != edges[-1] or r[1] <= r[0]:
-      raise ConfigError(f'stage ranges {ranges} are not contiguous non-empty (start, stop) pairs '
-                        f'from 0 to {links}')
-    edges.append(r[1])
-  if not ranges or edges[-1] != links:
-    raise ConfigError(f'stage ranges {ranges} do not cover the {links} links of the chain')
-  return ranges
-
-
-def _schedule(schedule: str | Schedule, stages: int, micro: int) -> Schedule:
-  """The schedule for ``stages`` and ``micro`` micro-batches, by name or checked as given."""
-  if isinstance(schedule, str):
-    if schedule not in SCHEDULES:
-      raise ConfigError(f'unknown schedule {schedule!r}; choose one of: {", ".join(SCHEDULES)}')
-    return SCHEDULES[schedule](stages, micro)
-  if (schedule.stages, schedule.micro_batches) != (stages, micro):
-    raise ConfigError(f'schedule {schedule.name!r} is for {schedule.stages} stages and '
-                      f'{schedule.micro_batches} micro-batches, not {stages} and {micro}')
-  schedule.validate()
-  return schedule

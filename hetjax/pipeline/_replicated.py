@@ -38,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -48,11 +49,13 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
 from hetjax.pipeline._policies import SyncPolicy
 from hetjax.pipeline._replicas import GroupAverager
 from hetjax.pipeline._schedule import positive_int
 from hetjax.pipeline._sync_service import Board, ServiceReport, SyncClient, SyncService
+from hetjax.train import training_steps
 
 #: ``pause(step, compute_s) -> seconds slept`` after a step's compute (emulated slowness).
 Pause = Callable[[int, float], float]
@@ -126,6 +129,9 @@ class ReplicaDriver:
       raise ConfigError(f'the client speaks for worker {client.worker}, but this is process '
                         f'{self.replica} of {self.replicas} replicas')
     self.averagers: tuple[GroupAverager, ...] = ()  # per stage, made on first use
+    self._t0: float | None = None  # when the first step began (`ReplicaStep.start_s`)
+    self._background: concurrent.futures.ThreadPoolExecutor | None = None  # overlap only
+    self._pending = None  # overlap: (the copy x_t, the future of (its group, the group's mean))
 
   def batch_at(self, step: int):
     """The host batch of this replica's step ``step`` (module docstring)."""
@@ -174,6 +180,81 @@ class ReplicaDriver:
     return tuple(jax.device_put(p, NamedSharding(mesh, PartitionSpec()))
                  for p, mesh in zip(params, self.trainer.meshes, strict=True))
 
+  # -- the StepProgram shape: one replica step, run by `hetjax.train.training_steps` ----------
+
+  @property
+  def global_batch(self) -> int:
+    return self.trainer.global_batch
+
+  @property
+  def task(self):
+    return self.trainer.task
+
+  def init_state(self) -> PipelineState:
+    return self.trainer.init_state()
+
+  def abstract_state(self, step: int = 0) -> PipelineState:
+    return self.trainer.abstract_state(step)
+
+  def global_batch_at(self, step: int):
+    """This replica's batch of its step ``step`` (`batch_at`)."""
+    return self.batch_at(step)
+
+  def step(self, state: PipelineState, work: Work, decision: None = None
+           ) -> tuple[PipelineState, StepStats]:
+    """One replica step: compute, pause (emulated slowness), then report to the scheduler and
+    average within the group it forms (or, with ``overlap``, catch up with the previous step's
+    group and hand this one off). ``stats.local`` is the step's `ReplicaStep`."""
+    if decision is not None:
+      raise ConfigError(f'a replica step takes no decision (the scheduler forms the groups), '
+                        f'got {decision!r}')
+    if self._t0 is None:
+      self._t0 = time.monotonic()
+    t0 = time.monotonic()
+    state, loss = self.trainer.train_step(state, work.batch)
+    jax.block_until_ready(state.params)
+    loss = float(loss)
+    t1 = time.monotonic()
+    paused = self.pause(state.step, t1 - t0) if self.pause else 0.0
+    t2 = time.monotonic()
+    if not self.overlap:
+      self.client.arrive(state.step)
+      group = self.client.group(state.step, self.group_timeout_s)
+      t3 = time.monotonic()
+      if len(group.members) > 1:
+        state = self.average(state, tuple(sorted(group.members)))
+        jax.block_until_ready(state.params)
+      else:
+        t3 = None  # no sync: sync_s is 0
+    else:
+      if self._background is None:
+        self._background = concurrent.futures.ThreadPoolExecutor(1)
+      group = None
+      if self._pending is not None:  # the last step's group, averaged meanwhile
+        group, state = self._catch_up(state, *self._pending)
+      t3 = time.monotonic()
+      jax.block_until_ready(state.params)
+      self._pending = self._hand_off(self._background, state)
+    t4 = time.monotonic()
+    t3 = t4 if t3 is None else t3
+    record = ReplicaStep(state.step, loss, t0 - self._t0, t1 - t0, paused, t3 - t2, t4 - t3,
+                         *_group_fields(group))
+    return state, StepStats(work.step, (self.global_batch,), (t1 - t0 + paused,),
+                            sync_s=t4 - t3, iter_s=t4 - t0, loss=loss, local=record)
+
+  def finish(self, state: PipelineState) -> PipelineState:
+    """Ends a run of steps: with ``overlap``, moves ``state`` onto its last step's group mean
+    and stops the background thread. Call it once the steps are done."""
+    try:
+      if self._pending is not None:
+        _, state = self._catch_up(state, *self._pending)
+    finally:
+      self._pending = None
+      if self._background is not None:
+        self._background.shutdown(wait=True)
+        self._background = None
+    return state
+
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
           on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,
           leave: bool = True
@@ -182,6 +263,7 @@ class ReplicaDriver:
     step starts after that), then leaves the scheduler (unless ``leave`` is False: then the
     caller must call ``client.leave()`` later, or the others wait for it until it is dropped).
     ``on_step(record, state)`` is called after every step, with the state after its averaging.
+    The steps run in `hetjax.train.training_steps`, the loop every mode shares.
 
     Returns:
       The final state and one `ReplicaStep` per step taken.
@@ -189,47 +271,21 @@ class ReplicaDriver:
     if steps is None and until_s is None:
       raise ConfigError('give steps, until_s or both')
     records: list[ReplicaStep] = []
-    start = time.monotonic()
-    background = concurrent.futures.ThreadPoolExecutor(1) if self.overlap else None
-    pending = None  # overlap: (the copy x_t, the future of (its group, the group's mean))
+    self._t0 = start = time.monotonic()
     try:
-      while (steps is None or state.step < steps) and \
-          (until_s is None or time.monotonic() - start < until_s):
-        t0 = time.monotonic()
-        state, loss = self.trainer.train_step(state, self.batch_at(state.step))
-        jax.block_until_ready(state.params)
-        loss = float(loss)
-        t1 = time.monotonic()
-        paused = self.pause(state.step, t1 - t0) if self.pause else 0.0
-        t2 = time.monotonic()
-        if background is None:
-          self.client.arrive(state.step)
-          group = self.client.group(state.step, self.group_timeout_s)
-          t3 = time.monotonic()
-          if len(group.members) > 1:
-            state = self.average(state, tuple(sorted(group.members)))
-            jax.block_until_ready(state.params)
-          else:
-            t3 = None  # no sync: sync_s is 0
-        else:
-          group = None
-          if pending is not None:  # the last step's group, averaged meanwhile
-            group, state = self._catch_up(state, *pending)
-          t3 = time.monotonic()
-          jax.block_until_ready(state.params)
-          pending = self._hand_off(background, state)
-        t4 = time.monotonic()
-        t3 = t4 if t3 is None else t3
-        record = ReplicaStep(state.step, loss, t0 - start, t1 - t0, paused, t3 - t2, t4 - t3,
-                             *_group_fields(group))
-        records.append(record)
-        if on_step:
-          on_step(record, state)
-      if pending is not None:
-        _, state = self._catch_up(state, *pending)
+      if until_s is None or until_s > 0:
+        for info in training_steps(self, state, sys.maxsize if steps is None else steps):
+          state = info.state
+          records.append(info.stats.local)
+          if on_step:
+            on_step(info.stats.local, state)
+          if until_s is not None and time.monotonic() - start >= until_s:
+            break
+      state = self.finish(state)
     finally:
-      if background is not None:
-        background.shutdown(wait=True)
+      if self._background is not None:  # stopped by an error: end the thread, keep the error
+        self._background.shutdown(wait=True)
+        self._background, self._pending = None, None
       if leave:
         self.client.leave()
     return state, records

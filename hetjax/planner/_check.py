@@ -44,7 +44,7 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
       raise ConfigError(f'plan {plan.name!r}: sub-model {s.name!r} runs on workers '
                         f'{list(s.group)} only; the SPMD trainer runs every sub-model on all '
                         'devices (a subset group needs a pipeline executor)')
-  trainer = Trainer(task, optimizer, plan.mesh(devices), plan.rules(), global_batch, seed)
+  trainer = Trainer(task, optimizer, global_batch, plan.mesh(devices), plan.rules(), seed)
   compiled = trainer.compile_step()
   memory = compiled.memory_analysis()
   used = int(memory.argument_size_in_bytes + memory.output_size_in_bytes

@@ -21,7 +21,7 @@ TELEMETRY_FILE = 'telemetry.jsonl'
 RUN_FILE = 'run.json'
 FIELDS = ('share', 'slowdown', 'data_s', 'compute_s', 'dilation_s', 'comm_s', 'wait_s', 'step_s')
 #: Fields newer runs write; absent in older telemetry, read as 0.
-OPTIONAL_FIELDS = ('compile_s', 'load')
+OPTIONAL_FIELDS = ('compile_s', 'load', 'overrun_s')
 _INTS = ('step', 'worker', 'share')
 
 
@@ -50,6 +50,7 @@ class Telemetry:
   step_s: np.ndarray
   compile_s: np.ndarray
   load: np.ndarray
+  overrun_s: np.ndarray  # how far compute ran past the emulated host's time (0: it held)
 
   def iteration_s(self) -> np.ndarray:
     """Per step, the wall time of the iteration: the slowest worker's ``step_s``."""

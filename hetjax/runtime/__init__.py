@@ -1,4 +1,9 @@
-"""Workers: joining a job, launching local ones, emulating slowness, telemetry, a virtual clock."""
+"""Workers: joining a job, launching local ones, the coordination channel, telemetry, and the
+virtual clock.
+
+Step records (`StepStats`) and policies come from `hetjax.core`; hosts of known speed and their
+slowdown traces from `hetjax.emulation`.
+"""
 
 from hetjax.runtime._cache import enable_compilation_cache as enable_compilation_cache
 from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
@@ -15,21 +20,9 @@ from hetjax.runtime._launcher import LaunchResult as LaunchResult
 from hetjax.runtime._launcher import find_free_ports as find_free_ports
 from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
-from hetjax.runtime._slowdown import CsvTrace as CsvTrace
-from hetjax.runtime._slowdown import MarkovTrace as MarkovTrace
-from hetjax.runtime._slowdown import SlowdownTrace as SlowdownTrace
-from hetjax.runtime._slowdown import StaticTrace as StaticTrace
-from hetjax.runtime._slowdown import StepChangeTrace as StepChangeTrace
-from hetjax.runtime._slowdown import TimeDilation as TimeDilation
-from hetjax.runtime._slowdown import dilation_seconds as dilation_seconds
-from hetjax.runtime._slowdown import parse_slowdown as parse_slowdown
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
-from hetjax.runtime._telemetry import WorkerStepStats as WorkerStepStats
 from hetjax.runtime._telemetry import split_collective as split_collective
-from hetjax.runtime._virtual_clock import CostModel as CostModel
-from hetjax.runtime._virtual_clock import SharePolicy as SharePolicy
-from hetjax.runtime._virtual_clock import StepStats as StepStats
-from hetjax.runtime._virtual_clock import UniformShares as UniformShares
+from hetjax.runtime._virtual_clock import ClockCosts as ClockCosts
 from hetjax.runtime._virtual_clock import VirtualRun as VirtualRun
 from hetjax.runtime._virtual_clock import simulate as simulate
 from hetjax.runtime._virtual_tokens import simulate_tokens as simulate_tokens
@@ -37,25 +30,14 @@ from hetjax.runtime._virtual_tokens import simulate_tokens as simulate_tokens
 __all__ = [
     'AllReduceFit',
     'Channel',
+    'ClockCosts',
     'Cluster',
-    'CostModel',
-    'CsvTrace',
     'LaunchResult',
     'LocalChannel',
-    'MarkovTrace',
-    'SharePolicy',
-    'SlowdownTrace',
-    'StaticTrace',
-    'StepChangeTrace',
-    'StepStats',
     'TelemetryGatherer',
-    'TimeDilation',
-    'UniformShares',
     'VirtualRun',
     'WorkerContext',
     'WorkerInfo',
-    'WorkerStepStats',
-    'dilation_seconds',
     'discover_cluster',
     'enable_compilation_cache',
     'find_free_ports',
@@ -63,7 +45,6 @@ __all__ = [
     'initialize',
     'launch_local',
     'local_worker_info',
-    'parse_slowdown',
     'simulate',
     'simulate_tokens',
     'split_collective',

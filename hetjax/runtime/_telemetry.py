@@ -9,42 +9,11 @@ import pathlib
 from collections.abc import Sequence
 from typing import IO
 
+from hetjax.core import WorkerTiming
 from hetjax.runtime._kv import Channel
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerStepStats:
-  """What one worker measured in one step; each phase timed on its own.
-
-  Attributes:
-    step: the step number (1-based: the state's step after it).
-    worker: the worker id.
-    share: rows this worker computed.
-    slowdown: the emulated slowdown factor in force (1.0 when none).
-    data_s: building and placing this worker's slice of the global batch.
-    compute_s: the local gradient, measured (`block_until_ready`).
-    dilation_s: time slept to emulate slowness: (slowdown − 1) × compute_s.
-    collective_s: the cross-worker combine plus the optimizer update, from dispatch to ready:
-      communication plus the wait for the slowest worker.
-    step_s: wall time of the whole iteration on this worker.
-    compile_s: compiling a program for a share size seen for the first time (outside compute_s).
-    load: the host-load input given to the share policy (see `StepStats.load`).
-  """
-
-  step: int
-  worker: int
-  share: int
-  slowdown: float
-  data_s: float
-  compute_s: float
-  dilation_s: float
-  collective_s: float
-  step_s: float
-  compile_s: float = 0.0
-  load: float = 0.0
-
-
-def split_collective(stats: Sequence[WorkerStepStats]) -> list[dict]:
+def split_collective(stats: Sequence[WorkerTiming]) -> list[dict]:
   """Splits each worker's collective time into communication and waiting at the barrier.
 
   The worker that arrives last at the all-reduce waits for nobody, so its collective time is
@@ -60,7 +29,7 @@ def split_collective(stats: Sequence[WorkerStepStats]) -> list[dict]:
 
 
 class TelemetryGatherer:
-  """Publishes each worker's `WorkerStepStats` and writes everyone's rows on worker 0.
+  """Publishes each worker's `WorkerTiming` and writes everyone's rows on worker 0.
 
   Every worker calls `record` after each step. Worker 0 collects step s−1 while recording step
   s: by then every worker has published s−1 (it did so before joining step s's collective), so
@@ -80,7 +49,7 @@ class TelemetryGatherer:
     self._file: IO[str] | None = open(path, 'a') if (path and worker == 0) else None  # noqa: SIM115
     self._pending: int | None = None
 
-  def record(self, stats: WorkerStepStats) -> None:
+  def record(self, stats: WorkerTiming) -> None:
     if self.workers == 1 or self.channel is None:
       self._write([stats])
       return
@@ -94,11 +63,11 @@ class TelemetryGatherer:
     stats = []
     for w in range(self.workers):
       key = f'telemetry/{step}/{w}'
-      stats.append(WorkerStepStats(**self.channel.get(key, self.timeout_s)))
+      stats.append(WorkerTiming(**self.channel.get(key, self.timeout_s)))
       self.channel.delete(key)
     self._write(stats)
 
-  def _write(self, stats: Sequence[WorkerStepStats]) -> None:
+  def _write(self, stats: Sequence[WorkerTiming]) -> None:
     if self.worker != 0:
       return
     rows = split_collective(stats)

@@ -1,21 +1,23 @@
 """A virtual clock: share policies driven by modelled times, for 8…4096 workers.
 
 This is how hetjax speaks about scale beyond the machine it runs on. The model is deliberately the
-one time dilation makes real: worker i at step t computes for
+one emulated hosts make real: worker i at step t computes for
 
-  compute_i = factor_i(t) × (fixed_s + per_sample_s × share_i)
+  compute_i = (factor_i(t) + delay_i(t)) × (fixed_s + per_sample_s × share_i)
 
-(linear in its share plus a fixed per-step overhead, times the slowdown trace's factor, exactly
-as a dilated worker sleeps (factor − 1) × its measured compute), and the step's gradients are
+(linear in its share plus a fixed per-step overhead, times the slowdown trace's factor plus its
+transient delay, exactly the time a `hetjax.emulation.KnownSpeedHost` pads a real step to), and the step's gradients are
 combined by a ring all-reduce of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta. BSP waits for
-the slowest worker, so iter_s = max_i compute_i + comm_s. Where a real run and a virtual one both
+the slowest worker, so iter_s = max_i compute_i + sync_s. Where a real run and a virtual one both
 exist (same policy, trace and calibrated costs) they must agree; a policy cannot tell which clock
-feeds it, because both hand it the same `StepStats`.
+feeds it, because both hand it the same `hetjax.core.StepStats` and carry its state the same way
+(``init``, then ``update`` after every step).
 
 Example::
 
-  >>> cost = CostModel(per_sample_s=1e-3)
-  >>> run = simulate(UniformShares(400, 4), StaticTrace((1, 1, 1, 3)), cost, 400, steps=10)
+  >>> cost = ClockCosts(per_sample_s=1e-3)
+  >>> uniform = balance.Uniform(ShareRules(400, 4))
+  >>> run = simulate(uniform, StaticTrace((1, 1, 1, 3)), cost, 400, steps=10)
   >>> run.mean_iter_s(), round(run.ratio_to_limit(), 9)  # 3 × 100 × 1 ms vs 400 ms / (3 + 1/3)
   (0.3, 2.5)
 """
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._slowdown import SlowdownTrace
+from hetjax.core._policy import Policy
+from hetjax.core._stats import StepStats
+from hetjax.emulation import SlowdownTrace
 
 
 def _count(value: int, what: str, low: int) -> int:
@@ -40,12 +43,15 @@ def _count(value: int, what: str, low: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class CostModel:
-  """Modelled seconds for compute (per example, per step) and for the gradient all-reduce.
+class ClockCosts:
+  """The virtual clock's modelled seconds: compute (per example, per step), all-reduce, host work.
+
+  Not the planner's `CostModel` (what a parallel layout costs): one name, one thing.
 
   Example::
 
-    >>> CostModel(per_sample_s=1e-3, fixed_s=5e-3).compute_s(np.array([100, 0]), np.array([1, 2]))
+    >>> costs = ClockCosts(per_sample_s=1e-3, fixed_s=5e-3)
+    >>> costs.compute_s(np.array([100, 0]), np.array([1, 2]))
     array([0.105, 0.01 ])
   """
 
@@ -77,7 +83,7 @@ class CostModel:
     return np.asarray(factors) * (self.fixed_s + per_sample * np.asarray(shares))
 
   def allreduce_s(self, workers: int) -> float:
-    """Ring all-reduce: 2(n−1) messages of latency alpha, 2(n−1)/n of the bytes each way; 0 at n=1."""
+    """Ring all-reduce: 2(n−1) messages of latency α, 2(n−1)/n of the bytes each way; 0 at n=1."""
     n = _count(workers, 'workers', 1)
     return 2 * (n - 1) * self.alpha_s + 2 * (n - 1) / n * self.grad_bytes / self.beta_bytes_per_s
 
@@ -86,15 +92,16 @@ class CostModel:
 
     It is the T at which the workers, each given exactly the (fractional) share it can finish in
     T, together cover the global batch X: Σᵢ max(0, (T / fᵢ − fixed_s) / per_sample_s) = X, plus
-    `sync_s` (all-reduce and host work). Fractional shares make it a bound rather than a schedule. The left side is
-    piecewise linear in T with breaks at fixed_s·fᵢ, so it is solved exactly: with the k fastest
-    workers active, T = (X·per_sample_s + k·fixed_s) / Σ_{j≤k} 1/fⱼ. With fixed_s = 0 this is
-    X·per_sample_s / Σ 1/fᵢ, i.e. X / Σ vᵢ. A worker whose fixed overhead alone exceeds T is left
-    out of the bound (share 0, skipping the step); `simulate` still charges it fixed_s·fᵢ.
+    `sync_s` (all-reduce and host work). Fractional shares make it a bound rather than a schedule.
+    The left side is piecewise linear in T with breaks at fixed_s·fᵢ, so it is solved exactly:
+    with the k fastest workers active, T = (X·per_sample_s + k·fixed_s) / Σ_{j≤k} 1/fⱼ. With
+    fixed_s = 0 this is X·per_sample_s / Σ 1/fᵢ, i.e. X / Σ vᵢ. A worker whose fixed overhead
+    alone exceeds T is left out of the bound (share 0, skipping the step); `simulate` still
+    charges it fixed_s·fᵢ.
 
     Example::
 
-      >>> round(CostModel(per_sample_s=1e-3).balanced_limit_s(400, np.array([1, 1, 1, 3])), 9)
+      >>> round(ClockCosts(per_sample_s=1e-3).balanced_limit_s(400, np.array([1, 1, 1, 3])), 9)
       0.12
     """
     x = _count(global_batch, 'global_batch', 1)
@@ -103,66 +110,21 @@ class CostModel:
     order = np.argsort(factors, kind='stable')
     f, c = factors[order], c[order]
     breaks = self.fixed_s * f  # T below which worker j (fastest first) gets no share
-    # With workers 1..k active: Σ_j (T/f_j − fixed)/c_j = X  ⇒  T = (X + fixed·Σ 1/c_j) / Σ 1/(f_j c_j)
+    # With workers 1..k active: Σ_j (T/f_j − fixed)/c_j = X
+    #   ⇒  T = (X + fixed·Σ 1/c_j) / Σ 1/(f_j c_j)
     level = (x + self.fixed_s * np.cumsum(1.0 / c)) / np.cumsum(1.0 / (f * c))
     fits = level <= np.append(breaks[1:], np.inf)  # the k-active line solves before the next break
     return float(level[np.argmax(fits)]) + self.sync_s(len(f))
 
 
-@dataclasses.dataclass(frozen=True)
-class StepStats:
-  """What a share policy sees of one finished step; real runs produce the same type.
-
-  ``compute_s`` is per worker and includes dilation (the time the worker was busy with its
-  share); ``iter_s`` is the whole BSP step. ``load`` is each worker's exogenous host-load input
-  for predictors (LB-BSP's NARX): the background load that slows the host. Under emulation that
-  load is the slowdown factor in force (sleeping does not load a CPU, so no OS counter would see
-  it); on a real cluster it is the host's run-queue load. Empty when unknown. ``sampled`` is
-  False for a worker whose time says nothing about its speed (it ran a new share size as
-  pieces while the size's own program compiled); empty means every time is a sample.
-  """
-
-  step: int
-  shares: tuple[int, ...]
-  compute_s: tuple[float, ...]
-  comm_s: float
-  iter_s: float
-  load: tuple[float, ...] = ()
-  sampled: tuple[bool, ...] = ()
-
-
-@runtime_checkable
-class SharePolicy(Protocol):
-  """Chooses next step's integer shares (summing to the global batch) from the steps so far."""
-
-  def shares(self, step: int, history: Sequence[StepStats]) -> Sequence[int]: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class UniformShares:
-  """Plain BSP: X // n each, the remainder X mod n one each to workers 0 … r−1.
-
-  Example::
-
-    >>> UniformShares(global_batch=10, workers=4).shares(0, [])
-    (3, 3, 2, 2)
-  """
-
-  global_batch: int
-  workers: int
-
-  def __post_init__(self):
-    _count(self.workers, 'workers', 1)
-    _count(self.global_batch, f'global_batch for {self.workers} workers', self.workers)
-
-  def shares(self, step: int, history: Sequence[StepStats]) -> tuple[int, ...]:
-    base, extra = divmod(self.global_batch, self.workers)
-    return (base + 1,) * extra + (base,) * (self.workers - extra)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class VirtualRun:
-  """Per-step modelled times of a simulated run (read-only arrays, steps × workers)."""
+  """Per-step modelled times of a simulated run (read-only arrays, steps × workers).
+
+  ``comm_s`` is each step's `ClockCosts.sync_s`; ``history`` the `StepStats` the policy learned
+  from; ``policy_state`` the policy's state after the last step (what a checkpoint would save:
+  ``simulate(…, later, start=steps, policy_state=run.policy_state)`` continues the run).
+  """
 
   shares: np.ndarray
   compute_s: np.ndarray
@@ -171,6 +133,7 @@ class VirtualRun:
   balanced_limit_s: np.ndarray
   idle_fraction: np.ndarray  # (slowest compute − own compute) / iter_s
   history: tuple[StepStats, ...]
+  policy_state: Any = None
 
   def _tail(self, values: np.ndarray, skip: int) -> float:
     if not 0 <= skip < len(values):
@@ -200,19 +163,42 @@ def _checked_shares(shares, policy, step: int, workers: int, total: int) -> np.n
   return a
 
 
-def simulate(policy: SharePolicy, trace: SlowdownTrace, cost: CostModel, global_batch: int,
-             steps: int, workers: int | None = None, noise_cv: float = 0.0,
-             seed: int = 0) -> VirtualRun:
-  """Runs ``policy`` for ``steps`` BSP steps on the virtual clock.
+def simulate(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, global_batch: int,
+             steps: int, workers: int | None = None, noise_cv: float = 0.0, seed: int = 0, *,
+             start: int = 0, policy_state: Any = None) -> VirtualRun:
+  """Runs ``policy`` for BSP steps ``start`` … ``steps`` − 1 on the virtual clock.
+
+  The policy is driven as a real run drives it: ``state = policy.init()`` (or ``policy_state``),
+  ``shares, state = policy.update(state, None)`` for the first step, then after each step
+  ``shares, state = policy.update(state, stats)`` with the step's `StepStats` (rows, compute_s,
+  sync_s, iter_s, and load = the slowdown factors in force, as an emulated host reports it:
+  without transient delays). A run resumed from a saved state (``start`` and ``policy_state``)
+  is step for step the same as the uninterrupted one.
 
   ``noise_cv`` multiplies every modelled compute time by an independent log-normal factor with
-  that coefficient of variation (seeded by ``seed``): real workers sharing cores measure their
-  compute with a CV of 0.3–0.5 per step, and a policy must not chase that noise.
+  that coefficient of variation (seeded by ``seed``, drawn step by step from step 0, so a resumed
+  run sees the same noise): real workers sharing cores measure their compute with a CV of
+  0.3–0.5 per step, and a policy must not chase that noise.
 
   Example::
 
-    run = simulate(UniformShares(4096, 1024), MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 100)
+    policy = balance.make_policy('lbbsp', balance.ShareRules(4096, 1024))
+    run = simulate(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 100)
     print(run.ratio_to_limit(skip=10))
+    rest = simulate(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 200, start=100,
+                    policy_state=run.policy_state)   # steps 100 … 199
+
+  Args:
+    policy: a `hetjax.core.Policy` whose decision is the shares (a sequence of ints).
+    trace: the slowdowns.
+    cost: the modelled costs.
+    global_batch: X; the shares must sum to it.
+    steps: the step to stop before (the number of steps when ``start`` is 0).
+    workers: n, if given checked against the trace.
+    noise_cv: compute-time noise (above).
+    seed: the noise seed.
+    start: the first step.
+    policy_state: the policy's state to continue from (default ``policy.init()``).
 
   Raises:
     ConfigError: bad sizes, a trace for another worker count, or a policy returning bad shares.
@@ -220,28 +206,38 @@ def simulate(policy: SharePolicy, trace: SlowdownTrace, cost: CostModel, global_
   n = trace.workers if workers is None else _count(workers, 'workers', 1)
   if n != trace.workers:
     raise ConfigError(f'trace {trace.describe()!r} has {trace.workers} workers, not {n}')
-  _count(steps, 'steps', 1)
-  comm = cost.sync_s(n)
-  shares = np.empty((steps, n), dtype=np.int64)
-  compute = np.empty((steps, n))
-  limit = np.empty(steps)
-  history: list[StepStats] = []
+  steps, start = _count(steps, 'steps', 1), _count(start, 'start', 0)
+  if start >= steps:
+    raise ConfigError(f'start {start} leaves no step to run before steps {steps}')
   if not (math.isfinite(noise_cv) and noise_cv >= 0):
     raise ConfigError(f'noise_cv must be finite and >= 0, got {noise_cv!r}')
+  comm = cost.sync_s(n)
+  count = steps - start
+  shares = np.empty((count, n), dtype=np.int64)
+  compute = np.empty((count, n))
+  limit = np.empty(count)
+  history: list[StepStats] = []
   sigma = math.sqrt(math.log1p(noise_cv ** 2))
   rng = np.random.default_rng([seed, 0xC10C])
-  for t in range(steps):
-    shares[t] = x = _checked_shares(policy.shares(t, history), policy, t, n, global_batch)
+  for _ in range(start if sigma else 0):  # the noise of the steps before, as a run from 0 drew it
+    rng.lognormal(-sigma ** 2 / 2, sigma, n)
+  state = policy.init() if policy_state is None else policy_state
+  decided, state = policy.update(state, None)
+  for i, t in enumerate(range(start, steps)):
+    shares[i] = x = _checked_shares(decided, policy, t, n, global_batch)
     factors = trace.factors(t)
-    compute[t] = c = cost.compute_s(x, factors) * (
+    slowdown = factors + trace.delays(t)  # a transient delay adds to the factor, as on a host
+    compute[i] = c = cost.compute_s(x, slowdown) * (
         rng.lognormal(-sigma ** 2 / 2, sigma, n) if sigma else 1.0)
-    limit[t] = cost.balanced_limit_s(global_batch, factors)
-    history.append(StepStats(t, tuple(x.tolist()), tuple(c.tolist()), comm, float(c.max()) + comm,
-                             tuple(factors.tolist())))
+    limit[i] = cost.balanced_limit_s(global_batch, slowdown)
+    stats = StepStats(t, rows=tuple(x.tolist()), compute_s=tuple(c.tolist()), sync_s=comm,
+                      iter_s=float(c.max()) + comm, load=tuple(factors.tolist()))
+    history.append(stats)
+    decided, state = policy.update(state, stats)
   slowest = compute.max(axis=1)
   iter_s = slowest + comm
-  arrays = [shares, compute, np.full(steps, comm), iter_s, limit,
+  arrays = [shares, compute, np.full(count, comm), iter_s, limit,
             (slowest[:, None] - compute) / iter_s[:, None]]
   for a in arrays:
     a.setflags(write=False)
-  return VirtualRun(*arrays, history=tuple(history))
+  return VirtualRun(*arrays, history=tuple(history), policy_state=state)

@@ -1,6 +1,6 @@
 """Fela's token scheduling on the virtual clock, and the end-game rule both clocks use.
 
-The same cost model as `simulate` (see `hetjax.runtime.CostModel`), applied per token: worker i
+The same cost model as `simulate` (see `hetjax.runtime.ClockCosts`), applied per token: worker i
 at step t spends
 
   token_i = factor_i(t) × (fixed_s + per_sample_s × token_rows)
@@ -10,7 +10,7 @@ the coordinator's latency, as in `hetjax.train` where the counter lives on the c
 service). Pulls are greedy: an event simulation keeps the workers in a heap by the time they
 are next free, and the earliest-free worker (lowest id on ties) takes the next token. Every
 worker makes one more pull that finds the queue empty; the iteration ends when the last worker
-has made it, then the all-reduce and host work (`CostModel.sync_s`) follow, once.
+has made it, then the all-reduce and host work (`ClockCosts.sync_s`) follow, once.
 
 **The end game.** Pure greedy pulling has a tail: a 3× slower worker that frees up near the end
 takes a token and finishes it long after the others are done (4 workers, one 3× slow, 16
@@ -25,7 +25,7 @@ still computed.
 
 Example::
 
-  >>> cost = CostModel(per_sample_s=1e-3)
+  >>> cost = ClockCosts(per_sample_s=1e-3)
   >>> run = simulate_tokens(StaticTrace((1, 1, 1, 3)), cost, 400, token_rows=25, steps=2)
   >>> run.shares[0].tolist(), round(run.mean_iter_s(), 9)   # vs 0.3 s for uniform BSP
   ([125, 125, 100, 50], 0.15)
@@ -43,8 +43,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._slowdown import SlowdownTrace
-from hetjax.runtime._virtual_clock import CostModel, StepStats, VirtualRun, _count
+from hetjax.core._stats import StepStats
+from hetjax.emulation import SlowdownTrace
+from hetjax.runtime._virtual_clock import ClockCosts, VirtualRun, _count
 
 #: The others, each assumed half-way through a token, cannot finish a remaining token sooner
 #: than 1.5 × the fastest one's token time: below that a worker always takes the token.
@@ -81,7 +82,7 @@ def takes_token(own_s: float, others_s: Sequence[float], remaining: int) -> bool
   return bool(before < remaining)
 
 
-def simulate_tokens(trace: SlowdownTrace, cost: CostModel, global_batch: int, token_rows: int,
+def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, token_rows: int,
                     steps: int, pull_s: float = 0.0, endgame: bool = False,
                     noise_cv: float = 0.0, seed: int = 0) -> VirtualRun:
   """Runs ``steps`` token-scheduled iterations on the virtual clock.
@@ -139,7 +140,7 @@ def simulate_tokens(trace: SlowdownTrace, cost: CostModel, global_batch: int, to
     leader = int(np.argmax(shares[t - 1])) if known else None  # never leaves tokens to others
     fastest = int(np.argmin(estimate)) if known else 0
     lowest = np.partition(estimate, min(1, n - 1))[:2] if known else None  # min of the others
-    own = estimate.copy()  # each worker's latest token time    own = estimate.copy()  # each worker's latest token time
+    own = estimate.copy()  # each worker's latest token time
     free = [(0.0, w) for w in range(n)]  # (time the worker is next free, worker)
     done, left = np.empty(n), tokens
     while free:
@@ -164,8 +165,8 @@ def simulate_tokens(trace: SlowdownTrace, cost: CostModel, global_batch: int, to
     limit[t] = cost.balanced_limit_s(x, factors)
     worked = shares[t] > 0
     estimate[worked] = busy[t, worked] / (shares[t, worked] / rows) + pull_s
-    history.append(StepStats(t, tuple(shares[t].tolist()), tuple(busy[t].tolist()), comm,
-                             float(iter_s[t]), tuple(factors.tolist())))
+    history.append(StepStats(t, rows=tuple(shares[t].tolist()), compute_s=tuple(busy[t].tolist()),
+                             sync_s=comm, iter_s=float(iter_s[t]), load=tuple(factors.tolist())))
   arrays = [shares, busy, np.full(steps, comm), iter_s, limit, idle]
   for a in arrays:
     a.setflags(write=False)

@@ -49,7 +49,10 @@ def make_mesh(
   if math.prod(shape) != len(devices):
     hint = ''
     if devices and devices[0].platform == 'cpu':
-      hint = f' (on CPU, add --jax_num_cpu_devices={math.prod(shape)})'
+      # Several workers: each got its devices from the launcher, so that is where to ask.
+      hint = (f' (under python -m hetjax.launch, pass --devices-per-worker {math.prod(shape)})'
+              if jax.process_count() > 1 else
+              f' (on CPU, add --jax_num_cpu_devices={math.prod(shape)})')
     shape_text = 'x'.join(map(str, shape))
     raise ConfigError(
         f'mesh {shape_text} needs {math.prod(shape)} devices but {len(devices)} '

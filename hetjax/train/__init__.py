@@ -1,5 +1,6 @@
-"""Train state, the jitted SPMD step, built-in strategies, and the loop of steps."""
+"""Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
 
+from hetjax.train._host import EmulatedHost as EmulatedHost
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
@@ -10,15 +11,14 @@ from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
 from hetjax.train._task import Task as Task
 from hetjax.train._tokens import TokenRules as TokenRules
-from hetjax.train._tokens import token_steps as token_steps
+from hetjax.train._tokens import TokenTrainer as TokenTrainer
 from hetjax.train._trainer import Trainer as Trainer
-from hetjax.train._worker_loop import measure_speed as measure_speed
-from hetjax.train._worker_loop import worker_steps as worker_steps
+from hetjax.train._worker_mesh import local_batch_degree as local_batch_degree
+from hetjax.train._worker_mesh import worker_meshes as worker_meshes
 from hetjax.train._workers import WorkerTrainer as WorkerTrainer
-from hetjax.train._workers import local_batch_degree as local_batch_degree
-from hetjax.train._workers import worker_meshes as worker_meshes
 
 __all__ = [
+    'EmulatedHost',
     'HasSubmodels',
     'Hook',
     'MetricsLogger',
@@ -27,13 +27,11 @@ __all__ = [
     'Strategy',
     'Task',
     'TokenRules',
+    'TokenTrainer',
     'TrainState',
     'Trainer',
     'WorkerTrainer',
     'local_batch_degree',
-    'measure_speed',
-    'token_steps',
     'training_steps',
     'worker_meshes',
-    'worker_steps',
 ]

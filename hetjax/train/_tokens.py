@@ -46,31 +46,38 @@ is still computed; the combine then checks that the rows done add up to the glob
 Example (run in every worker)::
 
   rules = TokenRules(global_batch=2048, token_rows=128)
-  for info in token_steps(trainer, trainer.init_state(), 100, rules, Channel('run0')):
-    state = info.state          # info.stats.tokens: how many tokens this worker did
+  trainer = TokenTrainer(task, optax.adam(1e-3), 2048, rules, Channel('run0'))
+  for info in training_steps(trainer, trainer.init_state(), 100, policy=rules):
+    state = info.state          # info.stats.tokens: how many tokens each worker did
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.runtime import Channel, StepStats, TelemetryGatherer, TimeDilation, WorkerStepStats
+from hetjax.core import StepStats, Work, WorkerTiming
+from hetjax.runtime import Channel
 from hetjax.runtime._virtual_tokens import may_leave, takes_token
-from hetjax.train._loop import Hook, StepInfo, run_hooks
+from hetjax.train._host import EmulatedHost, host_load
 from hetjax.train._state import TrainState
-from hetjax.train._worker_loop import host_load
+from hetjax.train._task import Task
 from hetjax.train._workers import WorkerTrainer
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenRules:
-  """How a step's global batch is cut into tokens.
+  """How a step's global batch is cut into tokens, and the token policy (a value).
+
+  As a policy (`hetjax.core.Policy`), its state is every worker's busy seconds per token as the
+  combines report them, and which worker never leaves tokens to the others (the one that did
+  the most rows in the latest step; -1 until every worker's speed is known): the end game's
+  inputs. They are saved in checkpoints like any policy state.
 
   Example::
 
@@ -81,7 +88,7 @@ class TokenRules:
     global_batch: X, the rows of every step.
     token_rows: rows per token; divides X, and is a multiple of ``local_batch_degree``.
     local_batch_degree: how many ways a worker splits its rows over its local devices
-      (`WorkerTrainer.local_batch_degree`); `token_steps` checks it against the trainer.
+      (`WorkerTrainer.local_batch_degree`); `TokenTrainer` checks it.
     endgame: a slow worker leaves the last tokens to faster ones (see the module docstring);
       False is Fela's plain greedy pulling.
 
@@ -107,6 +114,10 @@ class TokenRules:
                         f'data-parallel degree {degree}')
 
   @property
+  def name(self) -> str:
+    return 'tokens' if self.endgame else 'tokens-greedy'
+
+  @property
   def tokens(self) -> int:
     """Tokens per step: X / token_rows."""
     return self.global_batch // self.token_rows
@@ -115,187 +126,169 @@ class TokenRules:
     """The global-batch rows of token ``token``."""
     return slice(token * self.token_rows, (token + 1) * self.token_rows)
 
+  # -- the policy ------------------------------------------------------------------------------
+
+  def init(self) -> dict[str, Any]:
+    return {'per_token_s': np.zeros(0), 'leader': -1}
+
+  def update(self, state: dict[str, Any], stats: StepStats | None
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Learns each worker's seconds per token from a finished step; the decision is the state."""
+    if stats is None:
+      return state, state
+    busy = np.asarray(stats.compute_s, np.float64)
+    rows = np.asarray(stats.rows, np.float64)
+    per_token = np.asarray(state['per_token_s'], np.float64)
+    if per_token.shape != busy.shape:
+      per_token = np.full(busy.shape, np.nan)
+    worked = rows > 0
+    per_token = per_token.copy()
+    per_token[worked] = busy[worked] * self.token_rows / rows[worked]
+    known = bool(np.isfinite(per_token).all())
+    state = {'per_token_s': per_token, 'leader': int(np.argmax(rows)) if known else -1}
+    return state, state  # exact integers in, the same leader on every worker
+
+  def others(self, decision: dict[str, Any] | None, worker: int) -> np.ndarray | None:
+    """The other workers' seconds per token, or None if ``worker`` must never leave tokens."""
+    if not self.endgame or decision is None or decision['leader'] in (-1, worker):
+      return None
+    return np.delete(np.asarray(decision['per_token_s']), worker)
+
 
 @dataclasses.dataclass(frozen=True)
-class TokenStepStats(WorkerStepStats):
-  """`WorkerStepStats` (``share`` = rows done) plus what the queue cost this worker.
+class _Pulled:
+  """What one worker did in one token step."""
 
-  ``data_s`` includes the pulls. Telemetry gets the `WorkerStepStats` part (`base`), so reports
-  read token runs like any other.
-
-  Attributes:
-    tokens: tokens this worker computed in the step.
-    pulls: round trips to the counter: one per token, plus the one that found the queue
-      empty or the end game's read.
-    pull_s: seconds those round trips took.
-    left: tokens still queued when this worker left them to faster ones (end game); 0 when it
-      found the queue empty.
-  """
-
-  tokens: int = 0
-  pulls: int = 0
-  pull_s: float = 0.0
-  left: int = 0
-
-  def base(self) -> WorkerStepStats:
-    return WorkerStepStats(**{f.name: getattr(self, f.name)
-                              for f in dataclasses.fields(WorkerStepStats)})
+  packed: Any
+  done: int
+  pulls: int
+  pull_s: float
+  compute_s: float
+  slept: float
+  overrun: float
+  compile_s: float
+  data_s: float
+  left: int
 
 
-class _Speeds:
-  """Every worker's busy seconds per token, as the combines report them, and which worker never
-  leaves tokens to the others (the one that did the most rows in the latest step)."""
-
-  def __init__(self, workers: int, token_rows: int, history: Sequence[StepStats]):
-    self.per_token, self.token_rows, self.leader = np.full(workers, np.nan), token_rows, None
-    for stats in history[-5:]:
-      self.update(np.asarray(stats.compute_s), np.asarray(stats.shares))
-
-  def update(self, busy: np.ndarray, rows: np.ndarray) -> None:
-    worked = rows > 0
-    self.per_token[worked] = busy[worked] * self.token_rows / rows[worked]
-    known = np.isfinite(self.per_token).all()
-    self.leader = int(np.argmax(rows)) if known else None  # exact integers: the same everywhere
-
-  def others(self, worker: int) -> np.ndarray | None:
-    """The other workers' seconds per token, or None if ``worker`` must never leave."""
-    return None if self.leader in (None, worker) else np.delete(self.per_token, worker)
-
-
-def _check(rules: TokenRules, trainer: WorkerTrainer) -> None:
-  if rules.global_batch != trainer.global_batch:
-    raise ConfigError(f'token rules are for a global batch of {rules.global_batch}, the trainer '
-                      f'trains {trainer.global_batch}')
-  if rules.token_rows % trainer.local_batch_degree:
-    raise ConfigError(f'token_rows {rules.token_rows} is not a multiple of the local '
-                      f'data-parallel degree {trainer.local_batch_degree}')
-
-
-def _warm_up(trainer: WorkerTrainer, state: TrainState, rules: TokenRules, step: int) -> None:
-  """Compiles the token program, the sum and the zero gradient before any pull, so no worker
-  drains the queue while another compiles, and no token's time includes a compile."""
-  jax.block_until_ready(trainer.accumulate(trainer.zero_gradient(), trainer.zero_gradient()))
-  if rules.token_rows in trainer.programs.sizes:
-    return
-  host = trainer.task.data.global_batch(trainer.seed, step, trainer.global_batch)
-  batch = trainer.place({k: a[rules.rows(0)] for k, a in host.items()})
-  jax.block_until_ready(trainer.local_gradient(state, batch))
-  trainer.programs.wait()  # a bucketed trainer may have run pieces while the size compiled
-
-
-def token_steps(
-    trainer: WorkerTrainer,
-    state: TrainState,
-    until: int,
-    rules: TokenRules,
-    channel: Channel,
-    dilation: TimeDilation | None = None,
-    telemetry: TelemetryGatherer | None = None,
-    hooks: Sequence[Hook] = (),
-    history: list[StepStats] | None = None,
-) -> Iterator[StepInfo]:
-  """Runs token-scheduled steps from ``state.step`` to ``until`` on every worker, yielding after
-  each; the same SGD as `worker_steps`, with the split decided by who is free.
-
-  Each step: build the step's global batch on the host, then until the queue is empty pull a
-  token id (``channel.increment('tokens/STEP')``), place its rows, compute its packed gradient
-  with the one ``token_rows`` program, sleep its time dilation (per token, so a slowed worker
-  is slow on every token it takes) and add it to this worker's sum — or, with the end game,
-  until the tokens left are better left to faster workers; then join the combine (a worker that
-  got no token adds `WorkerTrainer.zero_gradient`). Worker 0 deletes the step's
-  counter once the combine returns: a combine cannot return before every worker joined it, and
-  a worker joins only after its last pull, so no pull of that step can come later.
-
-  The combine's per-worker ``load`` slot carries the rows each worker did (token scheduling has
-  no predictor to feed host loads to), so every worker appends the same `StepStats` — shares =
-  rows done, ``compute_s`` = busy seconds — to ``history`` without another message.
+class TokenTrainer(WorkerTrainer):
+  """Token-scheduled steps (the `StepProgram` shape): the same SGD as `WorkerTrainer`, with the
+  split decided by who is free.
 
   Args:
-    trainer: the multi-worker trainer (its global batch must be ``rules.global_batch``).
-    state: the state to start from (donated).
-    until: the step to stop at.
-    rules: the token size and whether to play the end game.
-    channel: the coordination-service channel holding the counters (keys ``tokens/STEP``);
-      the same prefix on every worker.
-    dilation: this worker's slowdown emulation, if any.
-    telemetry: where each step's `WorkerStepStats` go (share = rows this worker did).
-    hooks: run on every worker after each step.
-    history: the `StepStats` list to append to; pass one to keep it across calls (its last
-      entries give the end game everyone's speed from the first step on).
-
-  Yields:
-    `StepInfo` with ``stats`` a `TokenStepStats`.
-
-  Raises:
-    ConfigError: rules that do not fit the trainer.
-    RuntimeError: if the rows the workers did do not add up to the global batch (a bug; the
-      counter makes it impossible).
+    task, optimizer, global_batch: as for `WorkerTrainer`.
+    tokens: the token size and whether to play the end game (its global batch must be this
+      trainer's).
+    channel: the coordination-service channel holding the counters (keys ``tokens/STEP``); the
+      same prefix on every worker.
+    local_shape, rules, seed, host: as for `WorkerTrainer`.
   """
-  _check(rules, trainer)
-  history = [] if history is None else history
-  speeds = _Speeds(trainer.workers, rules.token_rows, history)
-  step = int(state.step)
-  if step < until:
-    _warm_up(trainer, state, rules, step)
-  while step < until:
-    key = f'tokens/{step}'
-    start = time.perf_counter()
-    host = trainer.task.data.global_batch(trainer.seed, step, trainer.global_batch)
-    data_s = time.perf_counter() - start
-    compiling = trainer.programs.compiling
-    others = speeds.others(trainer.worker) if rules.endgame else None
-    packed, done, pulls, pull_s, compute_s, slept, compile_s = None, 0, 0, 0.0, 0.0, 0.0, 0.0
+
+  def __init__(
+      self,
+      task: Task,
+      optimizer,
+      global_batch: int,
+      tokens: TokenRules,
+      channel: Channel,
+      local_shape: tuple[int, int] | None = None,
+      rules=None,
+      seed: int = 0,
+      host: EmulatedHost | None = None,
+  ):
+    super().__init__(task, optimizer, global_batch, local_shape, rules, seed, host=host)
+    if tokens.global_batch != global_batch:
+      raise ConfigError(f'token rules are for a global batch of {tokens.global_batch}, the '
+                        f'trainer trains {global_batch}')
+    if tokens.token_rows % self.local_batch_degree:
+      raise ConfigError(f'token_rows {tokens.token_rows} is not a multiple of the local '
+                        f'data-parallel degree {self.local_batch_degree}')
+    self.tokens, self.channel = tokens, channel
+    self._warm = False
+
+  def _warm_up(self, state: TrainState, host_batch) -> None:
+    """Compiles the token program, the sum and the zero gradient before any pull, so no worker
+    drains the queue while another compiles, and no token's time includes a compile."""
+    jax.block_until_ready(self.accumulate(self.zero_gradient(), self.zero_gradient()))
+    if self.tokens.token_rows not in self.programs.sizes:
+      batch = self.place({k: a[self.tokens.rows(0)] for k, a in host_batch.items()})
+      jax.block_until_ready(self.local_gradient(state, batch))
+      self.programs.wait()
+    self._warm = True
+
+  def _pull(self, state: TrainState, work: Work, others: np.ndarray | None) -> _Pulled:
+    """Pulls and computes tokens until the queue is empty or the end game says leave."""
+    rules, key, step = self.tokens, f'tokens/{work.step}', work.step
+    packed, done, pulls, pull_s, compute_s, slept, overrun, compile_s, data_s = (
+        None, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     own_s, overhead, left = 0.0, 0.0, 0
     while True:
       if done and others is not None and may_leave(own_s, others + overhead):
         reading = time.perf_counter()
-        remaining = rules.tokens - channel.increment(key, 0)
+        remaining = rules.tokens - self.channel.increment(key, 0)
         pulls, pull_s = pulls + 1, pull_s + time.perf_counter() - reading
         if not takes_token(own_s, others + overhead, remaining):
           left = max(remaining, 0)
           break
       pulled = time.perf_counter()
-      token = channel.increment(key) - 1
+      token = self.channel.increment(key) - 1
       placing = time.perf_counter()
       pulls, pull_s = pulls + 1, pull_s + placing - pulled
       if token >= rules.tokens:
         break
-      batch = jax.block_until_ready(trainer.place({k: a[rules.rows(token)] for k, a in host.items()}))
+      batch = jax.block_until_ready(
+          self.place({k: a[rules.rows(token)] for k, a in work.batch.items()}))
       computing = time.perf_counter()
       data_s += computing - placing
-      grad = jax.block_until_ready(trainer.local_gradient(state, batch))
-      compile_s += trainer.last_compile_s
-      seconds = time.perf_counter() - computing - trainer.last_compile_s
-      sleep = dilation.apply(step, seconds, rows=rules.token_rows) if dilation else 0.0
-      compute_s, slept = compute_s + seconds, slept + sleep
-      packed = grad if packed is None else trainer.accumulate(packed, grad)
+      grad = jax.block_until_ready(self.local_gradient(state, batch))
+      compile_s += self.last_compile_s
+      seconds = time.perf_counter() - computing - self.last_compile_s
+      sleep, over = self.host.pad(step, rules.token_rows, seconds) if self.host else (0.0, 0.0)
+      compute_s, slept, overrun = compute_s + seconds, slept + sleep, overrun + over
+      packed = grad if packed is None else self.accumulate(packed, grad)
       done += 1
-      own_s = time.perf_counter() - pulled - trainer.last_compile_s
+      own_s = time.perf_counter() - pulled - self.last_compile_s
       overhead = own_s - seconds - sleep  # the pull and placing the rows
-    sampled = not (compiling or trainer.programs.compiling)
+    return _Pulled(packed, done, pulls, pull_s, compute_s, slept, overrun, compile_s, data_s,
+                   left)
+
+  def step(self, state: TrainState, work: Work, decision: dict[str, Any] | None
+           ) -> tuple[TrainState, StepStats]:
+    """One token-scheduled step: pull tokens until the queue is empty (or the end game says
+    leave them to faster workers), then join the combine (a worker that got no token adds
+    `WorkerTrainer.zero_gradient`). Worker 0 deletes the step's counter once the combine
+    returns: a combine cannot return before every worker joined it, and a worker joins only
+    after its last pull, so no pull of that step can come later.
+
+    Raises:
+      RuntimeError: if the rows the workers did do not add up to the global batch (a bug; the
+        counter makes it impossible).
+    """
+    if not self._warm:
+      self._warm_up(state, work.batch)
+    start = time.perf_counter()
+    compiling = self.programs.compiling
+    got = self._pull(state, work, self.tokens.others(decision, self.worker))
+    sampled = not (compiling or self.programs.compiling)
+    rows = got.done * self.tokens.token_rows
+    load = host_load(self.host, work.step)
     combine = time.perf_counter()
-    state, loss, busy, rows, samples = jax.block_until_ready(trainer.combine(
-        state, trainer.zero_gradient() if packed is None else packed,
-        busy_s=compute_s + slept, load=float(done * rules.token_rows), sampled=sampled))
+    state, head = jax.block_until_ready(self.combine(
+        state, self.zero_gradient() if got.packed is None else got.packed,
+        busy_s=got.compute_s + got.slept, load=load, sampled=sampled, rows=rows))
     end = time.perf_counter()
-    if trainer.worker == 0:
-      channel.delete(key)
-    busy, rows = np.asarray(busy, np.float64), np.rint(np.asarray(rows, np.float64)).astype(int)
-    if rows.sum() != rules.global_batch:
-      raise RuntimeError(f'step {step}: the workers computed {rows.tolist()} rows, not the '
-                         f'global batch {rules.global_batch}: the token queue lost tokens')
-    speeds.update(busy, rows)
-    history.append(StepStats(step, tuple(rows.tolist()), tuple(busy.tolist()), 0.0,
-                             float(busy.max()), (), tuple(np.asarray(samples).tolist())))
-    stats = TokenStepStats(
-        step=step + 1, worker=trainer.worker, share=done * rules.token_rows,
-        slowdown=dilation.factor(step) if dilation else 1.0, data_s=data_s + pull_s,
-        compute_s=compute_s, dilation_s=slept, collective_s=end - combine, step_s=end - start,
-        compile_s=compile_s, load=host_load(dilation, step), tokens=done, pulls=pulls,
-        pull_s=pull_s, left=left)
-    step += 1
-    if telemetry:
-      telemetry.record(stats.base())
-    info = StepInfo(step, state, {'loss': loss}, combine, stats)
-    run_hooks(hooks, info, until)
-    yield info
+    if self.worker == 0:
+      self.channel.delete(f'tokens/{work.step}')
+    head = self.read_head(head)
+    done = np.rint(head['rows']).astype(int)
+    if done.sum() != self.global_batch:
+      raise RuntimeError(f'step {work.step}: the workers computed {done.tolist()} rows, not the '
+                         f'global batch {self.global_batch}: the token queue lost tokens')
+    local = WorkerTiming(
+        step=work.step + 1, worker=self.worker, share=rows,
+        slowdown=self.host.factor(work.step) if self.host else 1.0,
+        data_s=got.data_s + got.pull_s, compute_s=got.compute_s, dilation_s=got.slept,
+        collective_s=end - combine, step_s=end - start, compile_s=got.compile_s, load=load,
+        overrun_s=got.overrun, pulls=got.pulls, pull_s=got.pull_s, left=got.left)
+    tokens = tuple(int(r) // self.tokens.token_rows for r in done)
+    return state, self.stats(work.step, head, end - start, got.compile_s, local, tokens)

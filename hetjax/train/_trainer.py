@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import jax
@@ -12,6 +13,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.sharding import ShardingRules, activation_rules, batch_sharding, put_batch
 from hetjax.train._layout import init_state, state_layout
@@ -29,17 +31,16 @@ class Trainer:
 
   Example::
 
-    trainer = Trainer(task, optax.adam(1e-3), mesh, Strategy.HYBRID.rules(), global_batch=256)
+    trainer = Trainer(task, optax.adam(1e-3), 256, mesh, Strategy.HYBRID.rules())
     state = trainer.init_state()
-    batch = trainer.put_batch(task.data.global_batch(seed=0, step=0, size=256))
-    state, metrics = trainer.train_step(state, batch)
+    state, stats = trainer.step(state, Work(0, trainer.global_batch_at(0)), None)
 
   Args:
     task: the model, loss and data.
     optimizer: an optax transformation.
+    global_batch: examples per step over the whole mesh.
     mesh: the devices to run on.
     rules: where parameters live (``rules.params``) and how compute is split (``rules.compute``).
-    global_batch: examples per step over the whole mesh.
     seed: initialises parameters and selects the data (the batch of step s is a function of
       ``(seed, s)`` only).
 
@@ -52,9 +53,9 @@ class Trainer:
       self,
       task: Task,
       optimizer: optax.GradientTransformation,
+      global_batch: int,
       mesh: Mesh,
       rules: ShardingRules,
-      global_batch: int,
       seed: int = 0,
   ):
     self.task, self.optimizer, self.mesh, self.rules = task, optimizer, mesh, rules
@@ -71,6 +72,7 @@ class Trainer:
     self.graphdef = self.layout.graphdef
     self.state_shardings = self.layout.shardings
     self.replicated = NamedSharding(mesh, PartitionSpec())
+    self._last_return: float | None = None
     self._step = jax.jit(
         self._train_step,
         in_shardings=(self.state_shardings, None),
@@ -125,3 +127,22 @@ class Trainer:
   ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step; ``state`` is donated. Returns the new state and device metrics."""
     return self._step(state, batch)
+
+  def step(self, state: TrainState, work: Work, decision: None = None
+           ) -> tuple[TrainState, StepStats]:
+    """One optimizer step on ``work`` (the `StepProgram` shape); ``state`` is donated.
+
+    An SPMD step does not wait for the device, so its times are host-side: ``iter_s`` is the
+    time since the previous step returned (in steady state, with dispatch running ahead, the
+    device's step time), not a measured compute, so ``sampled`` is False and no policy reads it
+    as a speed. ``stats.loss`` is a device scalar.
+    """
+    if decision is not None:
+      raise ConfigError(f'an SPMD step takes no decision, got {decision!r}')
+    start = time.perf_counter()
+    state, metrics = self._step(state, self.put_batch(work.batch))
+    end = time.perf_counter()
+    iter_s = end - (start if self._last_return is None else self._last_return)
+    self._last_return = end
+    return state, StepStats(work.step, (self.global_batch,), (iter_s,), iter_s=iter_s,
+                            sampled=(False,), loss=metrics['loss'])

@@ -19,7 +19,7 @@ same bytes fused took 5.2 ms (measured on the 2-core development machine).
 
 from __future__ import annotations
 
-import math
+import time
 from typing import Any
 
 import jax
@@ -28,56 +28,22 @@ import numpy as np
 import optax
 from flax import nnx
 from jax import lax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.data import Batch, slice_batch
-from hetjax.sharding import ShardingRules, activation_rules, make_mesh, put_batch
+from hetjax.sharding import ShardingRules, activation_rules, put_batch
+from hetjax.train._head import StepHead
+from hetjax.train._host import EmulatedHost, host_load
 from hetjax.train._layout import init_state, state_layout
 from hetjax.train._share_programs import SharePrograms
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
+from hetjax.train._worker_mesh import PROC, local_batch_degree, stacked_spec, worker_meshes
 
 PyTree = Any
-PROC = 'proc'
-
-
-def worker_meshes(local_shape: tuple[int, int]) -> tuple[Mesh, Mesh]:
-  """This worker's local mesh ``('data', 'model')`` and the job's ``('proc', 'data', 'model')``.
-
-  Row ``p`` of the global mesh is worker ``p``'s local mesh, device for device, so an array on
-  the global mesh that is replicated over ``'proc'`` has, on each worker, exactly the shards of
-  an array on that worker's local mesh.
-
-  Raises:
-    ConfigError: if workers have different device counts or ``local_shape`` does not match.
-  """
-  workers = jax.process_count()
-  per_worker = [[d for d in jax.devices() if d.process_index == p] for p in range(workers)]
-  counts = {len(devices) for devices in per_worker}
-  if len(counts) != 1:
-    raise ConfigError(f'workers have different device counts: {[len(d) for d in per_worker]}')
-  local = make_mesh(local_shape, devices=jax.local_devices())
-  grid = np.array(per_worker, dtype=object).reshape((workers, *local_shape))
-  return local, Mesh(grid, (PROC, *local.axis_names), axis_types=(AxisType.Auto,) * 3)
-
-
-def local_batch_degree(rules: ShardingRules, local_shape: tuple[int, int] | None = None) -> int:
-  """How many ways a worker's rows are split over its local mesh: every share (and bucket) must
-  be a multiple of it. ``local_shape`` defaults to all local devices on ``'data'``."""
-  shape = dict(zip(('data', 'model'), local_shape or (jax.local_device_count(), 1), strict=True))
-  return math.prod(shape[a] for a in rules.compute.mesh_axes(('batch',))[0])
-
-
-def _stacked_spec(spec: PartitionSpec, ndim: int) -> PartitionSpec:
-  """The spec of every worker's copy stacked along dimension 0 (rank 0 becomes shape (1,))."""
-  entries = list(spec) + [None] * (ndim - len(spec))
-  if ndim == 0:
-    return PartitionSpec(PROC)
-  first = entries[0]
-  first = () if first is None else (first,) if isinstance(first, str) else tuple(first)
-  return PartitionSpec((PROC, *first), *entries[1:])
 
 
 class WorkerTrainer:
@@ -86,10 +52,9 @@ class WorkerTrainer:
   Example (run in every worker, after `hetjax.runtime.initialize()`)::
 
     trainer = WorkerTrainer(task, optax.adam(1e-3), global_batch=256)
-    state = trainer.init_state()
-    for step in range(100):
-      shares = (64,) * jax.process_count()            # uniform = BSP
-      state, loss = trainer.step(state, shares)
+    policy = balance.make_policy('lbbsp', balance.ShareRules(256, jax.process_count(), 16))
+    for info in training_steps(trainer, trainer.init_state(), 100, policy=policy):
+      pass                                            # info.stats.rows: the shares it ran
 
   Args:
     task: the model, loss and data.
@@ -103,6 +68,8 @@ class WorkerTrainer:
       seen for the first time runs as a sum of already compiled pieces while its own program
       compiles on a background thread (see `SharePrograms`), so no step waits for a compile
       after the first. None (fixed shares): each size is compiled when first needed.
+    host: the emulated host this worker runs as (`hetjax.emulation.KnownSpeedHost`): each
+      step's compute is padded by sleep to the host's time. None: this machine's own speed.
   """
 
   def __init__(
@@ -114,8 +81,10 @@ class WorkerTrainer:
       rules: ShardingRules | None = None,
       seed: int = 0,
       bucket: int | None = None,
+      host: EmulatedHost | None = None,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
+    self.host = host
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
     self.worker, self.workers = jax.process_index(), jax.process_count()
     self.local_mesh, self.mesh = worker_meshes(local_shape or (jax.local_device_count(), 1))
@@ -133,13 +102,16 @@ class WorkerTrainer:
     self._shapes = [leaf.shape for leaf in leaves]
     self._fused = [i for i, spec in enumerate(specs) if all(e is None for e in spec)]
     self._separate = [i for i in range(len(leaves)) if i not in self._fused]
-    # Fused buffer: [loss, busy seconds per worker, load per worker, replicated grads...]; each
-    # worker writes its own busy/load slot, so the psum hands everyone everyone's timing.
-    self._head = 1 + 2 * self.workers
+    # Fused buffer: [the step's head (`StepHead`), replicated grads...]; each worker writes its
+    # own slots of the head, so the psum hands everyone everyone's timing.
+    self._layout_head = StepHead(self.workers)
+    self._head = self._layout_head.size
     self._fused_size = self._head + sum(int(np.prod(self._shapes[i])) for i in self._fused)
     self._separate_specs = [specs[i] for i in self._separate]
+    self._separate_bytes = sum(int(np.prod(self._shapes[i])) * leaves[i].dtype.itemsize
+                               for i in self._separate)
     self._separate_stacked = [
-        NamedSharding(self.mesh, _stacked_spec(specs[i], len(self._shapes[i])))
+        NamedSharding(self.mesh, stacked_spec(specs[i], len(self._shapes[i])))
         for i in self._separate]
     self._fused_stacked = NamedSharding(self.mesh, PartitionSpec(PROC))
     local_separate = [NamedSharding(self.local_mesh, specs[i]) for i in self._separate]
@@ -149,7 +121,7 @@ class WorkerTrainer:
                                   global_batch - (self.workers - 1) * (bucket or 0))
     self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), out_shardings=local_out)
     self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
-    slots = np.array([1 + self.worker, 1 + self.workers + self.worker])
+    slots = np.asarray(self._layout_head.slots(self.worker))
     self._stamp = jax.jit(lambda fused, values: fused.at[slots].set(values), donate_argnums=0)
     self._update = jax.jit(
         self._combine_and_update,
@@ -262,6 +234,10 @@ class WorkerTrainer:
         raise ConfigError(f'share {s} of worker {i} is not divisible by the local '
                           f'data-parallel degree {self.local_batch_degree}')
 
+  def global_batch_at(self, step: int) -> Batch:
+    """The host global batch of ``step`` (a function of the seed and the step only)."""
+    return self.task.data.global_batch(self.seed, step, self.global_batch)
+
   def local_batch(self, step: int, shares: tuple[int, ...]) -> dict[str, jax.Array]:
     """This worker's rows of step ``step``'s global batch, placed on the local mesh."""
     host: Batch = self.task.data.global_batch(self.seed, step, self.global_batch)
@@ -293,29 +269,95 @@ class WorkerTrainer:
     return self._add(packed, more)
 
   def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0,
-              sampled: bool = True):
+              sampled: bool = True, rows: int = 0):
     """Sums every worker's packed loss and gradient and applies the optimizer (collective).
 
-    ``busy_s`` (this worker's compute and dilation seconds) and ``load`` (its host-load input)
-    ride in the same all-reduce, so every worker learns every worker's values without another
-    message: the inputs of a deterministic, identical share decision everywhere. ``sampled``
-    False says this step's time is not a speed sample (it ran as pieces while its own program
-    compiled); it travels as the sign of ``busy_s``.
+    This worker's ``busy_s`` (compute and emulated padding), ``load`` (its host-load input),
+    ``sampled`` (False: its time is not a speed sample, e.g. it ran a new size as pieces while
+    the size's program compiled) and ``rows`` (rows it computed) ride in named slots of the same
+    all-reduce (`StepHead`), so every worker learns every worker's values without another
+    message: the inputs of a deterministic, identical policy decision everywhere.
 
     Returns:
-      ``(state, loss, busy, load, sampled)``; the last three are length-``workers`` arrays.
+      ``(state, head)``: the new state and the summed head (`StepHead.read` names its parts).
     """
     fused, separate = packed
-    signed = busy_s if sampled else -max(busy_s, 1e-9)
-    fused = self._stamp(fused, np.array([signed, load], np.float32))
+    fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows], np.float32))
     stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
-    state, head = self._update(state, self._stack(fused, self._fused_stacked), stacked)
-    busy = head[1:1 + self.workers]
-    return state, head[0], jnp.abs(busy), head[1 + self.workers:], busy >= 0
+    return self._update(state, self._stack(fused, self._fused_stacked), stacked)
 
-  def step(self, state: TrainState, shares: tuple[int, ...]) -> tuple[TrainState, jax.Array]:
-    """One BSP iteration with the given shares; returns the new state and the global loss."""
+  def read_head(self, head) -> dict[str, np.ndarray]:
+    """The summed head of `combine` as named host arrays (waits for the combine)."""
+    return self._layout_head.read(np.asarray(head, np.float64))
+
+  def step(self, state: TrainState, work: Work, shares) -> tuple[TrainState, StepStats]:
+    """One BSP iteration on ``work`` with the given shares (the `StepProgram` shape).
+
+    Builds this worker's slice (``data_s``), compiles its program if the share size is new
+    (``compile_s``), computes its partial gradient and waits for it (``compute_s``), pads the
+    step to its emulated host's time (``dilation_s``, see `hetjax.emulation.KnownSpeedHost`),
+    then joins the combine and optimizer update and waits for it (``collective_s``). Timing
+    needs those waits, so unlike an SPMD step this one syncs.
+    """
+    shares = tuple(int(s) for s in shares)
     self.check_shares(shares)
-    batch = self.local_batch(int(state.step), shares)
-    state, loss, *_ = self.combine(state, self.local_gradient(state, batch))
-    return state, loss
+    step, rows = work.step, shares[self.worker]
+    start = time.perf_counter()
+    batch = jax.block_until_ready(self.place(slice_batch(work.batch, shares, self.worker)))
+    computed = time.perf_counter()
+    compiling = self.programs.compiling
+    packed = jax.block_until_ready(self.local_gradient(state, batch))
+    compile_s = self.last_compile_s
+    compute_s = time.perf_counter() - computed - compile_s
+    # Pieces, or a compile competing for the cores: a true time, but not this worker's speed.
+    sampled = not (self.programs.last_ran_pieces or compiling or self.programs.compiling)
+    slept, overrun = self.host.pad(step, rows, compute_s) if self.host else (0.0, 0.0)
+    load = host_load(self.host, step)
+    combine = time.perf_counter()
+    state, head = jax.block_until_ready(self.combine(
+        state, packed, busy_s=compute_s + slept, load=load, sampled=sampled, rows=rows))
+    end = time.perf_counter()
+    head = self.read_head(head)
+    local = WorkerTiming(
+        step=step + 1, worker=self.worker, share=rows,
+        slowdown=self.host.factor(step) if self.host else 1.0, data_s=computed - start,
+        compute_s=compute_s, dilation_s=slept, collective_s=end - combine,
+        step_s=end - start, compile_s=compile_s, load=load, overrun_s=overrun)
+    return state, self.stats(step, head, end - start, compile_s, local)
+
+  def stats(self, step: int, head: dict[str, np.ndarray], iter_s: float, compile_s: float,
+            local: WorkerTiming, tokens: tuple[int, ...] = ()) -> StepStats:
+    """The `StepStats` of a step from the summed head; ``sync_s`` is this worker's iteration
+    less its data time and the slowest worker's busy time."""
+    busy = head['busy_s']
+    return StepStats(
+        step, tuple(int(r) for r in np.rint(head['rows'])), tuple(busy.tolist()),
+        sync_s=max(iter_s - local.data_s - float(busy.max()), 0.0),
+        iter_s=iter_s, load=tuple(head['load'].tolist()),
+        sampled=tuple(bool(x) for x in head['sampled'] > 0.5), compile_s=compile_s,
+        bytes=4 * self._fused_size + self._separate_bytes, loss=head['loss'], tokens=tokens,
+        local=local)
+
+  def time_gradient(self, state: TrainState, rows: int, repeats: int = 3) -> tuple[float, ...]:
+    """``repeats`` timed local gradients of ``rows`` rows (step 0's first rows), after one
+    untimed run that compiles the size (and waits for its own program)."""
+    batch = self.place(self.task.data.global_batch(self.seed, 0, rows))
+    jax.block_until_ready(self.local_gradient(state, batch))
+    self.programs.wait()
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(self.local_gradient(state, batch))
+      times.append(time.perf_counter() - start)
+    return tuple(times)
+
+  def measure_speed(self, state: TrainState, rows: int, repeats: int = 3) -> float:
+    """This worker's rows/s on its local gradient for ``rows`` rows, as its host runs them:
+    the reference speed of `hetjax.runtime.Cluster`.
+
+    The best of `time_gradient`'s runs, padded to the emulated host's time at step 0 (a 3x slow
+    host measures 3x slower, as it will run).
+    """
+    best = min(self.time_gradient(state, rows, repeats))
+    slept = self.host.pad(0, rows, best)[0] if self.host else 0.0
+    return rows / (best + slept)

@@ -12,6 +12,7 @@ from hetjax import runtime
 ctx = runtime.initialize(init_timeout_s=30)
 
 import models  # noqa: E402
+from hetjax.core import Work  # noqa: E402
 from hetjax.train import WorkerTrainer  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER  # noqa: E402
 
@@ -22,4 +23,4 @@ shares = (batch // ctx.workers + batch % ctx.workers,) + (batch // ctx.workers,)
 for step in range(1000):
   if step == 3 and ctx.worker == 1:
     os.kill(os.getpid(), signal.SIGKILL)
-  state, _ = trainer.step(state, shares)
+  state, _ = trainer.step(state, Work(step, trainer.global_batch_at(step)), shares)

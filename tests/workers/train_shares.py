@@ -20,6 +20,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import models  # noqa: E402
+from hetjax.core import Work  # noqa: E402
 from hetjax.train import Strategy, WorkerTrainer  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
 
@@ -32,8 +33,9 @@ trainer = WorkerTrainer(models.make_task(name, **kwargs), OPTIMIZER, batch,
                         rules=strategy.rules(), bucket=bucket)
 state, losses = trainer.init_state(), []
 for step in range(STEPS):
-  state, loss = trainer.step(state, tuple(schedule[step % len(schedule)]))
-  losses.append(float(loss))
+  work = Work(step, trainer.global_batch_at(step))
+  state, stats = trainer.step(state, work, tuple(schedule[step % len(schedule)]))
+  losses.append(float(stats.loss))
 trainer.close()
 params = [np.asarray(x).tolist() for x in jax.tree.leaves(trainer.local_view(state.params))]
 if ctx.is_chief:

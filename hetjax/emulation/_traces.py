@@ -1,24 +1,31 @@
-"""Slowdown traces: how much slower than itself each worker runs at each step.
+"""Slowdown traces and their one text grammar: how much slower than itself each worker runs.
 
-Heterogeneity on a small machine is made by *time dilation*: worker i with factor sᵢ(t) sleeps
-(sᵢ(t) − 1) × its measured compute time after computing, so it looks sᵢ times slower without
-stealing another worker's core. The virtual clock multiplies modelled compute by the same factors,
-which is why the two agree. A trace is a pure function of the step, so every worker and every run
-sees the same slowdowns whatever order it asks in.
+A trace says, for every worker and step, two things about the host the worker is emulated on:
+
+- ``factors(step)``: a multiplicative slowdown (1.0 = the calibrated speed, 3.0 = three times
+  slower): static base speeds, a load that arrives at step k, a fast ↔ slow Markov chain, a
+  persistent straggler, a replayed table;
+- ``delays(step)``: an additive delay in units of the step's nominal time (0.0 = none): SDPipe's
+  transient stragglers, which lose h × a step with probability p.
+
+A step of nominal time T (the undisturbed host's time for its rows) then takes
+(factor + delay) × T; `KnownSpeedHost` pads real steps to that, the virtual clock models it. A
+trace is a pure function of the step, so every worker and every run sees the same slowdowns
+whatever order it asks in. Traces compose with ``*``: factors multiply and delays add, so
+``static:1,1,2,2*transient:1`` puts SDPipe's transients on hosts of two speeds.
 
 Example::
 
-  >>> parse_slowdown('step:20:1:1,1,1,3', workers=4).factors(25)
+  >>> parse_trace('step:20:1:1,1,1,3', workers=4).factors(25)
   array([1., 1., 1., 3.])
+  >>> parse_trace('persistent:3:3*transient:1:0.5:seed=2', workers=4).describe()
+  'static 1,1,1,3 * transient 1x a step with p 0.5 seed 2 on all 4 workers'
 """
 
 from __future__ import annotations
 
-import collections
 import csv
 import dataclasses
-import math
-import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -26,13 +33,15 @@ import numpy as np
 from hetjax._errors import ConfigError
 
 _CHUNK_DRAWS = 2**18  # Markov states are drawn ~this many at a time (steps × affected workers).
-_USAGE = {'none': 'none', 'static': 'static:F[,F…]', 'step': 'step:AT:BEFORE:AFTER',
-          'markov': 'markov:SLOW:STAY[:seed=N][:workers=I+J]', 'csv': 'csv:PATH'}
-
 
 @runtime_checkable
 class SlowdownTrace(Protocol):
-  """Per-step factors of ``workers`` workers: float64[workers], finite and > 0 (1.0 = normal)."""
+  """Per-step slowdowns of ``workers`` workers (module docstring).
+
+  ``factors(step)`` is float64[workers], finite and > 0 (1.0 = normal speed); ``delays(step)``
+  is float64[workers], finite and >= 0, in units of the step's nominal time (0.0 = no delay).
+  ``factor`` and ``delay`` are one worker's entries. Steps are integers >= 0.
+  """
 
   @property
   def workers(self) -> int: ...
@@ -40,6 +49,10 @@ class SlowdownTrace(Protocol):
   def factors(self, step: int) -> np.ndarray: ...
 
   def factor(self, worker: int, step: int) -> float: ...
+
+  def delays(self, step: int) -> np.ndarray: ...
+
+  def delay(self, worker: int, step: int) -> float: ...
 
   def describe(self) -> str: ...
 
@@ -59,12 +72,22 @@ def _fmt(v: tuple[float, ...]) -> str:
 
 
 class _Trace:
-  """What every trace shares: one worker's factor, and refusing negative steps."""
+  """What every trace shares: one worker's entries, no delays unless overridden, step checks."""
 
   def factor(self, worker: int, step: int) -> float:
+    return float(self.factors(step)[self._worker(worker)])
+
+  def delays(self, step: int) -> np.ndarray:
+    self._step(step)
+    return np.zeros(self.workers)
+
+  def delay(self, worker: int, step: int) -> float:
+    return float(self.delays(step)[self._worker(worker)])
+
+  def _worker(self, worker: int) -> int:
     if not 0 <= worker < self.workers:
       raise ConfigError(f'worker {worker} out of range for {self.workers} workers')
-    return float(self.factors(step)[worker])
+    return int(worker)
 
   @staticmethod
   def _step(step: int) -> int:
@@ -77,7 +100,8 @@ class _Trace:
 class StaticTrace(_Trace):
   """The same factors at every step: ``StaticTrace((1, 1, 1, 3))`` makes worker 3 3× slower.
 
-  The field is ``values`` because ``factors`` is the method every trace has.
+  This is how per-worker base speeds are written, and what ``persistent:W:F`` parses to. The
+  field is ``values`` because ``factors`` is the method every trace has.
   """
 
   values: tuple[float, ...]
@@ -117,7 +141,8 @@ class StepChangeTrace(_Trace):
     object.__setattr__(self, 'before', _factors(self.before, 'step trace before'))
     object.__setattr__(self, 'after', _factors(self.after, 'step trace after'))
     if len(self.before) != len(self.after):
-      raise ConfigError(f'step trace has {len(self.before)} factors before, {len(self.after)} after')
+      raise ConfigError(
+          f'step trace has {len(self.before)} factors before, {len(self.after)} after')
 
   @property
   def workers(self) -> int:
@@ -158,7 +183,8 @@ class MarkovTrace(_Trace):
     if not 0.0 <= self.stay <= 1.0:
       raise ConfigError(f'markov stay probability {self.stay!r} is outside [0, 1]')
     if not all(int(v) == v and v >= low for v, low in ((self.seed, 0), (self.workers, 1))):
-      raise ConfigError(f'markov needs integer seed >= 0 and workers >= 1: {self.seed}, {self.workers}')
+      raise ConfigError(
+          f'markov needs integer seed >= 0 and workers >= 1: {self.seed}, {self.workers}')
     ids = tuple(range(self.workers) if self.slow_workers is None else self.slow_workers)
     if not ids or len(set(ids)) != len(ids) or not all(0 <= w < self.workers for w in ids):
       raise ConfigError(f'markov workers {ids} must be distinct ids in [0, {self.workers})')
@@ -187,6 +213,58 @@ class MarkovTrace(_Trace):
   def describe(self) -> str:
     who = '+'.join(map(str, self.slow_workers)) if self.slow_workers else f'all {self.workers}'
     return f'markov slow {self.slow:g}x stay {self.stay:g} seed {self.seed} on workers {who}'
+
+
+@dataclasses.dataclass(frozen=True)
+class TransientTrace(_Trace):
+  """SDPipe's transient stragglers: at each step, each worker loses ``h`` × a step with prob. ``p``.
+
+  Factors are all 1.0; worker w's delay at step t is ``h`` if
+  ``np.random.default_rng([seed, w, t]).random() < p``, else 0.0: the very draw
+  `hetjax.pipeline.StragglerPause` makes, so both inject the same stragglers at the same steps
+  for the same seed. Each draw is a pure function of (seed, w, t), whatever order the steps are
+  asked for; the draw decides whether, ``h`` only how long. The paper uses h ∈ {1, 3}, p = 0.1.
+
+  Example::
+
+    >>> trace = TransientTrace(workers=2, h=3.0, p=1.0)   # p = 1: every step
+    >>> trace.factors(5), trace.delays(5)                  # a step of T takes (1 + 3) × T
+    (array([1., 1.]), array([3., 3.]))
+  """
+
+  workers: int
+  h: float
+  p: float = 0.1
+  seed: int = 0
+
+  def __post_init__(self):
+    if not 0.0 <= self.h < np.inf:
+      raise ConfigError(f'transient delay h {self.h!r} must be finite and >= 0')
+    if not 0.0 <= self.p <= 1.0:
+      raise ConfigError(f'transient probability {self.p!r} is outside [0, 1]')
+    if not all(int(v) == v and v >= low for v, low in ((self.seed, 0), (self.workers, 1))):
+      raise ConfigError(
+          f'transient needs integer seed >= 0 and workers >= 1: {self.seed}, {self.workers}')
+
+  def factors(self, step: int) -> np.ndarray:
+    self._step(step)
+    return np.ones(self.workers)
+
+  def delays(self, step: int) -> np.ndarray:
+    """One draw per worker (~25 µs each here: 1024 workers cost ~25 ms a step)."""
+    step = self._step(step)
+    return np.array([self._delay(w, step) for w in range(self.workers)])
+
+  def delay(self, worker: int, step: int) -> float:
+    return self._delay(self._worker(worker), self._step(step))
+
+  def _delay(self, worker: int, step: int) -> float:
+    draw = np.random.default_rng([int(self.seed), worker, step]).random()
+    return float(self.h) if draw < self.p else 0.0
+
+  def describe(self) -> str:
+    return (f'transient {self.h:g}x a step with p {self.p:g} seed {self.seed} '
+            f'on all {self.workers} workers')
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -241,72 +319,40 @@ class CsvTrace(_Trace):
     return f'csv {self.source} ({len(self.rows)} steps x {self.workers} workers, last repeats)'
 
 
-def dilation_seconds(factor: float, compute_s: float) -> float:
-  """How long a worker sleeps after ``compute_s`` of compute to look ``factor`` times slower.
-
-  Example::
-
-    >>> dilation_seconds(3.0, 0.1)  # 0.1 s of compute becomes 0.3 s
-    0.2
-  """
-  _factors([factor], 'dilation')
-  if not compute_s >= 0:
-    raise ConfigError(f'compute time {compute_s!r} must be >= 0')
-  return max(0.0, (factor - 1.0) * compute_s)
-
-
 @dataclasses.dataclass(frozen=True)
-class TimeDilation:
-  """Makes ``worker`` as slow as ``trace`` says by sleeping, never by burning a core.
+class ComposedTrace(_Trace):
+  """Several traces at once (``A*B`` in a spec): their factors multiply and their delays add.
 
   Example::
 
-    dilation = TimeDilation(parse_slowdown('static:1,3', 2), worker=1)
-    slept = dilation.apply(step, compute_s=measured)  # sleeps 2 × measured
+    >>> ComposedTrace((StaticTrace((1, 2)), StepChangeTrace(5, (1, 1), (3, 1)))).factors(5)
+    array([3., 2.])
   """
 
-  trace: SlowdownTrace
-  worker: int
-  base: float = 1.0  # every worker's factor is multiplied by this (see `factor`)
+  parts: tuple[SlowdownTrace, ...]
 
   def __post_init__(self):
-    if not 0 <= self.worker < self.trace.workers:
-      raise ConfigError(f'worker {self.worker} out of range for {self.trace.workers} workers')
-    if not (math.isfinite(self.base) and self.base >= 1):
-      raise ConfigError(f'dilation base {self.base!r} must be finite and >= 1')
-    object.__setattr__(self, '_recent', {})  # rows -> last compute times
-    object.__setattr__(self, '_per_row', collections.deque(maxlen=5))  # seconds per row, any size
+    object.__setattr__(self, 'parts', tuple(self.parts))
+    sizes = {part.workers for part in self.parts}
+    if len(sizes) != 1:
+      raise ConfigError(f'composed trace needs parts of one size, got workers {sorted(sizes)}')
 
-  def factor(self, step: int) -> float:
-    """The slowdown applied at ``step``: ``base`` × the trace's factor.
+  @property
+  def workers(self) -> int:
+    return self.parts[0].workers
 
-    A base above 1 emulates hosts slower than this machine's share of a core. With several
-    workers on few cores, most of each worker's step is then sleep, so the workers stop
-    contending for the cores and behave like separate hosts (4 workers on 2 cores: base 4).
-    """
-    return self.base * self.trace.factor(self.worker, step)
+  def factors(self, step: int) -> np.ndarray:
+    return np.prod([part.factors(step) for part in self.parts], axis=0)
 
-  def apply(self, step: int, compute_s: float, rows: int | None = None) -> float:
-    """Sleeps the dilation for ``step``; returns the seconds actually slept (0.0 if none).
+  def delays(self, step: int) -> np.ndarray:
+    return np.sum([part.delays(step) for part in self.parts], axis=0)
 
-    With ``rows`` given, the sleep is (factor − 1) × the median of this worker's last few
-    compute times for that many rows, not × this one. On a machine where workers share cores,
-    a small computation's measured time has scheduler spikes of up to 10x; multiplied by the
-    factor they would emulate a host that is erratic, not just slow.
-    """
-    if rows is not None:
-      recent = self._recent.setdefault(rows, collections.deque(maxlen=5))
-      recent.append(compute_s)
-      self._per_row.append(compute_s / max(rows, 1))
-      # A size seen fewer than 3 times: the median per-row time of recent steps of any size.
-      compute_s = float(np.median(recent) if len(recent) >= 3
-                        else np.median(self._per_row) * rows)
-    seconds = dilation_seconds(self.factor(step), compute_s)
-    if seconds <= 0:
-      return 0.0
-    start = time.perf_counter()
-    time.sleep(seconds)
-    return time.perf_counter() - start
+  def delay(self, worker: int, step: int) -> float:
+    self._worker(worker)
+    return float(sum(part.delay(worker, step) for part in self.parts))
+
+  def describe(self) -> str:
+    return ' * '.join(part.describe() for part in self.parts)
 
 
 def _number(text: str, what: str | None = None) -> float | None:
@@ -317,62 +363,3 @@ def _number(text: str, what: str | None = None) -> float | None:
     if what is None:
       return None
     raise ConfigError(f'{what} {text.strip()!r} is not a number') from None
-
-
-def _integer(text: str, what: str) -> int:
-  if not text.strip().isdecimal():
-    raise ConfigError(f'{what} {text!r} must be an integer >= 0')
-  return int(text)
-
-
-def _list(text: str, workers: int, what: str) -> tuple[float, ...]:
-  values = [_number(t, f'{what} factor') for t in text.split(',')]
-  if len(values) not in (1, workers):
-    raise ConfigError(f'{what} has {len(values)} factors for {workers} workers; give {workers} or 1')
-  return tuple(values * workers if len(values) == 1 else values)
-
-
-def _parse(name: str, args: list[str], workers: int) -> SlowdownTrace:
-  if name not in _USAGE:
-    raise ConfigError(f'unknown trace {name!r}; choose one of: {", ".join(_USAGE)}')
-  low, high = {'none': (0, 0), 'step': (3, 3), 'markov': (2, 4)}.get(name, (1, 1))
-  if not low <= len(args) <= high:
-    raise ConfigError(f'expected {_USAGE[name]}')
-  if name in ('none', 'static'):
-    return StaticTrace(_list(args[0] if args else '1', workers, name))
-  if name == 'step':
-    at = _integer(args[0], 'step change at')
-    return StepChangeTrace(at, _list(args[1], workers, 'before'), _list(args[2], workers, 'after'))
-  if name == 'csv':
-    return CsvTrace.load(args[0], workers)
-  options = dict(a.partition('=')[::2] for a in args[2:])
-  if len(options) != len(args) - 2 or not set(options) <= {'seed', 'workers'}:
-    raise ConfigError(f'bad markov options {":".join(args[2:])!r}; known: seed=N, workers=I+J')
-  ids = options.get('workers')
-  return MarkovTrace(
-      workers, _number(args[0], 'markov slow factor'), _number(args[1], 'markov stay probability'),
-      _integer(options.get('seed', '0'), 'markov seed'),
-      None if ids is None else tuple(_integer(w, 'markov worker id') for w in ids.split('+')))
-
-
-def parse_slowdown(spec: str, workers: int) -> SlowdownTrace:
-  """A trace from the text used by ``--slowdown`` and the benchmarks.
-
-  Specs: ``none``; ``static:F`` (all workers) or ``static:F0,…,Fn-1``; ``step:AT:BEFORE:AFTER``
-  (lists as for static); ``markov:SLOW:STAY[:seed=N][:workers=I+J]``; ``csv:PATH``.
-
-  Example::
-
-    >>> parse_slowdown('markov:3:0.9:seed=7:workers=0+3', workers=4).describe()
-    'markov slow 3x stay 0.9 seed 7 on workers 0+3'
-
-  Raises:
-    ConfigError: one line naming ``spec`` and what is wrong with it.
-  """
-  name, *args = spec.strip().split(':', 1 if spec.strip().startswith('csv:') else -1)
-  try:
-    if int(workers) != workers or workers < 1:
-      raise ConfigError(f'workers must be >= 1, got {workers!r}')
-    return _parse(name, args, workers)
-  except ConfigError as e:
-    raise ConfigError(f'slowdown {spec!r}: {e}') from None

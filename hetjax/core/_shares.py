@@ -1,4 +1,4 @@
-"""`Shares`: per-worker integer batch sizes, and the constraints every policy's output obeys."""
+"""`Shares`: per-worker integer batch sizes; `ShareRules`: what every policy's output obeys."""
 
 from __future__ import annotations
 

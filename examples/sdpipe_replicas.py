@@ -1,0 +1,39 @@
+"""SDPipe: pipeline replicas, one per worker, averaging each stage within the groups that a
+central scheduler forms from the replicas that are ready. Run it under the launcher:
+
+  .venv/bin/python -m hetjax.launch --workers 2 --devices-per-worker 2 --timeout 300 -- \\
+      .venv/bin/python examples/sdpipe_replicas.py
+
+Each worker is one replica (a 2-stage pipeline of the MLP on its own 2 devices); worker 0 also
+runs the group scheduler in a thread. The lines between the markers are the README's snippet.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+# --- README snippet: start
+import jax
+import optax
+
+import models
+from hetjax import runtime
+from hetjax.pipeline import (PipelineTrainer, ReplicaDriver, SyncClient, make_sync_policy,
+                             start_service)
+
+ctx = runtime.initialize()                             # one process per replica
+channel = runtime.Channel('run0')
+task = models.make_task('mlp', hidden=64, width=32)
+trainer = PipelineTrainer(task, optax.sgd(0.05, momentum=0.9), 64, stages=2,
+                          devices=jax.local_devices())
+if ctx.is_chief:                                       # worker 0 runs the group scheduler
+  service = start_service(channel, make_sync_policy('sdpipe', ctx.workers), 'run0')
+driver = ReplicaDriver(trainer, SyncClient(channel, 'run0', ctx.worker), ctx.workers)
+state, steps = driver.run(trainer.init_state(), steps=20)
+print(f'replica {ctx.worker}: {len(steps)} steps, loss {steps[-1].loss:.4f}, '
+      f'last group {steps[-1].members}')
+# --- README snippet: end
+if ctx.is_chief:
+  service.join(60)
+channel.barrier('done')

@@ -1,0 +1,232 @@
+"""From a `Config` to a step program and its policy: the one place that reads ``mode``.
+
+Every mode returns the same three things — a `StepProgram`, the policy that decides its steps
+(or None) and a line describing the devices — so `experiments/train.py` runs them all with one
+loop, one checkpoint and one set of hooks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import jax
+import numpy as np
+
+import models
+from experiments import configs
+from hetjax import ConfigError, balance, emulation, planner, runtime, sharding, train
+from hetjax._errors import parse_choice
+from hetjax.core import ShareRules
+from hetjax.pipeline import PipelineTrainer
+
+Mode = configs.Mode
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """A run's step program, its policy and a description of where it runs."""
+
+  program: Any
+  policy: Any
+  devices: str
+  mode: configs.Mode
+  host: emulation.KnownSpeedHost | None = None
+
+
+def make_task(config: configs.Config) -> train.Task:
+  """The config's task: a shipped model by name, or ``'module:function'`` of your own."""
+  if ':' in config.model:
+    make = configs.import_function(config.model, 'model')
+    try:
+      inspect.signature(make).bind(**config.model_args)
+    except ValueError:  # no signature to check (a builtin): the call will tell
+      pass
+    except TypeError as e:
+      raise ConfigError(f'model {config.model!r} does not take model_args '
+                        f'{dict(config.model_args)}: {e}') from None
+    task = make(**config.model_args)
+    if not isinstance(task, train.Task):
+      raise ConfigError(f'model {config.model!r} returned {type(task).__name__}, not a '
+                        'hetjax.train.Task')
+    return task
+  return models.make_task(config.model, **config.model_args)
+
+
+def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
+  """``auto``: per-worker shares when there are several workers (or anything only shares
+  use: fixed shares, a policy, a slowdown), else one SPMD step."""
+  mode = parse_choice(Mode, config.mode, 'mode')
+  if mode is not Mode.AUTO:
+    return mode
+  several = ctx.workers > 1 or config.shares or config.slowdown or ctx.slowdown \
+      or config.policy != 'uniform'
+  return Mode.SHARES if several else Mode.SPMD
+
+
+def default_bucket(global_batch: int, workers: int, degree: int) -> int:
+  """The largest divisor of the global batch that is a multiple of the local degree and at
+  most 1/16 of a uniform share (so a worker compiles few share sizes).
+
+  Example::
+
+    >>> default_bucket(256, 3, 1)  # 1/16 of 85.3 rows is 5.3: 4 divides 256
+    4
+  """
+  return _divisor_at_most(global_batch, global_batch // (16 * workers), degree)
+
+
+def default_token_rows(global_batch: int, workers: int, degree: int) -> int:
+  """About four tokens per worker: the largest divisor of X that is a multiple of the degree
+  and at most X / (4 × workers).
+
+  Example::
+
+    >>> default_token_rows(256, 3, 1)  # 256 / 12 = 21.3: 16 divides 256
+    16
+  """
+  return _divisor_at_most(global_batch, global_batch // (4 * workers), degree)
+
+
+def _divisor_at_most(total: int, target: int, degree: int) -> int:
+  """The largest multiple of ``degree`` that divides ``total`` and is at most ``target`` (at
+  least ``degree``)."""
+  target = max(target, degree)
+  for b in range(target - target % degree, 0, -degree):
+    if total % b == 0:
+      return b
+  raise ConfigError(f'the local data-parallel degree {degree} does not divide the global batch '
+                    f'{total}')
+
+
+def _trace(config: configs.Config, ctx: runtime.WorkerContext):
+  spec = config.slowdown or ctx.slowdown
+  return emulation.parse_trace(spec, ctx.workers) if spec else None
+
+
+def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
+  if config.plan:
+    plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
+    cap = planner.device_memory(jax.devices())
+    trainer = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
+                                   seed=config.seed).trainer
+    devices = f'plan {plan.name!r}: {plan.devices} {jax.devices()[0].platform} devices'
+  else:
+    mesh = sharding.make_mesh(mesh_shape)
+    trainer = train.Trainer(task, optimizer, config.global_batch, mesh, strategy.rules(),
+                            config.seed)
+    devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
+  return Built(trainer, None, devices, Mode.SPMD)
+
+
+def _caps(config) -> tuple[int, ...] | None:
+  return None if config.memory_caps is None else tuple(config.memory_caps)
+
+
+def _share_policy(config, ctx, degree: int, trace) -> tuple[Any, int | None]:
+  """(the share policy, its bucket — None when shares never change)."""
+  if config.shares is not None:
+    shares = tuple(config.shares)
+    rules = ShareRules(config.global_batch, ctx.workers, degree,
+                       minimum=(0,) * ctx.workers)
+    return balance.Fixed(rules, shares), None
+  bucket = config.bucket or default_bucket(config.global_batch, ctx.workers, degree)
+  if bucket % degree:
+    raise ConfigError(f'bucket {bucket} is not a multiple of the local data-parallel degree '
+                      f'{degree}')
+  rules = ShareRules(config.global_batch, ctx.workers, bucket, maximum=_caps(config))
+  policy = balance.make_policy(config.policy, rules, trace)
+  return policy, None if isinstance(policy, balance.Uniform) else bucket
+
+
+def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None
+          ) -> Built:
+  """The step program and policy of ``config`` on this worker.
+
+  Raises:
+    ConfigError: options that do not fit the mode or each other, one line.
+  """
+  task = make_task(config)
+  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
+  strategy = train.Strategy.parse(config.strategy)
+  mesh_shape = sharding.parse_mesh_shape(config.mesh)
+  mode = mode_of(config, ctx)
+  if config.plan and mode is not Mode.SPMD:
+    raise ConfigError(f'plan runs in spmd mode on the devices of one process; mode {mode.value} '
+                      'takes strategy and mesh per worker')
+  if mode is Mode.SPMD:
+    if ctx.workers > 1:
+      raise ConfigError(f'mode spmd runs on one process, but this job has {ctx.workers} '
+                        'workers: use mode shares or tokens (or auto)')
+    return _spmd(config, task, optimizer, strategy, mesh_shape)
+  if mode is Mode.PIPELINE:
+    if ctx.workers > 1:
+      raise ConfigError('mode pipeline runs on one process in experiments/train.py; replicas on '
+                        'several workers run with hetjax.pipeline.ReplicaDriver (README)')
+    trainer = PipelineTrainer(task, optimizer, config.global_batch, config.stages,
+                              config.micro_batches, config.schedule, jax.local_devices(),
+                              seed=config.seed)
+    devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
+               f'{jax.devices()[0].platform} devices, {config.schedule}')
+    return Built(trainer, None, devices, mode)
+  trace = _trace(config, ctx)
+  degree = train.local_batch_degree(strategy.rules(), mesh_shape)
+  devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
+            'devices'
+  if mode is Mode.TOKENS:
+    if channel is None:
+      channel = runtime.LocalChannel()
+    rows = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
+    rules = train.TokenRules(config.global_batch, rows, degree, config.endgame)
+    trainer = train.TokenTrainer(task, optimizer, config.global_batch, rules, channel,
+                                 mesh_shape, strategy.rules(), config.seed)
+    return Built(trainer, rules, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
+  policy, bucket = _share_policy(config, ctx, degree, trace)
+  trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
+                                strategy.rules(), config.seed, bucket=bucket)
+  trainer.check_shares(policy.update(policy.init(), None)[0])
+  return Built(trainer, policy, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
+
+
+MARGIN = 1.5  # host time over the calibrated compute: 1.25 left 10–30% of steps overrunning
+
+
+def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
+                  ) -> emulation.KnownSpeedHost | None:
+  """This worker's emulated host, when a slowdown is given, attached to ``trainer``: every
+  worker runs as a host of one calibrated cost (the largest any worker measured, times
+  `MARGIN`) slowed by the trace. ``config.host_row_s`` given: that cost per row, nothing fixed.
+
+  Every worker calibrates at once, so the timings carry the contention of a step in which all
+  of them compute: medians of `WorkerTrainer.time_gradient` at a uniform share and a quarter of
+  one. Four workers on two cores can time the larger no slower than the smaller (no cost per
+  row found): such a worker measures again, up to ``attempts`` times, before it publishes.
+  """
+  if trace is None:
+    return None
+  row_s, fixed_s = config.host_row_s, 0.0
+  if not row_s:
+    degree = trainer.local_batch_degree
+    rows = max(degree, config.global_batch // ctx.workers // degree * degree)
+    quarter = max(rows // 4 // degree * degree, degree)
+    state = trainer.init_state()
+    for attempt in range(1, attempts + 1):
+      try:
+        cost = emulation.calibrate_row_cost(
+            lambda n: float(np.median(trainer.time_gradient(state, n))), (quarter, rows),
+            margin=MARGIN)
+        break
+      except ConfigError as e:
+        if attempt == attempts:
+          raise
+        print(f'worker {ctx.worker}: host calibration {attempt} of {attempts} failed ({e}); '
+              'measuring again', flush=True)
+    row_s, fixed_s = cost.row_s, cost.fixed_s
+    if channel is not None and ctx.workers > 1:  # one host model for all: the slowest probe
+      channel.set(f'calibrate/{ctx.worker}', [row_s, fixed_s])
+      costs = [channel.get(f'calibrate/{w}') for w in range(ctx.workers)]
+      row_s, fixed_s = max(c[0] for c in costs), max(c[1] for c in costs)
+  host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s)
+  trainer.host = host
+  return host

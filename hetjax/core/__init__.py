@@ -1,0 +1,29 @@
+"""The types every layer shares: step stats, policies as values, the step-program shape.
+
+Both clocks (real runs and `hetjax.simulation`'s virtual clock) import these, and nothing here
+imports anything else of hetjax but its errors.
+"""
+
+from hetjax.core._policy import Policy as Policy
+from hetjax.core._program import Batch as Batch
+from hetjax.core._program import StepProgram as StepProgram
+from hetjax.core._program import Work as Work
+from hetjax.core._shares import ShareRules as ShareRules
+from hetjax.core._shares import Shares as Shares
+from hetjax.core._state_codec import decode_state as decode_state
+from hetjax.core._state_codec import encode_state as encode_state
+from hetjax.core._stats import StepStats as StepStats
+from hetjax.core._stats import WorkerTiming as WorkerTiming
+
+__all__ = [
+    'Batch',
+    'Policy',
+    'ShareRules',
+    'Shares',
+    'StepProgram',
+    'StepStats',
+    'Work',
+    'WorkerTiming',
+    'decode_state',
+    'encode_state',
+]

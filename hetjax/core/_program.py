@@ -1,0 +1,55 @@
+"""`StepProgram`: the one shape of every way of running a training step.
+
+SPMD on one mesh, per-worker shares, tokens and a pipeline replica all implement it, so one
+loop (`hetjax.train.training_steps`), one checkpoint format, one telemetry stream and the
+emulated hosts are written once. A program owns its compiled functions; the loop owns the step
+counter, the policy state and the hooks.
+
+``work`` is what a step consumes: the step index and the host global batch of that step (a
+function of the seed and the step only, never of how it is split). ``decision`` is the
+policy's answer for the step (`Shares`, a token decision, …; None for programs without one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+from hetjax.core._stats import StepStats
+
+Batch = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """The work of one step: its index and its host global batch (numpy arrays by name)."""
+
+  step: int
+  batch: Batch
+
+
+@runtime_checkable
+class StepProgram(Protocol):
+  """A compiled way of running one training step.
+
+  Constructors share one argument order: ``(task, optimizer, global_batch, <layout…>, *,
+  seed=…)``.
+  """
+
+  global_batch: int
+
+  def init_state(self) -> Any:
+    """A fresh training state, created directly in its layout."""
+    ...
+
+  def abstract_state(self) -> Any:
+    """Shapes, dtypes and shardings of the state: the restore target of a checkpoint."""
+    ...
+
+  def global_batch_at(self, step: int) -> Batch:
+    """The host global batch of ``step``."""
+    ...
+
+  def step(self, state: Any, work: Work, decision: Any) -> tuple[Any, StepStats]:
+    """Runs one step on ``work`` as ``decision`` says; ``state`` is donated."""
+    ...

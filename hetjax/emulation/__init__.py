@@ -1,0 +1,33 @@
+"""Emulating heterogeneous hosts on one machine: slowdown traces, hosts of known speed, calibration.
+
+A `SlowdownTrace` (text form: `parse_trace`) says how much slower each worker's host is at each
+step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real worker's steps
+by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures.
+The virtual clock models the same hosts. Nothing here imports the rest of hetjax but its errors.
+"""
+
+from ._calibrate import RowCost as RowCost
+from ._calibrate import calibrate_row_cost as calibrate_row_cost
+from ._grammar import parse_trace as parse_trace
+from ._hosts import KnownSpeedHost as KnownSpeedHost
+from ._traces import ComposedTrace as ComposedTrace
+from ._traces import CsvTrace as CsvTrace
+from ._traces import MarkovTrace as MarkovTrace
+from ._traces import SlowdownTrace as SlowdownTrace
+from ._traces import StaticTrace as StaticTrace
+from ._traces import StepChangeTrace as StepChangeTrace
+from ._traces import TransientTrace as TransientTrace
+
+__all__ = [
+    'ComposedTrace',
+    'CsvTrace',
+    'KnownSpeedHost',
+    'MarkovTrace',
+    'RowCost',
+    'SlowdownTrace',
+    'StaticTrace',
+    'StepChangeTrace',
+    'TransientTrace',
+    'calibrate_row_cost',
+    'parse_trace',
+]

@@ -1,0 +1,104 @@
+"""Calibrating a host: the seconds per row (and per step) of one model on this machine.
+
+`KnownSpeedHost` needs what a step of ``rows`` rows costs an undisturbed host: fixed_s + rows ×
+row_s. `calibrate_row_cost` times the real computation at two or more sizes, takes each size's
+median (a scheduler spike or a compile in one repeat does not move it), fits the line by least
+squares and multiplies it by a margin, so that the real compute normally stays under the target
+it is padded to (an overrun is a step the emulation could not hold).
+
+The circularity, stated once: the virtual clock's per-sample cost and the emulated hosts' row
+cost are this same calibration. When a virtual run and an emulated run agree, that checks the
+policies, the collectives and the model of a step against real ones; it does not check the
+calibration, which both take as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hetjax._errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RowCost:
+  """A fitted step cost: ``fixed_s + rows × row_s`` seconds, margin included.
+
+  Attributes:
+    row_s: seconds per row (> 0).
+    fixed_s: seconds per step whatever the rows (>= 0).
+    measured: every timing taken, as (rows, seconds) pairs in the order measured.
+  """
+
+  row_s: float
+  fixed_s: float
+  measured: tuple[tuple[int, float], ...]
+
+  def seconds(self, rows: int) -> float:
+    """The fitted cost of a step of ``rows`` rows."""
+    return self.fixed_s + rows * self.row_s
+
+
+def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], repeats: int = 5,
+                       margin: float = 1.25) -> RowCost:
+  """Fits fixed_s + rows × row_s to real timings, robustly, with a safety margin.
+
+  The sizes are measured interleaved (every size once, ``repeats`` times over), so a slow spell
+  of the machine hits all sizes alike. Each size's median is taken: with 5 repeats, two spikes
+  per size leave it where it was. The margin, not a high quantile, covers the ordinary spread:
+  a higher quantile would follow the spikes as soon as two repeats of five are hit. A fitted
+  fixed cost below 0 is clamped to 0 and the line refitted through the origin.
+
+  Example::
+
+    >>> cost = calibrate_row_cost(lambda r: 0.004 + r * 1e-4, rows=(64, 256), margin=1.25)
+    >>> round(cost.row_s, 12), round(cost.fixed_s, 12)   # 1.25 × (1e-4, 0.004)
+    (0.000125, 0.005)
+
+  Args:
+    measure: ``measure(rows)`` runs one real computation of ``rows`` rows (already compiled, or
+      the compile is one of the spikes) and returns its seconds.
+    rows: the sizes to measure, at least two distinct ints >= 1; spread them (e.g. 1× and 4×).
+    repeats: timings per size, >= 1.
+    margin: both fitted costs are multiplied by this, >= 1.
+
+  Returns:
+    the fitted `RowCost`, with every timing in ``measured``.
+
+  Raises:
+    ConfigError: a bad argument, a bad timing, or medians that do not grow with the rows.
+  """
+  sizes = tuple(dict.fromkeys(_count(r, 'rows', 1) for r in rows))
+  if len(sizes) < 2:
+    raise ConfigError(f'calibration needs at least two distinct row counts, got {tuple(rows)!r}')
+  repeats = _count(repeats, 'repeats', 1)
+  if isinstance(margin, bool) or not isinstance(margin, numbers.Real) \
+      or not (math.isfinite(margin) and margin >= 1):
+    raise ConfigError(f'margin must be a finite number >= 1, got {margin!r}')
+  measured = []
+  for _ in range(repeats):
+    for size in sizes:
+      seconds = measure(size)
+      if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
+          or not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigError(f'measure({size}) returned {seconds!r}; it must be seconds >= 0')
+      measured.append((size, float(seconds)))
+  x = np.array(sizes, dtype=np.float64)
+  y = np.array([np.median([s for r, s in measured if r == size]) for size in sizes])
+  row_s, fixed_s = np.polyfit(x, y, 1)
+  if fixed_s < 0:
+    row_s, fixed_s = float(x @ y / (x @ x)), 0.0
+  if not (row_s > 0 and y[np.argmax(x)] > y[np.argmin(x)]):
+    medians = ', '.join(f'{int(r)}: {s:.3g} s' for r, s in zip(x, y, strict=True))
+    raise ConfigError(f'calibration found no cost per row (medians {medians}); use larger rows')
+  return RowCost(float(margin * row_s), float(margin * fixed_s), tuple(measured))
+
+
+def _count(value: int, what: str, low: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    raise ConfigError(f'{what} must be an int >= {low}, got {value!r}')
+  return int(value)

@@ -1,0 +1,118 @@
+"""Hosts of known speed: a real worker's step padded by sleep to the time its emulated host takes.
+
+Why: on a machine with two cores shared by several worker processes, how fast a worker computes
+depends on what its neighbours do at that moment. Time dilation (sleeping (s − 1) × the measured
+compute) inherits that noise, multiplied by s: four processes on two cores swung a policy's block
+time up to 2.4× between blocks. A `KnownSpeedHost` instead defines the host: a step of ``rows``
+rows takes
+
+  target = factor(step) × (fixed_s + rows × row_s) + delay(step) × (fixed_s + rows × row_s)
+
+seconds, from the calibrated per-row cost (`calibrate_row_cost`) and the worker's `SlowdownTrace`
+(a factor, and SDPipe's transient delay in units of the nominal step). The worker computes for
+real, then sleeps until the target. Compute, collectives, compiles and the policies' decisions
+stay real; only the host's speed is defined rather than left to whoever shares the cores. A
+compute that takes longer than the target is not padded and is reported as an overrun, so a
+benchmark can say how often (and by how much) the emulation failed to hold.
+
+Example::
+
+  host = KnownSpeedHost(parse_trace('static:1,3', 2), worker=1, row_s=2e-4, fixed_s=1e-3)
+  start = time.perf_counter()
+  run_step(rows=100)
+  slept, overrun = host.pad(step, rows=100, measured_s=time.perf_counter() - start)  # to 63 ms
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import time
+from collections.abc import Callable
+
+from hetjax._errors import ConfigError
+from hetjax.emulation._traces import SlowdownTrace
+
+
+def _seconds(value: float, what: str) -> float:
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+      or not (math.isfinite(value) and value >= 0):
+    raise ConfigError(f'{what} must be a finite number >= 0, got {value!r}')
+  return float(value)
+
+
+def _count(value: int, what: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    raise ConfigError(f'{what} must be an int >= 0, got {value!r}')
+  return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownSpeedHost:
+  """Worker ``worker``'s emulated host (module docstring): ``pad`` each step to ``target_s``.
+
+  Example::
+
+    >>> host = KnownSpeedHost(StaticTrace((1, 3)), worker=1, row_s=0.002, fixed_s=0.01)
+    >>> round(host.target_s(step=0, rows=20), 12)   # 3 × (10 ms + 20 × 2 ms)
+    0.15
+
+  Attributes:
+    trace: the slowdowns of all workers; this host uses row ``worker``.
+    worker: this worker's id in ``trace``.
+    row_s: seconds per row of this model on an undisturbed host (calibrated, margin included).
+    fixed_s: seconds per step whatever the rows (dispatch, the step's own overhead).
+    sleep: sleeps that many seconds (`time.sleep`; injectable for tests).
+    clock: seconds, monotonic (`time.perf_counter`; injectable for tests).
+  """
+
+  trace: SlowdownTrace
+  worker: int
+  row_s: float
+  fixed_s: float = 0.0
+  sleep: Callable[[float], None] = time.sleep
+  clock: Callable[[], float] = time.perf_counter
+
+  def __post_init__(self):
+    worker = _count(self.worker, 'worker')
+    if worker >= self.trace.workers:
+      raise ConfigError(f'worker {worker} out of range for {self.trace.workers} workers')
+    object.__setattr__(self, 'worker', worker)
+    if _seconds(self.row_s, 'row_s') == 0:
+      raise ConfigError('row_s must be > 0, got 0')
+    object.__setattr__(self, 'row_s', float(self.row_s))
+    object.__setattr__(self, 'fixed_s', _seconds(self.fixed_s, 'fixed_s'))
+
+  def factor(self, step: int) -> float:
+    """This host's multiplicative slowdown at ``step`` (1.0 = the calibrated speed)."""
+    return self.trace.factor(self.worker, step)
+
+  def nominal_s(self, rows: int) -> float:
+    """An undisturbed host's seconds for a step of ``rows`` rows: fixed_s + rows × row_s."""
+    return self.fixed_s + _count(rows, 'rows') * self.row_s
+
+  def target_s(self, step: int, rows: int) -> float:
+    """Seconds step ``step`` of ``rows`` rows takes on this host: (factor + delay) × nominal."""
+    nominal = self.nominal_s(rows)
+    return self.factor(step) * nominal + self.trace.delay(self.worker, step) * nominal
+
+  def pad(self, step: int, rows: int, measured_s: float) -> tuple[float, float]:
+    """Sleeps the rest of the target after a compute of ``measured_s``; returns (slept, overrun).
+
+    ``slept`` is the time actually slept, by ``clock`` (0.0 if none); ``overrun`` is how far
+    ``measured_s`` went past the target (0.0 if it did not), in which case nothing is slept.
+
+    Example::
+
+      >>> host = KnownSpeedHost(StaticTrace((1.0,)), 0, row_s=0.001)
+      >>> host.pad(0, rows=50, measured_s=0.08)    # target 0.05: 30 ms too slow
+      (0.0, 0.03)
+    """
+    measured_s = _seconds(measured_s, 'measured_s')
+    rest = self.target_s(step, rows) - measured_s
+    if rest <= 0:
+      return 0.0, -rest
+    start = self.clock()
+    self.sleep(rest)
+    return self.clock() - start, 0.0

@@ -1,0 +1,86 @@
+"""`calibrate_row_cost`: fixed + per-row seconds fitted to scripted timings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hetjax._errors import ConfigError
+from hetjax.emulation import RowCost, calibrate_row_cost
+
+ROW_S, FIXED_S = 1e-4, 4e-3
+
+
+def line(rows: int) -> float:
+  return FIXED_S + rows * ROW_S
+
+
+class Script:
+  """``measure``: the line's time, except that call i (from 0) takes ``spikes[i]`` × as long."""
+
+  def __init__(self, time_of=line, spikes=None):
+    self.time_of, self.spikes, self.calls = time_of, dict(spikes or {}), []
+
+  def __call__(self, rows: int) -> float:
+    seconds = self.time_of(rows) * self.spikes.get(len(self.calls), 1.0)
+    self.calls.append(rows)
+    return seconds
+
+
+def test_recovers_the_line_times_the_margin():
+  script = Script()
+  cost = calibrate_row_cost(script, rows=(64, 256, 1024), repeats=5, margin=1.25)
+  assert isinstance(cost, RowCost)
+  assert cost.row_s == pytest.approx(1.25 * ROW_S, rel=1e-9)
+  assert cost.fixed_s == pytest.approx(1.25 * FIXED_S, rel=1e-9)
+  assert cost.seconds(100) == pytest.approx(1.25 * line(100), rel=1e-9)
+  assert script.calls == [64, 256, 1024] * 5  # sizes interleaved, every size once per round
+  assert cost.measured == tuple((r, line(r)) for r in script.calls)
+  plain = calibrate_row_cost(Script(), rows=(64, 256), repeats=1, margin=1.0)
+  assert (plain.row_s, plain.fixed_s) == pytest.approx((ROW_S, FIXED_S), rel=1e-9)
+
+
+@pytest.mark.parametrize('spike', range(10))
+def test_one_10x_spike_does_not_move_the_fit(spike):
+  script = Script(spikes={spike: 10.0})  # any one of 2 sizes × 5 repeats is 10× slow
+  cost = calibrate_row_cost(script, rows=(64, 256), repeats=5, margin=1.25)
+  assert cost.row_s == pytest.approx(1.25 * ROW_S, rel=1e-9)
+  assert cost.fixed_s == pytest.approx(1.25 * FIXED_S, rel=1e-9)
+  assert sum(s != line(r) for r, s in cost.measured) == 1  # the spike is kept in `measured`
+
+
+def test_two_spikes_on_one_size_and_a_compile_on_the_other_are_absorbed():
+  # Calls alternate 64, 256, 64, …: two of size 64's five are 10× slow, 256's first is 100×.
+  script = Script(spikes={0: 10.0, 2: 10.0, 1: 100.0})
+  cost = calibrate_row_cost(script, rows=(64, 256), repeats=5, margin=1.0)
+  assert (cost.row_s, cost.fixed_s) == pytest.approx((ROW_S, FIXED_S), rel=1e-9)
+
+
+def test_a_negative_intercept_is_clamped_and_refitted_through_the_origin():
+  # t = 2e-4·rows − 1e-3 at rows 10 and 20: the line through (10, 1e-3), (20, 3e-3) hits −1e-3.
+  cost = calibrate_row_cost(lambda r: 2e-4 * r - 1e-3, rows=(10, 20), repeats=3, margin=1.0)
+  assert cost.fixed_s == 0.0
+  # Least squares through the origin: Σ r·t / Σ r² = (10·1e-3 + 20·3e-3) / 500 = 1.4e-4.
+  assert cost.row_s == pytest.approx(1.4e-4, rel=1e-9)
+
+
+@pytest.mark.parametrize(('kwargs', 'needle'), [
+    ({'rows': (64,)}, 'needs at least two distinct row counts, got (64,)'),
+    ({'rows': (64, 64)}, 'at least two distinct row counts'),
+    ({'rows': (0, 64)}, 'rows must be an int >= 1, got 0'),
+    ({'rows': (64, 12.5)}, 'rows must be an int >= 1, got 12.5'),
+    ({'repeats': 0}, 'repeats must be an int >= 1, got 0'),
+    ({'margin': 0.9}, 'margin must be a finite number >= 1, got 0.9'),
+    ({'margin': math.inf}, 'margin must be a finite number >= 1, got inf'),
+    ({'measure': lambda r: -1.0}, 'measure(64) returned -1.0; it must be seconds >= 0'),
+    ({'measure': lambda r: math.nan}, 'measure(64) returned nan'),
+    ({'measure': lambda r: None}, 'measure(64) returned None'),
+    ({'measure': lambda r: 0.01}, 'calibration found no cost per row (medians 64: 0.01 s'),
+    ({'measure': lambda r: 1.0 / r}, 'calibration found no cost per row'),
+])
+def test_bad_calibrations_are_config_errors(kwargs, needle):
+  args = {'measure': line, 'rows': (64, 256)} | kwargs
+  with pytest.raises(ConfigError) as info:
+    calibrate_row_cost(**args)
+  assert needle in str(info.value) and '\n' not in str(info.value)
