@@ -117,7 +117,29 @@ def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
     trainer = train.Trainer(task, optimizer, config.global_batch, mesh, strategy.rules(),
                             config.seed)
     devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
+    if strategy is train.Strategy.FSDP and (notice := fsdp_notice(trainer)):
+      print(notice, flush=True)
   return Built(trainer, None, devices, Mode.SPMD)
+
+
+def fsdp_notice(trainer: train.Trainer) -> str | None:
+  """One line naming the matrices FSDP leaves replicated (none of their dimensions is named
+  ``table`` or ``embed``), with their share of the weights; None when every matrix is sharded
+  (vectors such as biases stay replicated without notice). FSDP shards by logical name only, so
+  this is where a model's naming shows."""
+  from flax import traverse_util
+
+  shapes = traverse_util.flatten_dict(trainer.layout.abstract.params)
+  specs = traverse_util.flatten_dict(trainer.state_shardings.params)
+  whole = {k: int(np.prod(v.shape)) for k, v in shapes.items()}
+  kept = [k for k, s in specs.items()
+          if all(e is None for e in s.spec) and len(shapes[k].shape) >= 2]
+  if not kept:
+    return None
+  names = ', '.join('/'.join(map(str, k)) for k in sorted(kept, key=lambda k: -whole[k])[:3])
+  share = sum(whole[k] for k in kept) / sum(whole.values())
+  return (f'fsdp: {len(kept)} matrices ({share:.1%} of the weights) name no table or embed '
+          f'dimension and stay replicated: {names}{", …" if len(kept) > 3 else ""}')
 
 
 def _caps(config) -> tuple[int, ...] | None:

@@ -90,3 +90,73 @@ def test_unknown_strategy_and_model():
     models.make_task('resnet')
   with pytest.raises(ConfigError, match="model 'mlp' has no argument 'depth'"):
     models.make_task('mlp', depth=3)
+
+
+D = ('data', 'model')  # both mesh axes, as one split
+# What each strategy must do to representative parameters (spec entries per dimension). The
+# equivalence test above would also pass if a strategy silently replicated everything.
+EXPECTED_SPECS = {
+    Strategy.FSDP: {
+        'mlp': {'up/kernel': (D, None), 'down/kernel': (None, D), 'head/kernel': (D, None)},
+        # The tower's first matrix names no 'table' or 'embed' dimension: FSDP leaves it
+        # replicated, and experiments/train.py says so (see _programs.fsdp_notice).
+        'wide_deep': {'embedding/table': (D, None), 'tower/up/kernel': (None, None)},
+        'transformer': {'blocks/0/attn/query': (D, None, None),
+                        'blocks/0/attn/out': (None, None, D)},
+    },
+    Strategy.TENSOR_PARALLEL: {
+        'mlp': {'up/kernel': (None, D), 'down/kernel': (D, None), 'head/kernel': (None, None)},
+        'wide_deep': {'embedding/table': (D, None), 'tower/up/kernel': (None, D)},
+        'transformer': {'blocks/0/attn/query': (None, D, None),
+                        'blocks/0/attn/out': (D, None, None)},
+    },
+    Strategy.HYBRID: {
+        'mlp': {'up/kernel': (None, 'model'), 'down/kernel': ('model', None),
+                'head/kernel': (None, None)},
+        'wide_deep': {'embedding/table': ('model', None), 'tower/up/kernel': (None, 'model')},
+        'transformer': {'blocks/0/attn/query': (None, 'model', None),
+                        'blocks/0/attn/out': ('model', None, None)},
+    },
+}
+
+
+def _param_specs(name, strategy):
+  """``({path: spec tuple}, trainer)`` for the parameters of ``name`` under ``strategy``."""
+  from flax import traverse_util
+
+  kwargs, batch = MODELS[name]
+  shape = LAYOUTS[strategy]
+  mesh = make_mesh(shape, devices=require_devices(int(np.prod(shape))))
+  trainer = Trainer(models.make_task(name, **kwargs), OPTIMIZER, batch, mesh, strategy.rules())
+  flat = traverse_util.flatten_dict(trainer.state_shardings.params)
+  return {'/'.join(map(str, k)): tuple(v.spec) for k, v in flat.items()}, trainer
+
+
+def _padded(spec, ndim):
+  return tuple(spec) + (None,) * (ndim - len(spec))
+
+
+@pytest.mark.parametrize('strategy', list(EXPECTED_SPECS), ids=lambda s: s.value)
+@pytest.mark.parametrize('name', list(MODELS))
+def test_strategy_shards_the_parameters_it_must(name, strategy):
+  specs, trainer = _param_specs(name, strategy)
+  for path, expected in EXPECTED_SPECS[strategy][name].items():
+    assert _padded(specs[path], len(expected)) == expected, (path, specs[path], expected)
+  # The optimizer's momentum of each parameter is laid out like the parameter.
+  momentum = [_padded(s.spec, 3) for s in jax.tree.leaves(trainer.state_shardings.opt_state)]
+  for expected in EXPECTED_SPECS[strategy][name].values():
+    assert _padded(expected, 3) in momentum
+  if strategy is Strategy.FSDP:
+    from experiments import _programs
+
+    notice = _programs.fsdp_notice(trainer)
+    assert (name == 'wide_deep') == (notice is not None)
+    assert notice is None or notice.startswith(
+        'fsdp: 2 matrices (6.0% of the weights) name no table or embed dimension and stay '
+        'replicated: tower/up/kernel, wide/linear/kernel')
+
+
+@pytest.mark.parametrize('name', list(MODELS))
+def test_data_parallel_replicates_every_parameter(name):
+  specs, _ = _param_specs(name, Strategy.DATA_PARALLEL)
+  assert specs and all(all(e is None for e in spec) for spec in specs.values()), specs
