@@ -1,4 +1,5 @@
-"""The showcase: 4 local workers, one of them 3x slow, trained with uniform BSP and then LB-BSP.
+"""The showcase: 4 local workers, one of them 3x slow, trained with uniform BSP and LB-BSP side
+by side (interleaved blocks of one job).
 
 Both runs train the same MLP on scikit-learn's digits with the same global batch, seed and
 straggler; they differ only in how the batch is split. Every worker runs as a host of known
@@ -19,6 +20,8 @@ import shutil
 import sys
 import time
 
+import numpy as np
+
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -34,22 +37,21 @@ _POLICY = flags.DEFINE_string('policy', 'lbbsp', 'the balancing policy compared 
 
 WORKERS = 4
 SKIP = 3  # compile steps left out of the means
-TRAIN = ['--config=mlp', '--mesh=1x1', '--set', 'model_args.hidden=1024', '--set',
-         'model_args.width=512', '--set', 'global_batch=2048', '--set', 'log_every=20',
-         '--bucket=128']
+BLOCK = 10  # steps per policy before the other's turn
 
 
-def _run(policy: str, workdir: pathlib.Path) -> pathlib.Path:
-  run_dir = workdir / policy
-  command = [sys.executable, str(pathlib.Path(__file__).with_name('train.py')), *TRAIN,
-             f'--steps={_STEPS.value}', f'--workdir={run_dir}', f'--policy={policy}']
-  print(f'--- {policy}: {WORKERS} workers, slowdown {_SLOWDOWN.value}', flush=True)
+def _run(policy: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
+  """Runs uniform BSP and ``policy`` in one job, in interleaved blocks; their run dirs."""
+  command = [sys.executable, str(pathlib.Path(__file__).with_name('_demo_worker.py')),
+             str(workdir), str(_STEPS.value), str(BLOCK), policy]
+  print(f'--- uniform and {policy} in alternating blocks of {BLOCK} steps: {WORKERS} workers, '
+        f'slowdown {_SLOWDOWN.value}', flush=True)
   result = runtime.launch_local(command, WORKERS, slowdown=_SLOWDOWN.value, timeout=600,
                                 init_timeout=120)
   if result.returncode:
-    print(f'demo: {policy} run failed: {result.cause}', file=sys.stderr)
+    print(f'demo: the run failed: {result.cause}', file=sys.stderr)
     sys.exit(1)
-  return run_dir
+  return {name: workdir / name for name in ('uniform', policy)}
 
 
 def _describe(run_dir: pathlib.Path) -> dict:
@@ -60,8 +62,14 @@ def _describe(run_dir: pathlib.Path) -> dict:
   # Compiling a new share size is a one-off (and cached on disk for the next run): reported on
   # its own line, not averaged into the iteration time.
   iteration = (t.step_s - t.compile_s).max(axis=1)[SKIP:]
+  # The hosts' speeds, rows per busy second, and the perfectly balanced compute X / Σ vᵢ: no
+  # split of the batch can make the slowest worker finish its rows sooner.
+  speeds = t.share[SKIP:] / (t.compute_s + t.dilation_s)[SKIP:]
+  balanced = t.batch()[SKIP:] / speeds.sum(axis=1)
   compile_s = float(t.compile_s.max(axis=1)[1:].sum())
   return {'iteration_ms': 1e3 * float(iteration.mean()),
+          'balanced_ms': 1e3 * float(np.median(balanced)),
+          'overruns': int((t.overrun_s[SKIP:] > 0).sum()), 'worker_steps': t.overrun_s[SKIP:].size,
           'samples_per_s': float(t.batch()[SKIP:].sum() / iteration.sum()),
           'compile_s': compile_s, 'idle': [w.idle_fraction for w in workers],
           'shares': t.share[-1].tolist(), 'loss': summary['final_loss']}
@@ -73,13 +81,15 @@ def main(argv: list[str]) -> None:
   if workdir.exists():
     shutil.rmtree(workdir)
   start = time.perf_counter()
-  results = {p: _describe(_run(p, workdir)) for p in ('uniform', _POLICY.value)}
+  results = {p: _describe(d) for p, d in _run(_POLICY.value, workdir).items()}
   uniform, balanced = results['uniform'], results[_POLICY.value]
   rows = [('iteration ms (mean, steps 4+)', 'iteration_ms', '{:.1f}'),
+          ('balanced compute ms (X / sum of speeds)', 'balanced_ms', '{:.1f}'),
+          ('steps that overran their host', 'overruns', '{}'),
           ('samples/s', 'samples_per_s', '{:,.0f}'),
           ('compiling new share sizes (s)', 'compile_s', '{:.1f}'),
           ('final loss (same SGD)', 'loss', '{:.4f}')]
-  width = 36
+  width = 42
   print(f'\n{"":<{width}}{"uniform BSP":>16}{_POLICY.value:>16}')
   for label, key, fmt in rows:
     print(f'{label:<{width}}{fmt.format(uniform[key]):>16}{fmt.format(balanced[key]):>16}')
