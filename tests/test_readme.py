@@ -46,7 +46,7 @@ def test_shell_block_runs(block, tmp_path):
 def test_library_block_runs():
   [block] = [b for b in PYTHON if 'training_steps' in b]
   namespace: dict = {}
-  exec(compile(block, 'README.md', 'exec'), namespace)  # noqa: S102 (the README's own code)
+  exec(compile(block, 'README.md', 'exec'), namespace)  # the README's own code
   assert int(namespace['state'].step) == 20
 
 
