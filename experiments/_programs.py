@@ -177,6 +177,13 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   if config.plan and mode is not Mode.SPMD:
     raise ConfigError(f'plan runs in spmd mode on the devices of one process; mode {mode.value} '
                       'takes strategy and mesh per worker')
+  if mode in (Mode.SPMD, Mode.PIPELINE):
+    unused = [f for f, v in (('slowdown', config.slowdown or ctx.slowdown),
+                             ('policy', config.policy != 'uniform' and config.policy),
+                             ('shares', config.shares)) if v]
+    if unused:
+      raise ConfigError(f'mode {mode.value} takes no {", ".join(unused)} (per-worker options '
+                        'of the shares and tokens modes): drop it or pick one of those modes')
   if mode is Mode.SPMD:
     if ctx.workers > 1:
       raise ConfigError(f'mode spmd runs on one process, but this job has {ctx.workers} '
