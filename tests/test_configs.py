@@ -42,3 +42,42 @@ def test_optimizer_names():
     Optimizer.parse('lion')
   with pytest.raises(ConfigError, match='learning rate must be positive'):
     Optimizer.SGD.make(0.0)
+
+
+@pytest.mark.parametrize('assignment, message', [
+    ('mode=ring', "unknown mode 'ring'"),
+    ('token_rows=-1', 'token_rows must be >= 0'),
+    ('shares=(1.5,)', 'expected a tuple of ints or None, got tuple'),
+    ('slowdown=3', None),  # text fields keep the text: '3'
+])
+def test_engine_fields_are_checked(assignment, message):
+  if message is None:
+    assert configs.override(configs.load('mlp'), [assignment]).slowdown == '3'
+    return
+  with pytest.raises(ConfigError, match=message):
+    configs.override(configs.load('mlp'), [assignment])
+
+
+@pytest.mark.parametrize('name, message', [
+    ('no_such_file.py', 'config file no_such_file.py does not exist'),
+    ('experiments.configs.mlp:nope', "'experiments.configs.mlp' has no function 'nope'"),
+    ('no_such_module:get_config', "cannot import 'no_such_module'"),
+    ('json:dumps', r'json:dumps\(\) cannot be called without arguments'),
+    ('json:JSONDecoder', 'returned JSONDecoder, not experiments.configs.Config'),
+])
+def test_configs_of_your_own_are_checked(name, message):
+  with pytest.raises(ConfigError, match=message):
+    configs.load(name)
+
+
+@pytest.mark.parametrize('model, message', [
+    ('json:dumps', "model 'json:dumps' does not take model_args"),
+    ('types:SimpleNamespace',
+     "model 'types:SimpleNamespace' returned SimpleNamespace, not a hetjax.train.Task"),
+])
+def test_models_of_your_own_are_checked(model, message):
+  from experiments import _programs
+
+  config = configs.override(configs.load('mlp'), [f'model={model}'])
+  with pytest.raises(ConfigError, match=message):
+    _programs.make_task(config)

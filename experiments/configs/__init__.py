@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import importlib
 import importlib.util
+import inspect
 import pathlib
 import pkgutil
 import typing
@@ -144,6 +145,12 @@ def load(name: str) -> Config:
     return importlib.import_module(f'{__name__}.{name}').get_config()
   if not callable(make):
     raise ConfigError(f'{where} is not defined')
+  try:
+    inspect.signature(make).bind()
+  except ValueError:  # no signature to check (a builtin): the call will tell
+    pass
+  except TypeError as e:
+    raise ConfigError(f'{where} cannot be called without arguments: {e}') from None
   config = make()
   if not isinstance(config, Config):
     raise ConfigError(f'{where} returned {type(config).__name__}, not experiments.configs.Config')
