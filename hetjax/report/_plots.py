@@ -17,7 +17,7 @@ from hetjax.report._telemetry_table import Telemetry, _counted, iteration_summar
 # Drawn left to right inside each step: the barrier wait comes before the combine, so the comm
 # segments of all workers end together at the step boundary.
 _SEGMENTS = (('data_s', 'data', '#c7c7c7'), ('compute_s', 'compute', '#1f77b4'),
-             ('dilation_s', 'dilation (emulated slowness)', '#ff7f0e'),
+             ('dilation_s', 'padding to the emulated host', '#ff7f0e'),
              ('wait_s', 'wait (barrier)', '#d62728'), ('comm_s', 'comm', '#2ca02c'))
 _OTHER = ('other', '#ececec')
 _TIMELINE_STEPS = 40  # more steps than this turn into noise: the timeline shows the last ones
