@@ -1,7 +1,7 @@
 """The types every layer shares: step stats, policies as values, the step-program shape.
 
-Both clocks (real runs and the virtual clock, `hetjax.runtime.simulate`) import these, and nothing here
-imports anything else of hetjax but its errors.
+Both clocks (real runs and the virtual clock, `hetjax.runtime.simulate`) import these, and
+nothing here imports anything else of hetjax but its errors.
 """
 
 from hetjax.core._policy import Policy as Policy
