@@ -5,7 +5,7 @@ For each scenario one job of 4 local workers (one CPU device each, each a host o
 by the scenario's trace) trains with every policy in interleaved blocks
 (`experiments/_tokens_worker.py`); each policy's median iteration time (compile time left out)
 comes from the measured telemetry. Then the same scenarios on the virtual clock at 64 and 1024
-workers (512 rows per worker): uniform and LB-BSP through `hetjax.runtime.simulate`, tokens
+workers (512 rows per worker): uniform and LB-BSP through `hetjax.simulation.simulate_shares`, tokens
 (with and without the end game) through `simulate_tokens`, all with one cost model calibrated
 on the static run (see `_calibrate`): a gradient call's fixed and per-row cost from the uniform
 (512-row) and token (128-row) calls, host time from the uniform blocks, per-token overhead
@@ -40,9 +40,8 @@ import numpy as np
 
 from experiments._bench_launch import host_line, launch_workers
 from experiments._lbbsp_worker import BUCKET
-from hetjax import balance, emulation, runtime
+from hetjax import balance, emulation, simulation
 from hetjax.report import load_telemetry
-from hetjax.runtime._virtual_tokens import simulate_tokens
 
 WORKERS = 4
 TOKEN_ROWS = 128  # 16 tokens of the 2048-row batch: a bucket, so one of the compiled pieces
@@ -103,7 +102,7 @@ def _with_speedups(rows: list[dict]) -> list[dict]:
   return [r | {'speedup_vs_uniform': uniform / r['iter_s']} for r in rows]
 
 
-def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.ClockCosts, float]:
+def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[simulation.ClockCosts, float]:
   """(cost model, per-token overhead seconds) from a real run.
 
   A gradient call costs ``fixed_s + per_sample_s × rows`` at trace factor 1 (compute and the
@@ -131,8 +130,8 @@ def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[runtime.ClockCosts, fl
   uniform = _policy_steps(run_dir, 'uniform', skip_first=True)
   busy = (t.compute_s[uniform] + t.dilation_s[uniform]).max(axis=1)
   host = float((t.step_s[uniform].max(axis=1) - busy).mean())
-  host -= runtime.ClockCosts(per_sample, **network).allreduce_s(WORKERS)
-  cost = runtime.ClockCosts(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
+  host -= simulation.ClockCosts(per_sample, **network).allreduce_s(WORKERS)
+  cost = simulation.ClockCosts(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
   # Pulls, placing rows and building the step's batch on the host, per round trip.
   steps = [i for name in run['shares'] if name.startswith('tokens')
            for i in _policy_steps(run_dir, name)]
@@ -147,15 +146,15 @@ def _tile(spec: str, workers: int) -> emulation.SlowdownTrace:
   return emulation.StaticTrace(tuple(np.tile(pattern, workers // WORKERS).tolist()))
 
 
-def _virtual_rows(scenario: str, workers: int, cost: runtime.ClockCosts,
+def _virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts,
                   overhead: float) -> list[dict]:
   trace = _tile(SCENARIOS[scenario], workers)
   x = ROWS_PER_WORKER * workers
   rules = balance.ShareRules(x, workers, BUCKET)
-  runs = {name: runtime.simulate(balance.make_policy(name, rules), trace, cost, x,
+  runs = {name: simulation.simulate_shares(balance.make_policy(name, rules), trace, cost, x,
                                  VIRTUAL_STEPS) for name in ('uniform', 'lbbsp')}
   for name, endgame in (('tokens', True), ('tokens-greedy', False)):
-    runs[name] = simulate_tokens(trace, cost, x, TOKEN_ROWS, VIRTUAL_STEPS,
+    runs[name] = simulation.simulate_tokens(trace, cost, x, TOKEN_ROWS, VIRTUAL_STEPS,
                                  pull_s=overhead, endgame=endgame)
   return _with_speedups([
       {'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',

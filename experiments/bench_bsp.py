@@ -36,7 +36,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments._bench_launch import host_line, launch_workers
-from hetjax import ConfigError, balance, emulation, runtime
+from hetjax import ConfigError, balance, emulation, simulation
 from hetjax.report import load_telemetry
 
 WORKERS = 4
@@ -80,25 +80,25 @@ def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:
   }
 
 
-def _cost(calibration: dict, run: dict, workers: int | None = None) -> runtime.ClockCosts:
+def _cost(calibration: dict, run: dict, workers: int | None = None) -> simulation.ClockCosts:
   fit = run['allreduce']
   per_sample = tuple(calibration['per_sample_s'])
   if workers is not None:
     per_sample = float(np.mean(per_sample))
-  allreduce = runtime.ClockCosts(1.0, alpha_s=fit['alpha_s'],
+  allreduce = simulation.ClockCosts(1.0, alpha_s=fit['alpha_s'],
                                  beta_bytes_per_s=fit['beta_bytes_per_s'],
                                  grad_bytes=run['grad_bytes']).allreduce_s(WORKERS)
-  return runtime.ClockCosts(
+  return simulation.ClockCosts(
       per_sample, alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
       grad_bytes=run['grad_bytes'], host_s=max(calibration['host_s'] - allreduce, 0.0))
 
 
-def _virtual(cost: runtime.ClockCosts, workers: int, rows_per_worker: int, steps: int,
+def _virtual(cost: simulation.ClockCosts, workers: int, rows_per_worker: int, steps: int,
              noise_cv: float) -> dict:
   factors = (1.0,) * (workers - 1) + (3.0,)
   batch = rows_per_worker * workers
   uniform = balance.Uniform(balance.ShareRules(batch, workers))
-  v = runtime.simulate(uniform, emulation.StaticTrace(factors), cost, batch, steps,
+  v = simulation.simulate_shares(uniform, emulation.StaticTrace(factors), cost, batch, steps,
                        noise_cv=noise_cv)
   idle = v.idle_fraction.mean(axis=0)
   return {'iter_time_s': v.mean_iter_s(), 'balanced_limit_s': v.mean_balanced_limit_s(),

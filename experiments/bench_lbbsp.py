@@ -51,7 +51,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments._bench_launch import host_line, launch_workers
-from hetjax import ConfigError, balance, emulation, runtime
+from hetjax import ConfigError, balance, emulation, simulation
 from hetjax.report import load_telemetry
 
 WORKERS = 4
@@ -130,7 +130,7 @@ def _with_speedups(rows: list[dict]) -> list[dict]:
   return rows
 
 
-def _virtual_rows(scenario: str, workers: int, cost: runtime.ClockCosts, steps: int,
+def _virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts, steps: int,
                   policies) -> list[dict]:
   spec = SCENARIOS[scenario]
   pattern = emulation.parse_trace(spec, WORKERS)
@@ -141,7 +141,7 @@ def _virtual_rows(scenario: str, workers: int, cost: runtime.ClockCosts, steps: 
   rows = []
   for name in policies:
     start = time.perf_counter()
-    v = runtime.simulate(balance.make_policy(name, rules, tiled), tiled, cost, x, steps)
+    v = simulation.simulate_shares(balance.make_policy(name, rules, tiled), tiled, cost, x, steps)
     shares = v.shares
     settle, reversals = _settle(shares, 32, 20 if scenario == 'step' else 0)
     rows.append({'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',
@@ -163,7 +163,7 @@ def _tile(pattern, spec: str, workers: int):
   return emulation.StaticTrace(tuple(np.tile(pattern.factors(0), workers // WORKERS).tolist()))
 
 
-def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> runtime.ClockCosts:
+def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> simulation.ClockCosts:
   t = load_telemetry(run_dir)
   schedule = json.loads((run_dir / 'schedule.json').read_text())
   index = {s: i for i, s in enumerate(t.steps)}
@@ -173,10 +173,10 @@ def _calibrate(run_dir: pathlib.Path, run: dict, workers: int) -> runtime.ClockC
   busy = t.compute_s[idx] + t.dilation_s[idx]
   per_sample = float((busy / t.share[idx] / t.slowdown[idx]).mean())
   fit = run['allreduce']
-  base = runtime.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
+  base = simulation.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
                            beta_bytes_per_s=fit['beta_bytes_per_s'], grad_bytes=run['grad_bytes'])
   host = float((t.step_s[idx].max(axis=1) - busy.max(axis=1)).mean()) - base.allreduce_s(WORKERS)
-  return runtime.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
+  return simulation.ClockCosts(per_sample, alpha_s=fit['alpha_s'],
                            beta_bytes_per_s=fit['beta_bytes_per_s'], grad_bytes=run['grad_bytes'],
                            host_s=max(host, 0.0))
 

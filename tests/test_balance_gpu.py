@@ -14,7 +14,7 @@ from hetjax.balance._policy import BalancePolicy
 from hetjax.balance._simple import Uniform
 from hetjax.core import ShareRules, Shares, StepStats, decode_state, encode_state
 from hetjax.emulation import StaticTrace, StepChangeTrace
-from hetjax.runtime._virtual_clock import ClockCosts, simulate
+from hetjax.simulation._shares import ClockCosts, simulate_shares
 
 GPU_LIKE = ClockCosts(per_sample_s=1e-3, fixed_s=0.05)  # a large fixed cost: flat-ish at small x
 RULES = ShareRules(global_batch=4096, workers=4, bucket=64)
@@ -137,8 +137,8 @@ def test_policy_is_a_balance_policy_and_validates_its_knobs():
 
 def test_gpu_like_cluster_reaches_95_percent_of_ideal_within_8_steps_and_holds():
   trace = StaticTrace((1, 1, 1, 3))
-  run = simulate(LBBSPGpu(RULES), trace, GPU_LIKE, 4096, steps=30)
-  uniform = simulate(Uniform(ShareRules(4096, 4)), trace, GPU_LIKE, 4096, steps=1)
+  run = simulate_shares(LBBSPGpu(RULES), trace, GPU_LIKE, 4096, steps=30)
+  uniform = simulate_shares(Uniform(ShareRules(4096, 4)), trace, GPU_LIKE, 4096, steps=1)
   assert uniform.iter_s[0] / run.balanced_limit_s[0] == pytest.approx(2.5, rel=1e-3)
   frac = _fraction_of_ideal(run)
   first = int(np.argmax(frac >= 0.95))
@@ -151,13 +151,13 @@ def test_gpu_like_cluster_reaches_95_percent_of_ideal_within_8_steps_and_holds()
 def test_memory_caps_are_respected_and_the_capped_optimum_is_found():
   caps = (1152, 1152, 1152, 4096)
   rules = ShareRules(4096, 4, bucket=64, maximum=caps)
-  run = simulate(LBBSPGpu(rules), StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=20)
+  run = simulate_shares(LBBSPGpu(rules), StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=20)
   assert (run.shares <= np.array(caps)).all()
   assert run.shares[-1].tolist() == [1152, 1152, 1152, 640]
 
 
 def test_halving_on_reversal_damps_a_forced_oscillation():
-  runs = {h: simulate(LBBSPGpu(RULES, halve_on_reversal=h), _Alternating(), GPU_LIKE, 4096, 40)
+  runs = {h: simulate_shares(LBBSPGpu(RULES, halve_on_reversal=h), _Alternating(), GPU_LIKE, 4096, 40)
           for h in (True, False)}
   swing = {h: np.abs(np.diff(r.shares[20:, 3])).max() for h, r in runs.items()}
   assert swing[False] >= 3 * 64  # chasing a lagged signal: a lasting 3-bucket swing
@@ -193,7 +193,7 @@ def test_noisy_times_keep_the_best_split_without_jitter():
 
 def test_probe_gives_homogeneous_workers_a_second_share_then_returns():
   policy = LBBSPGpu(RULES)
-  run = simulate(policy, StaticTrace((1, 1, 1, 1)), GPU_LIKE, 4096, steps=6)
+  run = simulate_shares(policy, StaticTrace((1, 1, 1, 1)), GPU_LIKE, 4096, steps=6)
   assert run.shares[1].tolist() == [1088, 960, 1088, 960]
   assert (run.shares[2:] == 1024).all()
   # The fixed cost is learned.
@@ -201,7 +201,7 @@ def test_probe_gives_homogeneous_workers_a_second_share_then_returns():
 
 
 def test_a_slowdown_mid_run_is_followed_within_a_few_steps():
-  run = simulate(LBBSPGpu(RULES), StepChangeTrace(10, (1, 1, 1, 1), (1, 1, 1, 3)), GPU_LIKE, 4096,
+  run = simulate_shares(LBBSPGpu(RULES), StepChangeTrace(10, (1, 1, 1, 1), (1, 1, 1, 3)), GPU_LIKE, 4096,
                  steps=20)
   frac = _fraction_of_ideal(run)
   assert (frac[2:10] == 1).all() and frac[10] < 0.5
@@ -210,8 +210,8 @@ def test_a_slowdown_mid_run_is_followed_within_a_few_steps():
 
 def test_a_reused_policy_starts_over_at_step_0():
   policy = LBBSPGpu(RULES)
-  a = simulate(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
-  b = simulate(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
+  a = simulate_shares(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
+  b = simulate_shares(policy, StaticTrace((1, 1, 1, 3)), GPU_LIKE, 4096, steps=5).shares
   np.testing.assert_array_equal(a, b)
   shares, _ = policy.update(policy.init(), _stats(0, (1024,) * 4, np.ones(4)))
   assert isinstance(shares, Shares)
@@ -222,7 +222,7 @@ def test_1024_workers_for_50_steps_take_under_3_seconds():
   rules = ShareRules(n * 256, n, bucket=16)
   trace = StaticTrace(tuple(np.random.default_rng(0).uniform(1, 3, n)))
   start = time.perf_counter()
-  run = simulate(LBBSPGpu(rules), trace, GPU_LIKE, n * 256, steps=50)
+  run = simulate_shares(LBBSPGpu(rules), trace, GPU_LIKE, n * 256, steps=50)
   assert time.perf_counter() - start < 3.0
   assert (_fraction_of_ideal(run)[3:] >= 0.95).all()
   assert (np.diff(run.shares[10:], axis=0) == 0).all()
@@ -231,11 +231,11 @@ def test_1024_workers_for_50_steps_take_under_3_seconds():
 def test_the_state_holds_the_fitted_curves_and_resumes_exactly():
   trace = StepChangeTrace(6, (1, 1, 1, 1), (1, 1, 1, 3))
   policy = LBBSPGpu(RULES)
-  full = simulate(policy, trace, GPU_LIKE, 4096, steps=12)
-  first = simulate(policy, trace, GPU_LIKE, 4096, steps=6)
+  full = simulate_shares(policy, trace, GPU_LIKE, 4096, steps=12)
+  first = simulate_shares(policy, trace, GPU_LIKE, 4096, steps=6)
   assert policy.init().model is None and first.policy_state.model is not None
   saved = decode_state(policy.init(), json.loads(json.dumps(encode_state(first.policy_state))))
   np.testing.assert_array_equal(saved.model.slope_s, first.policy_state.model.slope_s)
-  rest = simulate(policy, trace, GPU_LIKE, 4096, steps=12, start=6, policy_state=saved)
+  rest = simulate_shares(policy, trace, GPU_LIKE, 4096, steps=12, start=6, policy_state=saved)
   np.testing.assert_array_equal(rest.shares, full.shares[6:])
   assert np.isfinite(rest.policy_state.finish_s)

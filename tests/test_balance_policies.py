@@ -19,7 +19,7 @@ from hetjax.balance._registry import PolicyName, make_policy
 from hetjax.balance._simple import Oracle, Proportional
 from hetjax.core import Policy, ShareRules, StepStats, decode_state, encode_state
 from hetjax.emulation import CsvTrace, MarkovTrace, StaticTrace, StepChangeTrace
-from hetjax.runtime._virtual_clock import ClockCosts, VirtualRun, simulate
+from hetjax.simulation._shares import ClockCosts, VirtualRun, simulate_shares
 
 X, BUCKET = 4096, 64
 RULES = ShareRules(global_batch=X, workers=4, bucket=BUCKET)
@@ -28,7 +28,7 @@ LBBSP_NAMES = ('lbbsp-last', 'lbbsp-ewma', 'lbbsp-ar', 'lbbsp-narx')
 
 
 def _run(name: str, trace, steps: int, rules: ShareRules = RULES) -> VirtualRun:
-  return simulate(make_policy(name, rules, trace), trace, COST, rules.global_batch, steps)
+  return simulate_shares(make_policy(name, rules, trace), trace, COST, rules.global_batch, steps)
 
 
 def _fraction_of_ideal(run: VirtualRun, trace) -> np.ndarray:
@@ -100,7 +100,7 @@ def test_jitter_inside_the_dead_band_never_moves_shares():
 
 def test_moderate_slowdown_is_approached_in_damped_steps():
   trace = StepChangeTrace(at=5, before=(1, 1, 1, 1), after=(1, 1, 1, 1.3))
-  run = simulate(LBBSP(RULES, LastValue()), trace, COST, X, 12)  # predicted gain 22%: damped
+  run = simulate_shares(LBBSP(RULES, LastValue()), trace, COST, X, 12)  # predicted gain 22%: damped
   straggler = run.shares[:, 3] // BUCKET
   target = RULES.from_weights([1, 1, 1, 1 / 1.3])
   assert straggler[5] == 16 and target[3] // BUCKET < straggler[6] < 16  # part of the way
@@ -113,7 +113,7 @@ def test_a_small_slowdown_stays_inside_the_dead_band():
   # 1.15x on one worker: re-splitting would gain 8% < the 10% dead band, so nothing moves (and
   # no new share size is compiled).
   trace = StepChangeTrace(at=5, before=(1, 1, 1, 1), after=(1, 1, 1, 1.15))
-  run = simulate(LBBSP(RULES, LastValue()), trace, COST, X, 12)
+  run = simulate_shares(LBBSP(RULES, LastValue()), trace, COST, X, 12)
   assert (run.shares == run.shares[0]).all()
 
 
@@ -141,7 +141,7 @@ def test_markov_slowdowns_against_oracle(capsys):
 def test_measurement_noise_is_not_chased():
   # Workers sharing cores see their compute time vary by a CV of ~0.4 from step to step.
   trace = StaticTrace((1, 1, 1, 3))
-  runs = {n: [simulate(make_policy(n, RULES, trace), trace, COST, X, 40, noise_cv=0.4, seed=s)
+  runs = {n: [simulate_shares(make_policy(n, RULES, trace), trace, COST, X, 40, noise_cv=0.4, seed=s)
               for s in range(3)] for n in ('proportional', 'lbbsp-ewma')}
   mean_iter = {n: np.mean([r.mean_iter_s(3) for r in rs]) for n, rs in runs.items()}
   changes = {n: np.mean([(np.diff(r.shares, axis=0) != 0).any(axis=1).sum() for r in rs])
@@ -178,8 +178,8 @@ def test_nan_compute_keeps_the_previous_speed_estimate(policy, caplog):
 def test_a_reused_policy_starts_over_on_a_new_run():
   policy = make_policy('lbbsp-narx', RULES)  # a value: each run starts from policy.init()
   trace = MarkovTrace(4, slow=3, stay=0.9, seed=3)
-  first = simulate(policy, trace, COST, X, 40)
-  second = simulate(policy, trace, COST, X, 40)
+  first = simulate_shares(policy, trace, COST, X, 40)
+  second = simulate_shares(policy, trace, COST, X, 40)
   np.testing.assert_array_equal(first.shares, second.shares)
 
 
@@ -250,17 +250,17 @@ def _layout(state) -> tuple:
 def test_a_resumed_policy_decides_as_the_uninterrupted_one(name, noise_cv):
   trace = MarkovTrace(4, slow=3, stay=0.9, seed=0)
   policy = _policy(name, trace)
-  full = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1)
-  first = simulate(policy, trace, COST, X, 6, noise_cv=noise_cv, seed=1)
+  full = simulate_shares(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1)
+  first = simulate_shares(policy, trace, COST, X, 6, noise_cv=noise_cv, seed=1)
   np.testing.assert_array_equal(first.shares, full.shares[:6])
   saved = _json_round_trip(policy, first.policy_state)
-  rest = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6,
+  rest = simulate_shares(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6,
                   policy_state=saved)
   np.testing.assert_array_equal(rest.shares, full.shares[6:])
   assert [s.step for s in rest.history] == list(range(6, 12))
   assert encode_state(rest.policy_state) == encode_state(full.policy_state)
   if name not in ('uniform', 'oracle'):  # the saved state is what decides step 6
-    fresh = simulate(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6)
+    fresh = simulate_shares(policy, trace, COST, X, 12, noise_cv=noise_cv, seed=1, start=6)
     assert not np.array_equal(fresh.shares, full.shares[6:])
 
 

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from hetjax import ConfigError
-from hetjax.pipeline._groups import Group, GroupRules, GroupScheduler
+from hetjax.pipeline._groups import GroupRules, GroupScheduler, SyncGroup
 from hetjax.pipeline._policies import (
   ADPSGDPolicy,
   AllReducePolicy,
@@ -127,7 +127,7 @@ def test_groups_close_at_max_size_or_window_expiry_in_arrival_order():
   s = GroupScheduler(4, GroupRules(max_group=3, ssp_bound=1000))
   s.arrive(0, 1, 0.0)
   assert s.poll(0.0019) == [] and s.next_deadline() == pytest.approx(0.002)
-  assert s.poll(0.002) == [Group((0,), 1, False, 0, (1,))]
+  assert s.poll(0.002) == [SyncGroup((0,), 1, False, 0, (1,))]
   s.arrive(2, 1, 0.010)
   s.arrive(0, 2, 0.0105)
   s.arrive(1, 1, 0.011)  # third member: closes long before its 0.012 expiry

@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from hetjax import ConfigError
-from hetjax.pipeline import Action, Schedule, gpipe, one_f_one_b, simulate, split_stages
+from hetjax.pipeline import Action, Schedule, gpipe, one_f_one_b, split_stages, time_schedule
 
 SIZES = [(s, m) for s in range(1, 6) for m in range(1, 10)]
 BUILDERS = [gpipe, one_f_one_b]
@@ -40,8 +40,8 @@ def test_schedules_validate(build, stages, micro):
 @pytest.mark.parametrize(('forward', 'backward'), [(1.0, 1.0), (1.0, 2.0), (0.7, 1.3)])
 @pytest.mark.parametrize(('stages', 'micro'), SIZES)
 def test_gpipe_bubble_and_1f1b_makespan(stages, micro, forward, backward):
-  g = simulate(gpipe(stages, micro), forward, backward)
-  f = simulate(one_f_one_b(stages, micro), forward, backward)
+  g = time_schedule(gpipe(stages, micro), forward, backward)
+  f = time_schedule(one_f_one_b(stages, micro), forward, backward)
   assert g.makespan_s == pytest.approx((micro + stages - 1) * (forward + backward))
   assert g.bubble_fraction == pytest.approx((stages - 1) / (micro + stages - 1))
   assert f.makespan_s == pytest.approx(g.makespan_s)
@@ -53,7 +53,7 @@ def test_gpipe_bubble_and_1f1b_makespan(stages, micro, forward, backward):
 def test_one_micro_batch_runs_every_pass_in_turn():
   forward, backward = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]
   for build in BUILDERS:
-    result = simulate(build(3, 1), forward, backward)
+    result = time_schedule(build(3, 1), forward, backward)
     assert result.makespan_s == pytest.approx(21.0)
     assert result.bubble_fraction == pytest.approx(1 - 21.0 / (3 * 21.0))
 
@@ -62,13 +62,13 @@ def test_slowest_stage_sets_the_pace():
   # With many micro-batches the makespan grows by the slowest stage's f + b per micro-batch.
   forward, backward = [1.0, 3.0, 1.0], [2.0, 6.0, 2.0]
   for build in BUILDERS:
-    a = simulate(build(3, 10), forward, backward).makespan_s
-    b = simulate(build(3, 11), forward, backward).makespan_s
+    a = time_schedule(build(3, 10), forward, backward).makespan_s
+    b = time_schedule(build(3, 11), forward, backward).makespan_s
     assert b - a == pytest.approx(9.0)
 
 
 def test_one_stage_has_no_bubble():
-  assert simulate(one_f_one_b(1, 4)).bubble_fraction == pytest.approx(0.0)
+  assert time_schedule(one_f_one_b(1, 4)).bubble_fraction == pytest.approx(0.0)
 
 
 def test_validate_rejects_missing_action():
@@ -103,7 +103,7 @@ def test_validate_rejects_backward_before_its_forward():
   with pytest.raises(ConfigError, match=waiting):
     bad.validate()
   with pytest.raises(ConfigError, match='deadlocks'):
-    simulate(bad)
+    time_schedule(bad)
 
 
 def test_validate_rejects_cross_stage_deadlock():
@@ -143,9 +143,9 @@ def test_bad_actions_and_costs():
   with pytest.raises(ConfigError, match='action micro must be an int ≥ 0, got -1'):
     Action('forward', 0, -1)
   with pytest.raises(ConfigError, match='backward_s of stage 0 must be a positive finite number'):
-    simulate(gpipe(2, 2), 1.0, 0.0)
+    time_schedule(gpipe(2, 2), 1.0, 0.0)
   with pytest.raises(ConfigError, match='forward_s has 3 values for 2 stages'):
-    simulate(gpipe(2, 2), [1.0, 1.0, 1.0])
+    time_schedule(gpipe(2, 2), [1.0, 1.0, 1.0])
 
 
 # --- split_stages ---------------------------------------------------------------------------

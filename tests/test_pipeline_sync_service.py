@@ -50,7 +50,7 @@ def run_clients(channel, prefix, workers, steps):
   """Threads, one per worker: arrive at steps 1 … ``steps``, wait for each group, then leave.
 
   Returns:
-    {worker: {step: Group}}.
+    {worker: {step: SyncGroup}}.
   """
   got = {w: {} for w in range(workers)}
   errors = []
@@ -94,7 +94,7 @@ def replay(policy, messages, now=0.0):
 
 
 def by_seq(got):
-  """{seq: [the Group each member received]} from `run_clients`' result."""
+  """{seq: [the SyncGroup each member received]} from `run_clients`' result."""
   seqs = {}
   for per_step in got.values():
     for g in per_step.values():
@@ -257,7 +257,7 @@ def test_sdpipe_window_on_a_fake_clock():
   assert board.published[f'{board.prefix}/g/0/1'] == pytest.approx(1.0, abs=1e-9)  # expiry
   assert board.published[f'{board.prefix}/g/3/1'] == pytest.approx(2.5, abs=1e-9)  # 1.5 + 1.0
   assert board.published[f'{board.prefix}/g/0/2'] == 3.75  # full: closed on the 4th arrival
-  # Group of 3 >= min_group: x 0.9; alone: doubled (cap 2.0); then all x 0.9 again.
+  # A group of 3 >= min_group: x 0.9; alone: doubled (cap 2.0); then all x 0.9 again.
   assert service.policy.windows == pytest.approx((0.81, 0.81, 0.81, 1.8))
   assert (report.groups, report.global_groups, report.messages) == (3, 0, 12)
   assert report.mean_group == pytest.approx(8 / 3)

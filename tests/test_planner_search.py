@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
-from hetjax.planner._chain import Tables, solve_chain
 from hetjax.planner._cluster import ClusterSpec, WorkerSpec
 from hetjax.planner._cost import Cost
 from hetjax.planner._layout import Layout
 from hetjax.planner._profile_types import SubmodelProfile
 from hetjax.planner._search import candidate_groups, evaluate, search
+from hetjax.planner._solver import Tables, solve_chain
 
 LAYOUTS = tuple(Layout(t) for t in (1, 2, 4, 8, 16, 32))  # all formable on 32 devices
 

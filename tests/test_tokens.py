@@ -16,9 +16,10 @@ import pytest
 import models
 from hetjax import ConfigError
 from hetjax.emulation import StaticTrace
-from hetjax.runtime import ClockCosts, launch_local
-from hetjax.runtime._virtual_tokens import may_leave, simulate_tokens, takes_token
+from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
+from hetjax.simulation import ClockCosts
+from hetjax.simulation._tokens import may_leave, simulate_tokens, takes_token
 from hetjax.train import Strategy, Trainer, training_steps
 from hetjax.train._tokens import TokenRules
 from tests.conftest import require_devices

@@ -13,7 +13,7 @@ from hetjax._errors import ConfigError
 from hetjax.balance import Uniform
 from hetjax.core import Policy, ShareRules, StepStats
 from hetjax.emulation import KnownSpeedHost, MarkovTrace, StaticTrace, parse_trace
-from hetjax.runtime._virtual_clock import ClockCosts, VirtualRun, simulate
+from hetjax.simulation._shares import ClockCosts, VirtualRun, simulate_shares
 
 
 def _uniform(global_batch: int, workers: int) -> Uniform:
@@ -22,7 +22,7 @@ def _uniform(global_batch: int, workers: int) -> Uniform:
 
 def test_uniform_bsp_with_one_slow_worker_is_2_5x_the_limit():
   cost = ClockCosts(per_sample_s=1e-3)
-  run = simulate(_uniform(400, 4), StaticTrace((1, 1, 1, 3)), cost, 400, steps=5)
+  run = simulate_shares(_uniform(400, 4), StaticTrace((1, 1, 1, 3)), cost, 400, steps=5)
   assert isinstance(run, VirtualRun)
   assert run.shares.tolist() == [[100] * 4] * 5
   np.testing.assert_allclose(run.iter_s, 3 * 100 * 1e-3, rtol=1e-12)
@@ -51,7 +51,7 @@ def test_history_is_what_the_policy_sees():
 
   cost = ClockCosts(per_sample_s=0.01, fixed_s=0.005, alpha_s=0.002, grad_bytes=1000,
                     beta_bytes_per_s=1e6)
-  run = simulate(Recorder(), parse_trace('step:1:1:1,2', 2), cost, 4, steps=3)
+  run = simulate_shares(Recorder(), parse_trace('step:1:1:1,2', 2), cost, 4, steps=3)
   assert isinstance(Recorder(), Policy)
   # Asked once without stats, then after every step (the last answer is the state's to keep).
   assert seen == [None, (0, (2, 2)), (1, (2, 2)), (2, (3, 1))]
@@ -148,7 +148,7 @@ def test_many_workers_is_fast():
   cost = ClockCosts(per_sample_s=1e-3, fixed_s=2e-3, alpha_s=1e-5, beta_bytes_per_s=1e9,
                    grad_bytes=10**7)
   start = time.perf_counter()
-  run = simulate(_uniform(8192, 1024), MarkovTrace(1024, slow=3.0, stay=0.9, seed=1), cost,
+  run = simulate_shares(_uniform(8192, 1024), MarkovTrace(1024, slow=3.0, stay=0.9, seed=1), cost,
                  8192, steps=100)
   assert time.perf_counter() - start < 2.0
   assert run.shares.shape == run.compute_s.shape == run.idle_fraction.shape == (100, 1024)
@@ -182,21 +182,21 @@ class _Fixed:
 ])
 def test_bad_shares_name_the_policy(shares, needle):
   with pytest.raises(ConfigError, match='share policy _Fixed at step 0 ') as info:
-    simulate(_Fixed(shares), StaticTrace((1,) * 4), ClockCosts(1e-3), 16, steps=2)
+    simulate_shares(_Fixed(shares), StaticTrace((1,) * 4), ClockCosts(1e-3), 16, steps=2)
   assert info.match(needle)
 
 
 def test_bad_inputs():
   cost, trace = ClockCosts(1e-3), StaticTrace((1, 2))
   with pytest.raises(ConfigError, match="trace 'static 1,2' has 2 workers, not 3"):
-    simulate(_uniform(8, 3), trace, cost, 8, steps=1, workers=3)
+    simulate_shares(_uniform(8, 3), trace, cost, 8, steps=1, workers=3)
   with pytest.raises(ConfigError, match='steps must be an integer >= 1'):
-    simulate(_uniform(8, 2), trace, cost, 8, steps=0)
+    simulate_shares(_uniform(8, 2), trace, cost, 8, steps=0)
   with pytest.raises(ConfigError, match='start 2 leaves no step to run before steps 2'):
-    simulate(_uniform(8, 2), trace, cost, 8, steps=2, start=2)
+    simulate_shares(_uniform(8, 2), trace, cost, 8, steps=2, start=2)
   with pytest.raises(ConfigError, match='start must be an integer >= 0'):
-    simulate(_uniform(8, 2), trace, cost, 8, steps=2, start=-1)
-  run = simulate(_uniform(8, 2), trace, cost, 8, steps=2)
+    simulate_shares(_uniform(8, 2), trace, cost, 8, steps=2, start=-1)
+  run = simulate_shares(_uniform(8, 2), trace, cost, 8, steps=2)
   with pytest.raises(ConfigError, match='skip 2 must leave at least one of 2 steps'):
     run.mean_iter_s(skip=2)
   for kwargs, needle in [({'per_sample_s': 0.0}, 'per_sample_s'),
@@ -220,10 +220,10 @@ def test_per_worker_base_costs():
 def test_compute_noise_is_seeded_and_unbiased():
   cost = ClockCosts(per_sample_s=1e-3)
   trace = StaticTrace((1.0, 1.0))
-  a = simulate(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
-  b = simulate(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
+  a = simulate_shares(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
+  b = simulate_shares(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3)
   np.testing.assert_array_equal(a.compute_s, b.compute_s)
-  later = simulate(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3,
+  later = simulate_shares(_uniform(200, 2), trace, cost, 200, steps=2000, noise_cv=0.4, seed=3,
                    start=1500)  # a resumed run sees the noise the uninterrupted one saw
   np.testing.assert_array_equal(later.compute_s, a.compute_s[1500:])
   assert a.compute_s.mean() == pytest.approx(0.1, rel=0.03)
@@ -235,7 +235,7 @@ def test_transient_delays_are_modelled_as_an_emulated_host_pads_them():
   # factor alone, as a real emulated host reports it.
   trace = parse_trace('static:1,2*transient:1:0.5:seed=2', 2)
   cost = ClockCosts(per_sample_s=1e-3, fixed_s=2e-3)
-  run = simulate(_uniform(100, 2), trace, cost, 100, steps=6)
+  run = simulate_shares(_uniform(100, 2), trace, cost, 100, steps=6)
   for t, stats in enumerate(run.history):
     hosts = [KnownSpeedHost(trace, i, row_s=1e-3, fixed_s=2e-3) for i in range(2)]
     np.testing.assert_allclose(stats.compute_s, [h.target_s(t, 50) for h in hosts], rtol=1e-12)

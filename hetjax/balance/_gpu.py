@@ -5,7 +5,7 @@ split ∝ speed mis-splits it. Each worker's curve is fitted from its recent (sh
 points, T with Σᵢ clamp(tᵢ⁻¹(T), minᵢ, Mᵢ) = X is found by bisection (water-filling), and shares
 step toward that target with a dead band, halving a worker's step when it reverses. The recent
 points, the fitted curves and the stepping state are the policy's state (`GpuState`). Example:
-``simulate(LBBSPGpu(ShareRules(4096, 4, bucket=64)), StaticTrace((1, 1, 1, 3)),
+``simulate_shares(LBBSPGpu(ShareRules(4096, 4, bucket=64)), StaticTrace((1, 1, 1, 3)),
 ClockCosts(1e-3, fixed_s=0.05), 4096, 8)`` settles at (1280, 1216, 1216, 384) from step 1.
 """
 

@@ -22,7 +22,7 @@ run decides exactly as the uninterrupted one would have.
 Example::
 
   policy = LBBSP(rules, EWMA())
-  run = simulate(policy, StaticTrace((1, 1, 1, 3)), ClockCosts(per_sample_s=1e-3), 4096, 20)
+  run = simulate_shares(policy, StaticTrace((1, 1, 1, 3)), ClockCosts(per_sample_s=1e-3), 4096, 20)
   # step 0 uniform, step 1 balanced (2.4x faster), unchanged from then on
 """
 

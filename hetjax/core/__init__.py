@@ -1,6 +1,6 @@
 """The types every layer shares: step stats, policies as values, the step-program shape.
 
-Both clocks (real runs and the virtual clock, `hetjax.runtime.simulate`) import these, and
+Both clocks (real runs and the virtual clock, `hetjax.simulation.simulate_shares`) import these, and
 nothing here imports anything else of hetjax but its errors.
 """
 

@@ -3,7 +3,7 @@
 `split_stages` cuts the chain into contiguous stages of the least bottleneck (`profile_split`
 does it on the planner's measured costs); `gpipe` and `one_f_one_b` build the order in which
 each stage runs its forward and backward passes, as data (`Schedule` of `Action`s) that
-`Schedule.validate` checks and `simulate` times. A model that
+`Schedule.validate` checks and `time_schedule` times. A model that
 implements `HasChain` (its `Link`s in forward order and a ``chain_loss``) can be trained by
 `PipelineTrainer`, which runs such a schedule on one device group per stage (in this process or
 across processes), with the same gradients as the unpipelined model.
@@ -22,9 +22,9 @@ from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
 from hetjax.pipeline._executor import StagePrograms as StagePrograms
 from hetjax.pipeline._executor import dispatch_order as dispatch_order
-from hetjax.pipeline._groups import Group as Group
 from hetjax.pipeline._groups import GroupRules as GroupRules
 from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
+from hetjax.pipeline._groups import SyncGroup as SyncGroup
 from hetjax.pipeline._injection import StragglerPause as StragglerPause
 from hetjax.pipeline._policies import ADPSGDPolicy as ADPSGDPolicy
 from hetjax.pipeline._policies import AllReducePolicy as AllReducePolicy
@@ -43,7 +43,7 @@ from hetjax.pipeline._schedule import Schedule as Schedule
 from hetjax.pipeline._schedule import SimResult as SimResult
 from hetjax.pipeline._schedule import gpipe as gpipe
 from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
-from hetjax.pipeline._schedule import simulate as simulate
+from hetjax.pipeline._schedule import time_schedule as time_schedule
 from hetjax.pipeline._split import profile_split as profile_split
 from hetjax.pipeline._split import split_stages as split_stages
 from hetjax.pipeline._sync_service import ServiceReport as ServiceReport
@@ -58,7 +58,6 @@ __all__ = [
     'ADPSGDPolicy',
     'Action',
     'AllReducePolicy',
-    'Group',
     'GroupAverager',
     'GroupRules',
     'GroupScheduler',
@@ -78,6 +77,7 @@ __all__ = [
     'Straggler',
     'StragglerPause',
     'SyncClient',
+    'SyncGroup',
     'SyncPolicy',
     'SyncRun',
     'SyncService',
@@ -88,8 +88,8 @@ __all__ = [
     'one_f_one_b',
     'parse_straggler',
     'profile_split',
-    'simulate',
     'simulate_sync',
     'split_stages',
     'start_service',
+    'time_schedule',
 ]

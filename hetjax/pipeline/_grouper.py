@@ -29,7 +29,7 @@ def positive_seconds(value: object, what: str) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class Group:
+class SyncGroup:
   """Workers that average their parameters together, as a scheduler hands them out.
 
   Attributes:
@@ -69,7 +69,7 @@ class Grouper:
     self._waiting_heap: list[tuple[float, int]] = []
     self._silent_heap: list[tuple[float, int]] = [(-math.inf, w) for w in range(self._workers)]
     self._barriers: dict[int, list[int]] = {}  # global-sync step -> waiting workers
-    self._ready: list[Group] = []
+    self._ready: list[SyncGroup] = []
     self._seq = 0
     self.drops: list[tuple[int, float]] = []
     self.rejoins: list[tuple[int, float]] = []
@@ -132,7 +132,7 @@ class Grouper:
     self._on_drop(now)
     self._settle(now)
 
-  def poll(self, now: float) -> list[Group]:
+  def poll(self, now: float) -> list[SyncGroup]:
     """The groups closed up to ``now`` and not handed out yet, in the order they closed."""
     self._advance(now)
     ready, self._ready = self._ready, []
@@ -233,7 +233,7 @@ class Grouper:
       self._done[m] = s
       del self._pending[m]
       heapq.heappush(self._silent_heap, (self._last_seen[m], m))
-    group = Group(tuple(members), steps[0], global_sync, self._seq, tuple(steps))
+    group = SyncGroup(tuple(members), steps[0], global_sync, self._seq, tuple(steps))
     self._seq += 1
     self._ready.append(group)
     self._on_close(group, t)
@@ -260,7 +260,7 @@ class Grouper:
   def _close_some(self, t: float) -> bool:
     return False
 
-  def _on_close(self, group: Group, t: float) -> None:
+  def _on_close(self, group: SyncGroup, t: float) -> None:
     pass
 
   def _on_drop(self, t: float) -> None:

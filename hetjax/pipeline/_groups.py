@@ -2,7 +2,7 @@
 
 Pure, deterministic bookkeeping: no JAX, no processes, no clock of its own. Times are floats the
 caller passes in (virtual or real seconds), so a driver calls `arrive` when a replica finishes a
-step, `poll` right after and again at `next_deadline`, and gets the same `Group`s whether the
+step, `poll` right after and again at `next_deadline`, and gets the same `SyncGroup`s whether the
 times come from the virtual clock or from ``time.monotonic()``. In SDPipe there is one scheduler
 per pipeline stage, grouping that stage's replicas, numbered 0 … workers − 1; `ReplicaDriver`
 runs each replica's whole pipeline in one process, so one scheduler serves every stage there.
@@ -46,7 +46,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline._grouper import Group, Grouper, positive_seconds
+from hetjax.pipeline._grouper import Grouper, SyncGroup, positive_seconds
 from hetjax.pipeline._schedule import positive_int
 
 
@@ -106,7 +106,7 @@ class GroupScheduler(Grouper):
     >>> s = GroupScheduler(4, GroupRules(max_group=2))
     >>> s.arrive(1, 1, 0.0); s.arrive(3, 1, 0.001)
     >>> s.poll(0.001)
-    [Group(members=(1, 3), step=1, global_sync=False, seq=0, steps=(1, 1))]
+    [SyncGroup(members=(1, 3), step=1, global_sync=False, seq=0, steps=(1, 1))]
   """
 
   name = 'sdpipe'
@@ -162,7 +162,7 @@ class GroupScheduler(Grouper):
       return all(self._find(w) in roots for w in self.active)
     return self._updates < self.rules.bound or len(roots) > 1
 
-  def _on_close(self, group: Group, t: float) -> None:
+  def _on_close(self, group: SyncGroup, t: float) -> None:
     r = self.rules
     if not group.global_sync:
       small = len(group.members) < r.min_group

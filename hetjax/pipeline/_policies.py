@@ -1,7 +1,7 @@
 """Parameter-synchronisation policies for the replicas of one pipeline stage, behind one Protocol.
 
 Every policy is driven the same way: `arrive` when a replica finishes a step, `poll` right after
-and at `next_deadline`, `leave` after its last step, and each returned `Group` averages its
+and at `next_deadline`, `leave` after its last step, and each returned `SyncGroup` averages its
 members' parameters. All share `Grouper`'s rules (see `hetjax.pipeline._groups`) for duplicate,
 stale and early messages, time-outs (a silent worker is dropped once others have waited
 ``timeout_s`` for it, and readmitted when it arrives again) and global synchronisations (a group
@@ -25,7 +25,7 @@ Example::
 
   >>> policy = make_sync_policy('ps', 2, every=2)
   >>> policy.arrive(0, 1, 0.0); policy.poll(0.0)
-  [Group(members=(0,), step=1, global_sync=False, seq=0, steps=(1,))]
+  [SyncGroup(members=(0,), step=1, global_sync=False, seq=0, steps=(1,))]
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ import random
 from typing import Protocol, runtime_checkable
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.pipeline._groups import Group, Grouper, GroupRules, GroupScheduler, positive_seconds
+from hetjax.pipeline._groups import Grouper, GroupRules, GroupScheduler, SyncGroup, positive_seconds
 from hetjax.pipeline._schedule import positive_int
 
 
 @runtime_checkable
 class SyncPolicy(Protocol):
-  """Turns one stage's replica arrivals into `Group`s; times are caller-supplied seconds."""
+  """Turns one stage's replica arrivals into `SyncGroup`s; times are caller-supplied seconds."""
 
   @property
   def name(self) -> str: ...
@@ -57,7 +57,7 @@ class SyncPolicy(Protocol):
 
   def leave(self, worker: int, now: float) -> None: ...
 
-  def poll(self, now: float) -> list[Group]: ...
+  def poll(self, now: float) -> list[SyncGroup]: ...
 
   def next_deadline(self) -> float | None: ...
 

@@ -75,7 +75,7 @@ class ReplicaStep:
     sync_s: averaging with the group (0 for a group of one).
     members: the group, in increasing order (this replica included).
     global_sync: whether the group was a global synchronisation.
-    seq: the group's number in the scheduler's order (`Group.seq`).
+    seq: the group's number in the scheduler's order (`SyncGroup.seq`).
 
   With ``overlap``, ``wait_s`` is how long the replica blocked for the previous step's group
   mean, ``sync_s`` the time to apply it and hand this step's averaging off, and ``members``,

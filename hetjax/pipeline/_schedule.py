@@ -4,7 +4,7 @@ A `Schedule` lists per stage the `Action`s that stage runs in order, an action b
 or the backward pass of one micro-batch through that stage. `gpipe` and `one_f_one_b` build the
 two classic synchronous schedules (both flush at the end of the step, so both compute the same
 gradients as one large batch), `Schedule.validate` checks that a schedule runs every pass once
-without deadlock, and `simulate` times it with fixed per-pass costs: its makespan, its bubble and
+without deadlock, and `time_schedule` times it with fixed per-pass costs: its makespan, its bubble and
 how many micro-batches' activations each stage holds at most.
 
 Dependencies (transfers take no time): forward(s, m) needs forward(s − 1, m); backward(s, m)
@@ -183,7 +183,7 @@ class SimResult:
   peak_in_flight: tuple[int, ...]
 
 
-def simulate(schedule: Schedule, forward_s: float | Sequence[float] = 1.0,
+def time_schedule(schedule: Schedule, forward_s: float | Sequence[float] = 1.0,
              backward_s: float | Sequence[float] = 2.0) -> SimResult:
   """Times ``schedule``: each stage runs its list in order, an action starting as soon as its
   stage is free and the actions it needs are done (transfers take no time).
@@ -196,7 +196,7 @@ def simulate(schedule: Schedule, forward_s: float | Sequence[float] = 1.0,
 
   Example::
 
-    >>> simulate(gpipe(4, 8), 1.0, 2.0)
+    >>> time_schedule(gpipe(4, 8), 1.0, 2.0)
     SimResult(makespan_s=33.0, bubble_fraction=0.2727..., peak_in_flight=(8, 8, 8, 8))
   """
   schedule.validate()

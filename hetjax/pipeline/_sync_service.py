@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline._groups import Group, positive_seconds
+from hetjax.pipeline._groups import SyncGroup, positive_seconds
 from hetjax.pipeline._policies import SyncPolicy
 
 log = logging.getLogger('hetjax.pipeline')
@@ -91,13 +91,13 @@ class ServiceReport:
     return cls(**data)
 
 
-def group_to_json(group: Group) -> dict:
+def group_to_json(group: SyncGroup) -> dict:
   return {'members': list(group.members), 'steps': list(group.steps), 'step': group.step,
           'global': group.global_sync, 'seq': group.seq}
 
 
-def group_from_json(data: dict) -> Group:
-  return Group(tuple(data['members']), int(data['step']), bool(data['global']), int(data['seq']),
+def group_from_json(data: dict) -> SyncGroup:
+  return SyncGroup(tuple(data['members']), int(data['step']), bool(data['global']), int(data['seq']),
                tuple(data['steps']))
 
 
@@ -232,7 +232,7 @@ class SyncClient:
     """No more steps: nobody waits for this worker any more."""
     self._post({'w': self.worker, 'leave': True})
 
-  def group(self, step: int, timeout_s: float = 60.0) -> Group:
+  def group(self, step: int, timeout_s: float = 60.0) -> SyncGroup:
     """Blocks until the scheduler names this worker's group for ``step``.
 
     Raises:

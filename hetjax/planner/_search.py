@@ -35,21 +35,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.planner._chain import Tables, least_memory, solve_chain
 from hetjax.planner._cluster import ClusterSpec
 from hetjax.planner._cost import (
-    AnalyticCost,
-    Cost,
-    CostModel,
-    Group,
-    fsdp_axes,
-    group_devices,
-    infeasibility,
-    members,
+  AnalyticCost,
+  Cost,
+  CostModel,
+  Group,
+  fsdp_axes,
+  group_devices,
+  infeasibility,
+  members,
 )
 from hetjax.planner._layout import Layout, mesh_factors, tensor_degrees
 from hetjax.planner._plan import Plan, SubmodelPlan
 from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.planner._solver import Tables, least_memory, solve_chain
 
 ANALYTIC = AnalyticCost()
 TIE_TOLERANCE = 0.03

@@ -1,18 +1,17 @@
-"""Workers: joining a job, launching local ones, the coordination channel, telemetry, and the
-virtual clock.
+"""Workers: joining a job, launching local ones, the coordination channel and telemetry.
 
 Step records (`StepStats`) and policies come from `hetjax.core`; hosts of known speed and their
-slowdown traces from `hetjax.emulation`.
+slowdown traces from `hetjax.emulation`; the virtual clock is `hetjax.simulation`.
 """
 
 from hetjax.runtime._cache import enable_compilation_cache as enable_compilation_cache
 from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
 from hetjax.runtime._calibrate import fit_allreduce as fit_allreduce
 from hetjax.runtime._calibrate import time_allreduce as time_allreduce
-from hetjax.runtime._cluster import Cluster as Cluster
-from hetjax.runtime._cluster import WorkerInfo as WorkerInfo
-from hetjax.runtime._cluster import discover_cluster as discover_cluster
-from hetjax.runtime._cluster import local_worker_info as local_worker_info
+from hetjax.runtime._discovery import Cluster as Cluster
+from hetjax.runtime._discovery import WorkerInfo as WorkerInfo
+from hetjax.runtime._discovery import discover_cluster as discover_cluster
+from hetjax.runtime._discovery import local_worker_info as local_worker_info
 from hetjax.runtime._distributed import WorkerContext as WorkerContext
 from hetjax.runtime._distributed import initialize as initialize
 from hetjax.runtime._kv import Channel as Channel
@@ -22,20 +21,14 @@ from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
 from hetjax.runtime._telemetry import split_collective as split_collective
-from hetjax.runtime._virtual_clock import ClockCosts as ClockCosts
-from hetjax.runtime._virtual_clock import VirtualRun as VirtualRun
-from hetjax.runtime._virtual_clock import simulate as simulate
-from hetjax.runtime._virtual_tokens import simulate_tokens as simulate_tokens
 
 __all__ = [
     'AllReduceFit',
     'Channel',
-    'ClockCosts',
     'Cluster',
     'LaunchResult',
     'LocalChannel',
     'TelemetryGatherer',
-    'VirtualRun',
     'WorkerContext',
     'WorkerInfo',
     'discover_cluster',
@@ -45,8 +38,6 @@ __all__ = [
     'initialize',
     'launch_local',
     'local_worker_info',
-    'simulate',
-    'simulate_tokens',
     'split_collective',
     'time_allreduce',
 ]

@@ -41,6 +41,16 @@ class LogicalRules:
     >>> rules.spec(('embed', 'mlp'))   # 'embed' has no rule: replicated
     PartitionSpec(None, 'model')
 
+  A table may also name ``fallback`` mesh axes for arrays that no rule splits (every dimension
+  unnamed, or named but without a rule here): `checked_spec` then splits the largest dimension
+  they divide. FSDP uses it, so that a parameter is sharded whatever its model called it::
+
+    >>> fsdp = LogicalRules.of({'embed': ('data', 'model')}, fallback=('data', 'model'))
+    >>> fsdp.checked_spec((None, None), (6, 8), mesh_4x2, "parameter 'w'")   # 8 ways
+    PartitionSpec(None, ('data', 'model'))      # dimension 0 (6) does not divide, 1 (8) does
+    >>> fsdp.checked_spec((None,), (10,), mesh_4x2, "parameter 'b'")
+    PartitionSpec(None,)                        # nothing divides by 8: replicated
+
   A plan that lays out each sub-model differently carries one table per sub-model in
   ``scopes``: inside `hetjax.sharding.scope('tower')` (activations) or for parameters under the
   sub-model ``'tower'``, `in_scope('tower')` is used instead of the top-level table.
@@ -49,15 +59,22 @@ class LogicalRules:
     rules: ``(logical name, mesh axes)`` pairs; mesh axes is a tuple of axis names, ``()`` for
       replicated. Several pairs may name the same logical axis: they are tried in order.
     scopes: ``(sub-model name, rules)`` pairs overriding the table inside that sub-model.
+    fallback: mesh axes for an array none of whose dimensions a rule splits, applied by
+      `checked_spec` only (it needs the shape): its largest dimension divisible by their total
+      size (the first of equal ones) is split over them; ``()`` (default) replicates it.
+      A scope's table has its own ``fallback``.
   """
 
   rules: tuple[tuple[str, MeshAxes], ...] = ()
   scopes: tuple[tuple[str, LogicalRules], ...] = ()
+  fallback: MeshAxes = ()
 
   @classmethod
-  def of(cls, mapping: Mapping[str, str | Sequence[str] | None]) -> LogicalRules:
+  def of(cls, mapping: Mapping[str, str | Sequence[str] | None],
+         fallback: str | Sequence[str] | None = None) -> LogicalRules:
     """Builds rules from a ``{logical name: mesh axis or axes or None}`` mapping."""
-    return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()))
+    return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()),
+               fallback=_as_axes(fallback))
 
   def in_scope(self, name: str | None) -> LogicalRules:
     """The table that applies inside sub-model ``name`` (this one if it has none of its own)."""
@@ -91,7 +108,8 @@ class LogicalRules:
   def checked_spec(
       self, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh, what: str
   ) -> PartitionSpec:
-    """Like `spec`, but fails if a sharded dimension is not divisible by its mesh axes.
+    """Like `spec`, but fails if a sharded dimension is not divisible by its mesh axes, and
+    applies ``fallback`` to an array that no rule splits.
 
     Args:
       names: logical name of each dimension (``None`` for an unnamed dimension).
@@ -105,7 +123,8 @@ class LogicalRules:
     if len(names) != len(shape):
       raise ShardingError(
           f'{what}: {len(names)} logical names {tuple(names)} for a rank-{len(shape)} array')
-    for missing in {a for axes in self.mesh_axes(names) for a in axes} - set(mesh.shape):
+    wanted = {a for axes in self.mesh_axes(names) for a in axes} | set(self.fallback)
+    for missing in wanted - set(mesh.shape):
       raise ShardingError(
           f'{what}: rule maps onto mesh axis {missing!r}, which mesh {dict(mesh.shape)} lacks')
     for dim, (name, size, axes) in enumerate(zip(names, shape, self.mesh_axes(names), strict=True)):
@@ -114,7 +133,20 @@ class LogicalRules:
         raise ShardingError(
             f'{what}: dimension {dim} ({name!r}, size {size}) is not divisible by mesh axes '
             f'{axes} of total size {ways}')
-    return self.spec(names)
+    spec = self.spec(names)
+    if self.fallback and all(entry is None for entry in spec):
+      return self._fallback_spec(shape, mesh)
+    return spec
+
+  def _fallback_spec(self, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
+    """``fallback`` on the largest dimension it divides (the first of equal ones), or none."""
+    ways = math.prod(mesh.shape[a] for a in self.fallback)
+    divisible = [dim for dim, size in enumerate(shape) if size % ways == 0]
+    entries: list[str | MeshAxes | None] = [None] * len(shape)
+    if divisible:
+      dim = max(divisible, key=lambda d: (shape[d], -d))
+      entries[dim] = self.fallback[0] if len(self.fallback) == 1 else self.fallback
+    return PartitionSpec(*entries)
 
 
 @dataclasses.dataclass(frozen=True)

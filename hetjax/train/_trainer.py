@@ -16,8 +16,8 @@ from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.sharding import ShardingRules, activation_rules, batch_sharding, put_batch
-from hetjax.train._layout import init_state, state_layout
 from hetjax.train._state import TrainState
+from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._task import Task
 
 PyTree = Any

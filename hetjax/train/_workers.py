@@ -36,9 +36,9 @@ from hetjax.data import Batch, slice_batch
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._head import StepHead
 from hetjax.train._host import EmulatedHost, host_load
-from hetjax.train._layout import init_state, state_layout
 from hetjax.train._share_programs import SharePrograms
 from hetjax.train._state import TrainState
+from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
 from hetjax.train._worker_mesh import PROC, local_batch_degree, stacked_spec, worker_meshes

@@ -1,6 +1,6 @@
 """Fela's token scheduling on the virtual clock, and the end-game rule both clocks use.
 
-The same cost model as `simulate` (see `hetjax.runtime.ClockCosts`), applied per token: worker i
+The same cost model as `simulate_shares` (see `hetjax.simulation.ClockCosts`), applied per token: worker i
 at step t spends
 
   token_i = factor_i(t) × (fixed_s + per_sample_s × token_rows)
@@ -45,7 +45,7 @@ import numpy as np
 from hetjax._errors import ConfigError
 from hetjax.core._stats import StepStats
 from hetjax.emulation import SlowdownTrace
-from hetjax.runtime._virtual_clock import ClockCosts, VirtualRun, _count
+from hetjax.simulation._shares import ClockCosts, VirtualRun, _count
 
 #: The others, each assumed half-way through a token, cannot finish a remaining token sooner
 #: than 1.5 × the fastest one's token time: below that a worker always takes the token.
@@ -104,7 +104,7 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     endgame: apply the end-game rule (see the module docstring) once every worker's speed is
       known; the worker that did the most tokens in the previous step is the one never to leave.
     noise_cv: each token's compute is multiplied by an independent log-normal factor with this
-      coefficient of variation (as in `simulate`).
+      coefficient of variation (as in `simulate_shares`).
     seed: seeds the noise.
 
   Returns:

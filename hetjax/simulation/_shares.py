@@ -17,7 +17,7 @@ Example::
 
   >>> cost = ClockCosts(per_sample_s=1e-3)
   >>> uniform = balance.Uniform(ShareRules(400, 4))
-  >>> run = simulate(uniform, StaticTrace((1, 1, 1, 3)), cost, 400, steps=10)
+  >>> run = simulate_shares(uniform, StaticTrace((1, 1, 1, 3)), cost, 400, steps=10)
   >>> run.mean_iter_s(), round(run.ratio_to_limit(), 9)  # 3 × 100 × 1 ms vs 400 ms / (3 + 1/3)
   (0.3, 2.5)
 """
@@ -96,7 +96,7 @@ class ClockCosts:
     The left side is piecewise linear in T with breaks at fixed_s·fᵢ, so it is solved exactly:
     with the k fastest workers active, T = (X·per_sample_s + k·fixed_s) / Σ_{j≤k} 1/fⱼ. With
     fixed_s = 0 this is X·per_sample_s / Σ 1/fᵢ, i.e. X / Σ vᵢ. A worker whose fixed overhead
-    alone exceeds T is left out of the bound (share 0, skipping the step); `simulate` still
+    alone exceeds T is left out of the bound (share 0, skipping the step); `simulate_shares` still
     charges it fixed_s·fᵢ.
 
     Example::
@@ -123,7 +123,7 @@ class VirtualRun:
 
   ``comm_s`` is each step's `ClockCosts.sync_s`; ``history`` the `StepStats` the policy learned
   from; ``policy_state`` the policy's state after the last step (what a checkpoint would save:
-  ``simulate(…, later, start=steps, policy_state=run.policy_state)`` continues the run).
+  ``simulate_shares(…, later, start=steps, policy_state=run.policy_state)`` continues the run).
   """
 
   shares: np.ndarray
@@ -163,7 +163,7 @@ def _checked_shares(shares, policy, step: int, workers: int, total: int) -> np.n
   return a
 
 
-def simulate(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, global_batch: int,
+def simulate_shares(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, global_batch: int,
              steps: int, workers: int | None = None, noise_cv: float = 0.0, seed: int = 0, *,
              start: int = 0, policy_state: Any = None) -> VirtualRun:
   """Runs ``policy`` for BSP steps ``start`` … ``steps`` − 1 on the virtual clock.
@@ -183,9 +183,9 @@ def simulate(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, global_batc
   Example::
 
     policy = balance.make_policy('lbbsp', balance.ShareRules(4096, 1024))
-    run = simulate(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 100)
+    run = simulate_shares(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 100)
     print(run.ratio_to_limit(skip=10))
-    rest = simulate(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 200, start=100,
+    rest = simulate_shares(policy, MarkovTrace(1024, slow=3, stay=0.9), cost, 4096, 200, start=100,
                     policy_state=run.policy_state)   # steps 100 … 199
 
   Args:

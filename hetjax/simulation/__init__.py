@@ -1,0 +1,15 @@
+"""The virtual clock: share policies and token pulling on modelled hosts, no devices.
+
+`simulate_shares` drives a share policy (the same value `train.training_steps` drives on real
+workers) against a slowdown trace and a `ClockCosts` model; `simulate_tokens` does the same for
+Fela's token pulling. Every time they report is virtual (modelled), never measured. SDPipe's
+sync policies have their own discrete-event clock, `hetjax.pipeline.simulate_sync`, and a
+pipeline schedule's makespan is `hetjax.pipeline.time_schedule`.
+"""
+
+from hetjax.simulation._shares import ClockCosts as ClockCosts
+from hetjax.simulation._shares import VirtualRun as VirtualRun
+from hetjax.simulation._shares import simulate_shares as simulate_shares
+from hetjax.simulation._tokens import simulate_tokens as simulate_tokens
+
+__all__ = ['ClockCosts', 'VirtualRun', 'simulate_shares', 'simulate_tokens']
