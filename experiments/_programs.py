@@ -123,23 +123,25 @@ def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
 
 
 def fsdp_notice(trainer: train.Trainer) -> str | None:
-  """One line naming the matrices FSDP leaves replicated (none of their dimensions is named
-  ``table`` or ``embed``), with their share of the weights; None when every matrix is sharded
-  (vectors such as biases stay replicated without notice). FSDP shards by logical name only, so
-  this is where a model's naming shows."""
+  """One line naming the parameters FSDP leaves replicated, and why: FSDP splits a ``table`` or
+  ``embed`` dimension, else the largest dimension the device count divides, so these have none
+  it divides. None when every parameter with a dimension is sharded (or on one device)."""
   from flax import traverse_util
 
+  ways = int(np.prod([trainer.mesh.shape[a] for a in trainer.rules.params.fallback]))
   shapes = traverse_util.flatten_dict(trainer.layout.abstract.params)
   specs = traverse_util.flatten_dict(trainer.state_shardings.params)
   whole = {k: int(np.prod(v.shape)) for k, v in shapes.items()}
-  kept = [k for k, s in specs.items()
-          if all(e is None for e in s.spec) and len(shapes[k].shape) >= 2]
-  if not kept:
+  kept = sorted((k for k, s in specs.items() if shapes[k].shape and all(e is None for e in s.spec)),
+                key=lambda k: -whole[k])
+  if ways == 1 or not kept:
     return None
-  names = ', '.join('/'.join(map(str, k)) for k in sorted(kept, key=lambda k: -whole[k])[:3])
+  names = ', '.join(f'{"/".join(map(str, k))} {shapes[k].shape}' for k in kept[:3])
   share = sum(whole[k] for k in kept) / sum(whole.values())
-  return (f'fsdp: {len(kept)} matrices ({share:.1%} of the weights) name no table or embed '
-          f'dimension and stay replicated: {names}{", …" if len(kept) > 3 else ""}')
+  share_text = f'{share:.1%}' if share >= 1e-3 else '<0.1%'
+  noun = 'parameter' if len(kept) == 1 else 'parameters'
+  return (f'fsdp: {len(kept)} {noun} ({share_text} of the weights) left replicated, no '
+          f'dimension divisible by {ways} devices: {names}{", …" if len(kept) > 3 else ""}')
 
 
 def _caps(config) -> tuple[int, ...] | None:

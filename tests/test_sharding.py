@@ -40,6 +40,31 @@ def test_checked_spec_names_parameter_dimension_and_sizes():
   assert "('data', 'model') of total size 8" in message and '\n' not in message
 
 
+@pytest.mark.parametrize('names, shape, expected', [
+    ((None, None), (6, 8), (None, 'data')),          # 4 divides dimension 1 only
+    ((None, None), (8, 12), (None, 'data')),         # the largest that 4 divides
+    ((None, None, None), (8, 4, 8), ('data', None, None)),  # a tie: the first
+    (('mlp', None), (12, 8), ('data', None)),        # 'mlp' has no rule here: unknown
+    ((None, None), (3, 5), (None, None)),            # 4 divides neither: replicated
+    (('embed', None), (8, 12), ('data', None)),      # a rule splits it: no fallback
+    ((), (), ()),                                    # a scalar
+])
+def test_fallback_splits_the_largest_divisible_dimension(names, shape, expected):
+  mesh = make_mesh((4, 1), devices=require_devices(4))
+  rules = LogicalRules.of({'embed': 'data'}, fallback='data')
+  assert rules.checked_spec(names, shape, mesh, 'w') == PartitionSpec(*expected)
+  assert LogicalRules.of({'embed': 'data'}).checked_spec(names, shape, mesh, 'w') == (
+      PartitionSpec(*[e if n == 'embed' else None for n, e in zip(names, expected, strict=True)]))
+
+
+def test_fallback_needs_more_than_one_device_and_a_known_mesh_axis():
+  mesh = make_mesh((1, 1), devices=require_devices(1))
+  one = LogicalRules.of({}, fallback=('data', 'model'))
+  assert one.checked_spec((None,), (8,), mesh, 'w') == PartitionSpec(None)
+  with pytest.raises(ShardingError, match="mesh axis 'fsdp'"):
+    LogicalRules.of({}, fallback='fsdp').checked_spec((None,), (8,), mesh, 'w')
+
+
 def test_checked_spec_rejects_unknown_mesh_axis():
   mesh = make_mesh((1, 1), devices=require_devices(1))
   with pytest.raises(ShardingError, match="mesh axis 'tensor'"):

@@ -6,14 +6,17 @@ different order, nothing more.
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec
 
 import models
 from hetjax import ConfigError, ShardingError
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, training_steps
+from hetjax.train import Strategy, Task, Trainer, training_steps
 from tests.conftest import require_devices
 
 STEPS = 5
@@ -97,10 +100,13 @@ D = ('data', 'model')  # both mesh axes, as one split
 # equivalence test above would also pass if a strategy silently replicated everything.
 EXPECTED_SPECS = {
     Strategy.FSDP: {
-        'mlp': {'up/kernel': (D, None), 'down/kernel': (None, D), 'head/kernel': (D, None)},
-        # The tower's first matrix names no 'table' or 'embed' dimension: FSDP leaves it
-        # replicated, and experiments/train.py says so (see _programs.fsdp_notice).
-        'wide_deep': {'embedding/table': (D, None), 'tower/up/kernel': (None, None)},
+        # A parameter naming no 'table' or 'embed' dimension is split along its largest
+        # dimension that 8 divides ('mlp' biases, the tower's (72, 64) first matrix), and stays
+        # replicated when none divides (the 10 classes' bias), which the notice names.
+        'mlp': {'up/kernel': (D, None), 'down/kernel': (None, D), 'head/kernel': (D, None),
+                'up/bias': (D,), 'head/bias': (None,)},
+        'wide_deep': {'embedding/table': (D, None), 'tower/up/kernel': (D, None),
+                      'wide/linear/kernel': (D, None), 'tower/head/bias': (None,)},
         'transformer': {'blocks/0/attn/query': (D, None, None),
                         'blocks/0/attn/out': (None, None, D)},
     },
@@ -117,6 +123,15 @@ EXPECTED_SPECS = {
         'transformer': {'blocks/0/attn/query': (None, 'model', None),
                         'blocks/0/attn/out': ('model', None, None)},
     },
+}
+
+# Only parameters with no dimension that the 8 devices divide stay replicated under FSDP.
+FSDP_NOTICES = {
+    'mlp': 'fsdp: 1 parameter (<0.1% of the weights) left replicated, no dimension divisible by '
+           '8 devices: head/bias (10,)',
+    'transformer': None,
+    'wide_deep': 'fsdp: 2 parameters (<0.1% of the weights) left replicated, no dimension '
+                 'divisible by 8 devices: tower/head/bias (1,), wide/linear/bias (1,)',
 }
 
 
@@ -149,14 +164,33 @@ def test_strategy_shards_the_parameters_it_must(name, strategy):
   if strategy is Strategy.FSDP:
     from experiments import _programs
 
-    notice = _programs.fsdp_notice(trainer)
-    assert (name == 'wide_deep') == (notice is not None)
-    assert notice is None or notice.startswith(
-        'fsdp: 2 matrices (6.0% of the weights) name no table or embed dimension and stay '
-        'replicated: tower/up/kernel, wide/linear/kernel')
+    assert _programs.fsdp_notice(trainer) == FSDP_NOTICES[name]
 
 
 @pytest.mark.parametrize('name', list(MODELS))
 def test_data_parallel_replicates_every_parameter(name):
   specs, _ = _param_specs(name, Strategy.DATA_PARALLEL)
   assert specs and all(all(e is None for e in spec) for spec in specs.values()), specs
+
+
+class _Unnamed(nnx.Module):
+  """Parameters without logical names: FSDP must still shard what divides."""
+
+  def __init__(self, rngs: nnx.Rngs):
+    del rngs
+    self.w = nnx.Param(jnp.ones((6, 8)))    # 4 divides dimension 1 only
+    self.odd = nnx.Param(jnp.ones((3, 5)))  # 4 divides neither
+
+
+def test_fsdp_shards_an_unnamed_parameter_and_names_what_it_cannot():
+  from experiments import _programs
+
+  mesh = make_mesh((4, 1), devices=require_devices(4))
+  task = Task('unnamed', _Unnamed, lambda model, batch: model.w.sum(), models.make_task('mlp').data)
+  trainer = Trainer(task, OPTIMIZER, 4, mesh, Strategy.FSDP.rules())
+  specs = trainer.state_shardings.params
+  assert specs['w'].spec == PartitionSpec(None, D)
+  assert specs['odd'].spec == PartitionSpec(None, None)
+  assert _programs.fsdp_notice(trainer) == (
+      'fsdp: 1 parameter (23.8% of the weights) left replicated, no dimension divisible by 4 '
+      'devices: odd (3, 5)')

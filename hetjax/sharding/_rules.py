@@ -45,11 +45,9 @@ class LogicalRules:
   unnamed, or named but without a rule here): `checked_spec` then splits the largest dimension
   they divide. FSDP uses it, so that a parameter is sharded whatever its model called it::
 
-    >>> fsdp = LogicalRules.of({'embed': ('data', 'model')}, fallback=('data', 'model'))
-    >>> fsdp.checked_spec((None, None), (6, 8), mesh_4x2, "parameter 'w'")   # 8 ways
-    PartitionSpec(None, ('data', 'model'))      # dimension 0 (6) does not divide, 1 (8) does
-    >>> fsdp.checked_spec((None,), (10,), mesh_4x2, "parameter 'b'")
-    PartitionSpec(None,)                        # nothing divides by 8: replicated
+    fsdp = LogicalRules.of({'embed': ('data', 'model')}, fallback=('data', 'model'))
+    fsdp.checked_spec((None, None), (6, 8), mesh_4x2, 'w')  # P(None, ('data', 'model')): 8 | 8
+    fsdp.checked_spec((None,), (10,), mesh_4x2, 'b')        # P(None,): 8 divides no dimension
 
   A plan that lays out each sub-model differently carries one table per sub-model in
   ``scopes``: inside `hetjax.sharding.scope('tower')` (activations) or for parameters under the
@@ -139,9 +137,10 @@ class LogicalRules:
     return spec
 
   def _fallback_spec(self, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
-    """``fallback`` on the largest dimension it divides (the first of equal ones), or none."""
+    """``fallback`` on the largest dimension it divides (the first of equal ones); replicated
+    when it divides none, or when its axes have one device (nothing to split)."""
     ways = math.prod(mesh.shape[a] for a in self.fallback)
-    divisible = [dim for dim, size in enumerate(shape) if size % ways == 0]
+    divisible = [dim for dim, size in enumerate(shape) if size % ways == 0] if ways > 1 else []
     entries: list[str | MeshAxes | None] = [None] * len(shape)
     if divisible:
       dim = max(divisible, key=lambda d: (shape[d], -d))

@@ -6,9 +6,13 @@ the mesh shape decides the degrees, the strategy decides what each axis splits.
 | strategy          | batch split over     | parameters split                                  |
 |-------------------|----------------------|---------------------------------------------------|
 | ``data_parallel`` | data × model         | none (replicated)                                 |
-| ``fsdp``          | data × model         | ``table``, else ``embed``, over data × model      |
+| ``fsdp``          | data × model         | ``table``, else ``embed``, else the largest divisible dimension, over data × model |
 | ``tensor_parallel`` | none (replicated)  | ``mlp``, ``heads``, ``vocab``, ``table`` over data × model |
 | ``hybrid``        | data                 | ``mlp``, ``heads``, ``vocab``, ``table`` over model |
+
+FSDP shards every parameter, named or not: one that names no ``table`` or ``embed`` dimension is
+split along its largest dimension that the device count divides (the first of equal ones), and
+replicated only when none divides (`LogicalRules.fallback`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ class Strategy(enum.Enum):
       return ShardingRules(params=LogicalRules(), compute=LogicalRules.of({'batch': _ALL}))
     if self is Strategy.FSDP:
       return ShardingRules(
-          params=LogicalRules.of({'table': _ALL, 'embed': _ALL}),
+          params=LogicalRules.of({'table': _ALL, 'embed': _ALL}, fallback=_ALL),
           compute=LogicalRules.of({'batch': _ALL}))
     if self is Strategy.TENSOR_PARALLEL:
       tp = LogicalRules.of({name: _ALL for name in _MODEL_PARALLEL_AXES})
