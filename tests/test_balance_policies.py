@@ -18,7 +18,7 @@ from hetjax.balance._predictors import EWMA, LastValue
 from hetjax.balance._registry import PolicyName, make_policy
 from hetjax.balance._simple import Oracle, Proportional
 from hetjax.core import Policy, ShareRules, StepStats, decode_state, encode_state
-from hetjax.emulation import CsvTrace, MarkovTrace, StaticTrace, StepChangeTrace
+from hetjax.emulation import CsvTrace, MarkovTrace, StaticTrace, StepChangeTrace, TransientTrace
 from hetjax.simulation._shares import ClockCosts, VirtualRun, simulate_shares
 
 X, BUCKET = 4096, 64
@@ -292,3 +292,64 @@ def test_a_state_saved_by_another_policy_is_refused():
   saved = encode_state(make_policy('lbbsp-ewma', RULES).init())
   with pytest.raises(ConfigError, match='another policy'):
     decode_state(make_policy('uniform', RULES).init(), saved)
+
+
+def _brute_force_max_s(rules: ShareRules, per_row_s, fixed_s) -> float:
+  """min over every valid bucketed split of max_i (fixed_i + share_i × per_row_i)."""
+  import itertools
+  units = rules.global_batch // rules.bucket
+  best = np.inf
+  for split in itertools.product(range(1, units + 1), repeat=rules.workers):
+    if sum(split) == units:
+      best = min(best, max(f + u * rules.bucket * r
+                           for u, r, f in zip(split, per_row_s, fixed_s, strict=True)))
+  return best
+
+
+@pytest.mark.parametrize('per_row_s, fixed_s', [((1, 1, 3), (0, 0, 0)), ((1, 2, 1), (5, 0, 2)),
+                                                ((0.5, 3, 1), (9, 9, 0))])
+def test_min_max_shares_matches_brute_force(per_row_s, fixed_s):
+  from hetjax.balance._simple import min_max_shares
+  rules = ShareRules(global_batch=24, workers=3, bucket=2)
+  shares = min_max_shares(rules, per_row_s, fixed_s)
+  got = max(f + s * r for s, r, f in zip(shares, per_row_s, fixed_s, strict=True))
+  assert got == pytest.approx(_brute_force_max_s(rules, per_row_s, fixed_s))
+
+
+ORACLE_TRACES = {
+    'static': StaticTrace((1, 1, 1, 3)),
+    'step': StepChangeTrace(at=10, before=(1, 1, 1, 1), after=(1, 3, 1, 1)),
+    'markov': MarkovTrace(4, slow=3, stay=0.9, seed=0),
+}
+
+
+@pytest.mark.parametrize('row_s', [2e-4, (2e-4, 2e-4, 4e-4, 1e-4)])  # equal and unequal bases
+@pytest.mark.parametrize('scenario', list(ORACLE_TRACES))
+def test_the_oracle_bounds_every_causal_policy_with_fixed_costs(scenario, row_s):
+  # A fixed cost per step (here a third of a uniform step) that the trace stretches too: shares
+  # ∝ 1 / factor (the oracle before) are then not the balanced optimum; the oracle that knows
+  # row_s and fixed_s is, step by step, so no causal policy's mean can be below its.
+  trace = ORACLE_TRACES[scenario]
+  cost = ClockCosts(per_sample_s=row_s, fixed_s=0.1)
+  oracle = Oracle(RULES, trace, row_s=row_s, fixed_s=0.1)
+  best = simulate_shares(oracle, trace, cost, X, 30)
+  assert (best.iter_s >= best.balanced_limit_s - 1e-12).all()  # the limit drops workers
+  for name in ALL_NAMES:
+    if name == 'oracle':
+      continue
+    other = simulate_shares(make_policy(name, RULES, trace), trace, cost, X, 30)
+    assert (best.iter_s <= other.iter_s * (1 + 1e-12)).all(), name
+  rate_only = simulate_shares(Oracle(RULES, trace), trace, cost, X, 30)
+  assert best.mean_iter_s() < rate_only.mean_iter_s()
+
+
+def test_the_oracle_sees_transient_delays_and_checks_its_costs():
+  trace = TransientTrace(4, h=3.0, p=0.3, seed=0)
+  delays = next(trace.delays(t) for t in range(50) if trace.delays(t).any())
+  step = next(t for t in range(50) if trace.delays(t).any())
+  planned = np.array(Oracle(RULES, trace).planned(step).values)
+  assert (planned[delays > 0] < planned[delays == 0].min()).all()
+  with pytest.raises(ConfigError, match='row_s'):
+    Oracle(RULES, trace, row_s=(1.0, 2.0))
+  with pytest.raises(ConfigError, match='fixed_s'):
+    Oracle(RULES, trace, fixed_s=-1.0)

@@ -2,7 +2,8 @@
 
 They bound LB-BSP from both sides in the benchmarks: `Uniform` is what balancing must beat,
 `Proportional` is the simplest reactive balancer (LB-BSP with a last-value predictor, no
-damping), and `Oracle` knows the slowdowns of the step it plans, which no real policy can.
+damping), and `Oracle` knows every worker's true speed at the step it plans (slowdown and
+base speed), which no real policy can.
 
 Example::
 
@@ -119,38 +120,48 @@ class Proportional:
 
 @dataclasses.dataclass(frozen=True)
 class Oracle:
-  """Shares ∝ the true speeds of the step being planned: base_speed / trace.factors(step).
+  """The balanced optimum of every step, from each worker's true speed at that step.
 
-  It reads the slowdown trace, so it exists only for benchmarks, as the best any policy could
-  do with perfect foresight (up to bucket rounding). It learns nothing: ``init()`` holds step
-  0's shares and ``update`` after step t gives step t + 1's.
+  Worker i's step of x rows takes ``(factor_i(t) + delay_i(t)) × (fixed_s + x × row_s_i)``
+  seconds: the time a `hetjax.emulation.KnownSpeedHost` pads it to and the virtual clock's
+  model. The oracle reads the slowdown trace (factor and transient delay) and the hosts' costs
+  (base speed 1 / row_s_i and the per-step fixed_s), so it exists only for benchmarks. Its
+  shares minimise the slowest worker's time over all valid shares (`min_max_shares`), which
+  makes it an upper bound for every causal policy wherever the model holds: on the virtual
+  clock exactly, on hosts of known speed up to their overruns. Shares ∝ 1 / factor (the oracle
+  before) are that optimum only when fixed_s is 0 and base speeds are equal. It learns nothing:
+  ``init()`` holds step 0's shares and ``update`` after step t gives step t + 1's.
 
   Args:
     rules: the job's share rules.
     trace: the slowdowns the run will see.
-    base_speed: each worker's undisturbed speed (rows/s); equal by default.
+    row_s: each worker's seconds per row at factor 1 (one value for all, or one per worker).
+    fixed_s: seconds per step whatever the rows, at factor 1.
   """
 
   rules: ShareRules
   trace: SlowdownTrace
-  base_speed: tuple[float, ...] | None = None
+  row_s: float | tuple[float, ...] = 1.0
+  fixed_s: float = 0.0
   name: str = dataclasses.field(default='oracle', init=False)
 
   def __post_init__(self):
-    if self.trace.workers != self.rules.workers:
-      raise ConfigError(f'oracle trace has {self.trace.workers} workers, rules '
-                        f'{self.rules.workers}')
-    if self.base_speed is not None:
-      base = np.asarray(self.base_speed, dtype=np.float64)
-      if base.shape != (self.rules.workers,) or not (np.isfinite(base).all() and (base > 0).all()):
-        raise ConfigError(f'oracle base_speed {self.base_speed} must be '
-                          f'{self.rules.workers} finite values > 0')
-      object.__setattr__(self, 'base_speed', tuple(base.tolist()))
+    n = self.rules.workers
+    if self.trace.workers != n:
+      raise ConfigError(f'oracle trace has {self.trace.workers} workers, rules {n}')
+    row = np.broadcast_to(np.asarray(self.row_s, dtype=np.float64), (n,)) \
+        if np.ndim(self.row_s) == 0 or np.shape(self.row_s) == (n,) else None
+    if row is None or not (np.isfinite(row).all() and (row > 0).all()):
+      raise ConfigError(f'oracle row_s {self.row_s} must be one or {n} finite values > 0')
+    if not (np.isfinite(self.fixed_s) and self.fixed_s >= 0):
+      raise ConfigError(f'oracle fixed_s {self.fixed_s} must be finite and >= 0')
+    object.__setattr__(self, 'row_s', tuple(row.tolist()))
+    object.__setattr__(self, 'fixed_s', float(self.fixed_s))
 
   def planned(self, step: int) -> Shares:
-    """The shares of ``step``, from its true slowdowns."""
-    base = np.ones(self.rules.workers) if self.base_speed is None else np.array(self.base_speed)
-    return self.rules.from_weights(base / self.trace.factors(step))
+    """The shares of ``step``: the min-max split at its true slowdowns."""
+    slow = np.asarray(self.trace.factors(step)) + np.asarray(self.trace.delays(step))
+    return min_max_shares(self.rules, slow * np.array(self.row_s), slow * self.fixed_s)
 
   def init(self) -> SharesState:
     return SharesState(shares_array(self.planned(0)))
@@ -160,3 +171,48 @@ class Oracle:
       return shares_of(state.shares, self.rules), state
     shares = self.planned(stats.step + 1)
     return shares, SharesState(shares_array(shares))
+
+
+def min_max_shares(rules: ShareRules, per_row_s, fixed_s) -> Shares:
+  """The valid shares minimising max_i (fixed_s_i + share_i × per_row_s_i).
+
+  The fractional optimum first: the level T at which each worker, given the rows it finishes by
+  T (within its bounds), covers the global batch — found by bisection, since the rows covered
+  grow with T. Its shares rounded down to buckets are at most those of an integer optimum, so
+  handing out the leftover buckets one at a time to the worker that would finish soonest with
+  one more is optimal too (each hand-out stays at or under the optimum's time).
+
+  Example::
+
+    >>> rules = ShareRules(global_batch=8, workers=2, bucket=1)
+    >>> min_max_shares(rules, [1.0, 1.0], [4.0, 0.0]).values  # both done at 6 s
+    (2, 6)
+
+  Args:
+    rules: the bounds, bucket and global batch.
+    per_row_s: seconds per row of each worker (> 0).
+    fixed_s: seconds each worker takes whatever its rows (>= 0).
+  """
+  b, units = rules.bucket, rules.global_batch // rules.bucket
+  per_unit = np.asarray(per_row_s, dtype=np.float64) * b
+  fixed = np.broadcast_to(np.asarray(fixed_s, dtype=np.float64), per_unit.shape)
+  lo = np.asarray(rules.lower, dtype=np.float64) / b
+  hi = np.minimum(np.asarray(rules.upper, dtype=np.float64) / b, units)
+
+  def covered(level: float) -> np.ndarray:
+    return np.clip((level - fixed) / per_unit, lo, hi)
+
+  low, high = 0.0, float(np.max(fixed + per_unit * hi))  # Σ covered(high) = Σ hi >= units
+  for _ in range(200):
+    mid = 0.5 * (low + high)
+    if covered(mid).sum() <= units:
+      low = mid
+    else:
+      high = mid
+    if high - low <= 1e-15 * high:
+      break
+  taken = np.floor(covered(low)).astype(np.int64)  # Σ <= units, each >= lo (integers)
+  for _ in range(units - int(taken.sum())):  # at most about one a worker
+    finish = np.where(taken + 1 <= hi, fixed + per_unit * (taken + 1), np.inf)
+    taken[int(np.argmin(finish))] += 1
+  return Shares(tuple(int(v) * b for v in taken), rules)
