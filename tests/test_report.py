@@ -17,12 +17,16 @@ import pytest
 from hetjax import ConfigError
 from hetjax.report import (
     IterationSummary,
+    Throughput,
     WorkerSummary,
     format_table,
     iteration_summary,
     load_telemetry,
     plot_timeline,
+    steady_throughput,
     summarise,
+    summary_fields,
+    telemetry_throughput,
     write_plots,
 )
 from hetjax.report.__main__ import main
@@ -89,10 +93,11 @@ def test_summaries_are_exact(run_dir):
       WorkerSummary(worker=3, **slow)]
   # Steps 2..6: iterations 1, .5, 1, .5, 1 s -> 4 s for 5 × 128 examples.
   assert iteration_summary(t) == IterationSummary(
-      steps=5, skipped=1, iteration_s=0.8, global_batch=128.0, samples_per_s=160.0)
-  # With the compile step: 14 s for 6 × 128 examples.
-  assert iteration_summary(t, skip=0) == IterationSummary(
-      steps=6, skipped=0, iteration_s=14 / 6, global_batch=128.0, samples_per_s=6 * 128 / 14)
+      iteration_s=0.8, global_batch=128.0,
+      throughput=Throughput(160.0, steps=(2, 3, 4, 5, 6), warmup=(1,), compiling=()))
+  # With the compile step (this telemetry has no compile_s, so it counts): 14 s for 6 × 128.
+  it = iteration_summary(t, skip=0)
+  assert (it.steps, it.skipped, it.iteration_s, it.samples_per_s) == (6, 0, 14 / 6, 6 * 128 / 14)
   assert summarise(t, skip=0)[0].compute_s == (9.0 + 1.0) / 6
 
 
@@ -114,7 +119,7 @@ def test_table_has_a_row_per_worker_and_a_footer(run_dir):
   assert rows[3][1] == '3.00' and rows[3][5] == '400.00' and rows[3][-1] == '0.0%'
   assert len({len(line) for line in table[:7]}) == 1  # aligned
   assert table[-1] == ('iteration 800.00 ms (slowest worker) | 160.0 samples/s | '
-                       'global batch 128 | 5 steps after skipping 1')
+                       'global batch 128 | steps 2-6, 5 counted: 1 warm-up step excluded')
 
 
 def _assert_png(path):
@@ -156,7 +161,7 @@ def test_cli_prints_the_table_and_writes_plots(run_dir):
 def test_no_plots_writes_nothing(run_dir, capsys):
   assert main([str(run_dir), '--no-plots', '--skip=0']) == 0
   out = capsys.readouterr().out
-  assert 'wrote' not in out and '6 steps\n' in out
+  assert 'wrote' not in out and '| steps 1-6, 6 counted\n' in out
   assert not list(run_dir.glob('*.png'))
 
 
@@ -209,3 +214,83 @@ def test_more_bad_input(tmp_path, capsys, lines, run, args, fragment):
 def test_no_telemetry_file(tmp_path):
   with pytest.raises(ConfigError, match=r'no telemetry\.jsonl in'):
     load_telemetry(tmp_path)
+
+
+def _compiling_rows():
+  """The run above, with step 1 compiling (9 s of its 10) and steps 3 and 5 waiting 2 s for
+  worker 2 to compile a new size: those iterations take 3 s instead of 0.5 s."""
+  rows = []
+  for row in _rows():
+    row |= {'compile_s': 0.0}
+    if row['step'] == 1:
+      row |= {'compile_s': 9.0}
+    elif row['step'] in (3, 5):
+      row |= {'step_s': 3.0, 'compile_s': 2.0 if row['worker'] == 2 else 0.0}
+    rows.append(row)
+  return rows
+
+
+STEADY = 'steps 2-6, 3 counted: 1 warm-up step and 2 compiling steps (3, 5) excluded'
+
+
+def test_report_and_summary_share_one_steady_throughput(tmp_path, capsys):
+  rows = _compiling_rows()
+  run_dir = _write(tmp_path / 'run', rows=rows)
+  # The shared definition, fed straight from the rows: per step the global batch, the slowest
+  # worker's time, and whether any worker compiled.
+  steps = sorted({r['step'] for r in rows})
+  of = [[r for r in rows if r['step'] == s] for s in steps]
+  expected = steady_throughput(steps, [sum(r['share'] for r in g) for g in of],
+                               [max(r['step_s'] for r in g) for g in of],
+                               [max(r['compile_s'] for r in g) for g in of])
+  # Steps 2, 4, 6: 3 × 128 examples in 3 × 1 s. All steps averaged in: 768 / 19 s = 40.4.
+  assert expected == Throughput(128.0, steps=(2, 4, 6), warmup=(1,), compiling=(3, 5))
+  t = load_telemetry(run_dir)
+  assert telemetry_throughput(t) == expected
+  assert iteration_summary(t).throughput == expected
+  assert iteration_summary(t).samples_per_s == 128.0 and iteration_summary(t).iteration_s == 1.0
+  assert [w.step_s for w in summarise(t)] == [1.0] * 4  # the table's means: the same steps
+  assert expected.describe() == STEADY
+  assert summary_fields(run_dir) == {'steady_samples_per_s': 128.0, 'steady_steps': STEADY}
+  assert main([str(run_dir), '--no-plots']) == 0
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      f'iteration 1000.00 ms (slowest worker) | 128.0 samples/s | global batch 128 | {STEADY}')
+
+
+def test_steady_throughput_edges():
+  # The docstring's example: step 3 compiled.
+  assert steady_throughput([1, 2, 3, 4], [128] * 4, [10.0, 1.0, 3.0, 1.0],
+                           [9.0, 0.0, 2.0, 0.0]) == Throughput(128.0, (2, 4), (1,), (3,))
+  # No warm-up: a compiling first step is still left out, as compiling.
+  none = steady_throughput([1, 2], [8, 8], [5.0, 2.0], [4.0, 0.0], warmup=0)
+  assert none == Throughput(4.0, (2,), (), (1,))
+  assert none.describe() == 'steps 1-2, 1 counted: 1 compiling step (1) excluded'
+  # Every step compiled: no figure, and the description says why.
+  steps = list(range(1, 20))
+  every = steady_throughput(steps, [8] * 19, [1.0] * 19, [0.5] * 19)
+  assert every.samples_per_s is None and every.to_json()['steady_samples_per_s'] is None
+  assert every.describe() == ('steps 2-19, 0 counted: 1 warm-up step and 18 compiling steps '
+                              '(2-19) excluded')
+  gaps = steady_throughput(steps, [8] * 19, [1.0] * 19, [float(s % 2) for s in steps])
+  assert gaps.describe().endswith('9 compiling steps (3, 5, 7, 9, 11, 13, …) excluded')
+  with pytest.raises(ValueError, match='one entry per step'):
+    steady_throughput([1, 2], [8], [1.0], [0.0])
+
+
+def test_a_run_with_no_steady_step_is_one_error_line(tmp_path):
+  rows = [r | {'compile_s': 1.0} for r in _rows()]
+  run_dir = _write(tmp_path, rows=rows)
+  with pytest.raises(ConfigError, match=r'^no steady step to summarise: steps 2-6, 0 counted'):
+    iteration_summary(load_telemetry(run_dir))
+  assert summary_fields(run_dir) == {
+      'steady_samples_per_s': None,
+      'steady_steps': 'steps 2-6, 0 counted: 1 warm-up step and 5 compiling steps (2-6) excluded'}
+
+
+def test_summary_fields_without_readable_telemetry(tmp_path):
+  assert summary_fields(tmp_path) == {}  # an SPMD run: summary.json keeps the logger's figure
+  malformed, _ = _bad_lines()
+  fields = summary_fields(_write(tmp_path / 'm', lines=malformed))
+  assert fields['steady_samples_per_s'] is None
+  assert fields['steady_steps'].startswith('unknown: ') and 'line 7: not valid JSON' in fields[
+      'steady_steps']

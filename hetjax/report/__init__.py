@@ -1,6 +1,9 @@
 """Reports on a run's per-worker telemetry: a summary table and PNG plots.
 
   python -m hetjax.report runs/het4 --skip 1
+
+Throughput here and in a run's ``summary.json`` is one figure, `steady_throughput`: the steps
+after the warm-up that waited for no compile.
 """
 
 from hetjax.report._plots import plot_shares as plot_shares
@@ -14,10 +17,15 @@ from hetjax.report._telemetry_table import format_table as format_table
 from hetjax.report._telemetry_table import iteration_summary as iteration_summary
 from hetjax.report._telemetry_table import load_telemetry as load_telemetry
 from hetjax.report._telemetry_table import summarise as summarise
+from hetjax.report._telemetry_table import summary_fields as summary_fields
+from hetjax.report._telemetry_table import telemetry_throughput as telemetry_throughput
+from hetjax.report._throughput import Throughput as Throughput
+from hetjax.report._throughput import steady_throughput as steady_throughput
 
 __all__ = [
     'IterationSummary',
     'Telemetry',
+    'Throughput',
     'WorkerSummary',
     'format_table',
     'iteration_summary',
@@ -25,6 +33,9 @@ __all__ = [
     'plot_shares',
     'plot_throughput',
     'plot_timeline',
+    'steady_throughput',
     'summarise',
+    'summary_fields',
+    'telemetry_throughput',
     'write_plots',
 ]

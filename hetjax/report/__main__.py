@@ -2,6 +2,10 @@
 
   python -m hetjax.report runs/het4 [--skip N] [--no-plots]
 
+The means and the throughput cover the steps after the ``--skip`` warm-up ones that waited for
+no compile (the footer names those left out), the figure ``summary.json`` gives as
+``steady_samples_per_s``.
+
 Bad input (no such directory, a malformed telemetry line, an incomplete steps × workers grid, a
 ``--skip`` that leaves no steps) prints one line ``report: error: …`` and exits with 2.
 """
@@ -29,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
   parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
   parser.add_argument('run_dir', metavar='RUN_DIR', help='directory holding telemetry.jsonl')
   parser.add_argument('--skip', type=int, default=1,
-                      help='leading steps to leave out of the means (compilation); default 1')
+                      help='leading warm-up steps to leave out of the means (steps that waited '
+                      'for a compile are left out too); default 1')
   parser.add_argument('--no-plots', action='store_true', help='print the table only')
   return parser
 

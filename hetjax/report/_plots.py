@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from hetjax.report._telemetry_table import Telemetry, _counted, iteration_summary
+from hetjax.report._telemetry_table import Telemetry, _after_warmup, iteration_summary
 
 # Drawn left to right inside each step: the barrier wait comes before the combine, so the comm
 # segments of all workers end together at the step boundary.
@@ -35,7 +35,7 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
 
     plot_timeline(load_telemetry('runs/het4'), 'runs/het4/timeline.png')
   """
-  rows = _counted(t, skip)
+  rows = _after_warmup(t, skip)
   rows = slice(max(rows.start, len(t.steps) - _TIMELINE_STEPS), None)
   iteration = t.iteration_s()[rows]
   starts = np.concatenate([[0.0], np.cumsum(iteration)[:-1]])
@@ -67,7 +67,8 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
 
 
 def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:
-  """Writes samples/s of every step, with the mean over the counted steps as a dashed line.
+  """Writes samples/s of every step, with the steady throughput (`iteration_summary`) as a
+  dashed line; the steps it leaves out (warm-up, compiling) are grey crosses.
 
   Example::
 
@@ -78,13 +79,15 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
   steps = np.array(t.steps)
   fig = Figure(figsize=(9, 4.5), layout='constrained')
   ax = fig.add_subplot()
+  counted = np.isin(steps, summary.throughput.steps)
   ax.plot(steps[skip:], rate[skip:], marker='o', markersize=3, color='#1f77b4', label='per step')
-  if skip:
-    ax.plot(steps[:skip], rate[:skip], marker='x', linestyle='none', color='grey',
-            label=f'skipped (first {skip}: compile)')
+  if not counted.all():
+    ax.plot(steps[~counted], rate[~counted], marker='x', linestyle='none', color='grey',
+            label='left out (warm-up, compiling)')
   ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
-             label=f'mean {summary.samples_per_s:,.1f} samples/s (examples / time)')
-  _finish(ax, 'samples/s', f'{_title(t)}throughput, global batch {summary.global_batch:g}')
+             label=f'steady {summary.samples_per_s:,.1f} samples/s (examples / time)')
+  _finish(ax, 'samples/s', f'{_title(t)}throughput, global batch {summary.global_batch:g}'
+          f'\n{summary.throughput.describe()}')
   return _save(fig, path)
 
 

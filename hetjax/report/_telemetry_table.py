@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.report._throughput import Throughput, steady_throughput
 
 TELEMETRY_FILE = 'telemetry.jsonl'
 RUN_FILE = 'run.json'
@@ -83,13 +84,27 @@ class WorkerSummary:
 
 @dataclasses.dataclass(frozen=True)
 class IterationSummary:
-  """Whole-run figures over the counted steps (those after the ``skip`` compile steps)."""
+  """Whole-run figures over the counted steps: those after the ``skip`` warm-up steps that
+  waited for no compile (``throughput`` says which were left out)."""
 
-  steps: int
-  skipped: int
   iteration_s: float
   global_batch: float
-  samples_per_s: float
+  throughput: Throughput
+
+  @property
+  def samples_per_s(self) -> float:
+    """Steady throughput: `hetjax.report.steady_throughput`, as in ``summary.json``."""
+    return self.throughput.samples_per_s
+
+  @property
+  def steps(self) -> int:
+    """How many steps were counted."""
+    return len(self.throughput.steps)
+
+  @property
+  def skipped(self) -> int:
+    """How many leading warm-up steps were left out."""
+    return len(self.throughput.warmup)
 
 
 def load_telemetry(run_dir: str | pathlib.Path) -> Telemetry:
@@ -181,21 +196,65 @@ def _check_grid(rows, steps, workers, run, path) -> None:
       raise ConfigError(f'{path}: incomplete grid: step {step} lacks worker {absent}')
 
 
-def _counted(t: Telemetry, skip: int) -> slice:
+def _after_warmup(t: Telemetry, skip: int) -> slice:
+  """The steps after the first ``skip`` (warm-up), compiling ones included: what plots show."""
   if skip < 0 or skip >= len(t.steps):
     raise ConfigError(f'skip must be in [0, {len(t.steps)}) for {len(t.steps)} steps, got {skip}')
   return slice(skip, None)
 
 
+def telemetry_throughput(t: Telemetry, skip: int = 1) -> Throughput:
+  """`steady_throughput` of a run: per step, the global batch, the slowest worker's time, and
+  whether any worker waited for a compile (the others then waited for it at the barrier).
+
+  Example::
+
+    telemetry_throughput(load_telemetry('runs/lbbsp')).describe()
+    # 'steps 2-100, 96 counted: 1 warm-up step and 3 compiling steps (2-3, 9) excluded'
+  """
+  _after_warmup(t, skip)
+  return steady_throughput(t.steps, t.batch().tolist(), t.iteration_s().tolist(),
+                           t.compile_s.max(axis=1).tolist(), skip)
+
+
+def summary_fields(run_dir: str | pathlib.Path, skip: int = 1) -> dict[str, Any]:
+  """`Throughput.to_json` of the run in ``run_dir``, the figure ``python -m hetjax.report``
+  prints; empty when the run wrote no ``telemetry.jsonl`` (an SPMD or pipeline run).
+
+  ``experiments/train.py`` merges it into ``summary.json`` so that the two agree. Telemetry it
+  cannot read gives ``steady_samples_per_s: None`` and the reason, not a failed run.
+
+  Example::
+
+    summary_fields('runs/lbbsp')   # {'steady_samples_per_s': 5123.4, 'steady_steps': 'steps …'}
+  """
+  if not (pathlib.Path(run_dir) / TELEMETRY_FILE).is_file():
+    return {}
+  try:
+    return telemetry_throughput(load_telemetry(run_dir), skip).to_json()
+  except ConfigError as e:
+    return {'steady_samples_per_s': None, 'steady_steps': f'unknown: {e}'}
+
+
+def _counted(t: Telemetry, skip: int) -> tuple[np.ndarray, Throughput]:
+  """Row indices of the steps `telemetry_throughput` counts, and its result."""
+  throughput = telemetry_throughput(t, skip)
+  if not throughput.steps:
+    raise ConfigError(f'no steady step to summarise: {throughput.describe()}')
+  counted = set(throughput.steps)
+  return np.array([i for i, s in enumerate(t.steps) if s in counted]), throughput
+
+
 def summarise(t: Telemetry, skip: int = 1) -> list[WorkerSummary]:
-  """Per-worker means over the steps after the first ``skip`` (which include compilation).
+  """Per-worker means over the counted steps: those after the first ``skip`` (warm-up) that
+  waited for no compile, as in `iteration_summary`.
 
   Example::
 
     for s in summarise(load_telemetry('runs/het4')):
       print(s.worker, s.slowdown, f'{s.idle_fraction:.0%}')   # 3 3.0 0%  /  0 1.0 64% ...
   """
-  rows = _counted(t, skip)
+  rows, _ = _counted(t, skip)
   out = []
   for i, worker in enumerate(t.workers):
     mean = {f: float(getattr(t, f)[rows, i].mean()) for f in FIELDS}
@@ -208,21 +267,18 @@ def summarise(t: Telemetry, skip: int = 1) -> list[WorkerSummary]:
 def iteration_summary(t: Telemetry, skip: int = 1) -> IterationSummary:
   """Mean iteration time (slowest worker per step) and throughput over the counted steps.
 
-  Throughput is total examples over total iteration time, i.e. mean global batch divided by
-  mean iteration time, so a few slow steps weigh in by how long they took.
+  Throughput is `telemetry_throughput`: total examples over total iteration time of the steps
+  after the ``skip`` warm-up ones that waited for no compile, so a few slow steps weigh in by
+  how long they took, and a run's ``summary.json`` gives the same figure.
 
   Example::
 
-    it = iteration_summary(t)   # IterationSummary(steps=99, skipped=1, iteration_s=0.12, ...)
+    it = iteration_summary(t)   # iteration_s=0.12, global_batch=256.0, throughput=...
+    it.samples_per_s, it.throughput.describe()   # 2133.3, 'steps 2-100, 99 counted: ...'
   """
-  rows = _counted(t, skip)
-  iteration = t.iteration_s()[rows]
-  batch = t.batch()[rows]
-  total = float(iteration.sum())
-  return IterationSummary(
-      steps=len(iteration), skipped=skip, iteration_s=float(iteration.mean()),
-      global_batch=float(batch.mean()),
-      samples_per_s=float(batch.sum()) / total if total > 0 else math.inf)
+  rows, throughput = _counted(t, skip)
+  return IterationSummary(iteration_s=float(t.iteration_s()[rows].mean()),
+                          global_batch=float(t.batch()[rows].mean()), throughput=throughput)
 
 
 # (field, heading, format); fields shown in ms are seconds scaled by 1e3.
@@ -248,8 +304,7 @@ def format_table(workers: Sequence[WorkerSummary], iteration: IterationSummary) 
   widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
   lines = ['  '.join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *body]]
   rule = '-' * len(lines[0])
-  skipped = f' after skipping {iteration.skipped}' if iteration.skipped else ''
   footer = (f'iteration {iteration.iteration_s * 1e3:.2f} ms (slowest worker) | '
             f'{iteration.samples_per_s:,.1f} samples/s | global batch '
-            f'{iteration.global_batch:g} | {iteration.steps} steps{skipped}')
+            f'{iteration.global_batch:g} | {iteration.throughput.describe()}')
   return '\n'.join([lines[0], rule, *lines[1:], rule, footer])

@@ -1,0 +1,104 @@
+"""Steady-state throughput: the one definition the report and a run's ``summary.json`` share.
+
+A run's first step compiles its program, and a step that meets a new share size waits for
+another compile; averaged in, a few such steps can make a run look ten times slower than it
+trains. Steady throughput is the examples of the other steps over their time.
+`hetjax.report.telemetry_throughput` applies it to a run's telemetry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+_LISTED = 6  # runs of compiling steps named in a description; more end in '…'
+
+
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+  """Samples per second over the steady steps, and which steps were left out.
+
+  Attributes:
+    samples_per_s: total examples over total seconds of the counted steps (inf if they took
+      no time); None when no step is left to count.
+    steps: the counted steps.
+    warmup: the leading steps left out (the first compiles the program).
+    compiling: later steps left out because they waited for a compile.
+  """
+
+  samples_per_s: float | None
+  steps: tuple[int, ...]
+  warmup: tuple[int, ...]
+  compiling: tuple[int, ...]
+
+  def describe(self) -> str:
+    """Which steps the figure covers, e.g. ``'steps 2-20, 16 counted: 1 warm-up step and 3
+    compiling steps (4, 7-8) excluded'``."""
+    after = sorted(self.steps + self.compiling)
+    head = f'steps {after[0]}-{after[-1]}' if after else 'no steps after the warm-up'
+    left = []
+    if self.warmup:
+      left.append(_count(len(self.warmup), 'warm-up step'))
+    if self.compiling:
+      left.append(f'{_count(len(self.compiling), "compiling step")} ({_ranges(self.compiling)})')
+    return f'{head}, {len(self.steps)} counted' + (f': {" and ".join(left)} excluded'
+                                                   if left else '')
+
+  def to_json(self) -> dict[str, Any]:
+    """The fields a run's ``summary.json`` carries: the figure (1 decimal) and `describe`."""
+    rate = self.samples_per_s
+    return {'steady_samples_per_s': None if rate is None or math.isinf(rate) else round(rate, 1),
+            'steady_steps': self.describe()}
+
+
+def steady_throughput(
+    steps: Sequence[int],
+    samples: Sequence[float],
+    seconds: Sequence[float],
+    compile_s: Sequence[float],
+    warmup: int = 1,
+) -> Throughput:
+  """Throughput without the first ``warmup`` steps and without any later step that compiled.
+
+  Each sequence has one entry per step, in run order: the step's number, its examples, its
+  wall time, and the seconds it waited for compiles (any positive value leaves it out).
+
+  Example::
+
+    steady_throughput([1, 2, 3, 4], [128] * 4, [10.0, 1.0, 3.0, 1.0], [9.0, 0.0, 2.0, 0.0])
+    # Throughput(samples_per_s=128.0, steps=(2, 4), warmup=(1,), compiling=(3,))
+  """
+  if not len(steps) == len(samples) == len(seconds) == len(compile_s):
+    raise ValueError('steps, samples, seconds and compile_s need one entry per step')
+  if warmup < 0:
+    raise ValueError(f'warmup must be >= 0, got {warmup}')
+  counted, compiling = [], []
+  examples = total = 0.0
+  for i, (step, n, s, c) in enumerate(zip(steps, samples, seconds, compile_s, strict=True)):
+    if i < warmup:
+      continue
+    if c > 0:
+      compiling.append(int(step))
+      continue
+    counted.append(int(step))
+    examples, total = examples + float(n), total + float(s)
+  rate = None if not counted else examples / total if total > 0 else math.inf
+  return Throughput(rate, tuple(counted), tuple(int(s) for s in steps[:warmup]), tuple(compiling))
+
+
+def _count(n: int, noun: str) -> str:
+  return f'{n} {noun}' + ('' if n == 1 else 's')
+
+
+def _ranges(steps: Sequence[int]) -> str:
+  """``(3, 4, 5, 9)`` → ``'3-5, 9'``; after `_LISTED` runs, ``'…'``."""
+  runs: list[list[int]] = []
+  for step in sorted(steps):
+    if runs and step == runs[-1][1] + 1:
+      runs[-1][1] = step
+    else:
+      runs.append([step, step])
+  text = [f'{a}' if a == b else f'{a}-{b}' for a, b in runs]
+  return ', '.join(text[:_LISTED] + (['…'] if len(text) > _LISTED else []))
