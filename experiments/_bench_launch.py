@@ -1,15 +1,25 @@
-"""Launching a benchmark's local worker job, its workers' emulated hosts, and reading what its
-chief wrote."""
+"""Launching a benchmark's local worker job, and what its workers share: emulated hosts, policies
+that see the trace from their own step count, and the interleaved blocks they train in.
+
+The launcher side (`launch_workers`) runs in the benchmark's process; everything else runs in a
+worker of the job (after `hetjax.runtime.initialize`). The analysis of what the chief wrote is
+`experiments/_harness.py`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 
 from hetjax import emulation, runtime
+from hetjax.core import Policy, StepStats
 
 
 def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], workers: int,
@@ -50,18 +60,102 @@ def known_speed_host(ctx: runtime.WorkerContext, trainer, trace: emulation.Slowd
   return _programs.emulated_host(config, ctx, trainer, trace, channel)
 
 
-def host_line(run_dir: pathlib.Path, run: dict) -> str:
-  """One line on a job's emulated hosts: their calibrated cost, and how often and by how much
-  the real compute ran past a host's time (an overrun: that step was slower than emulated)."""
-  overruns = []
-  with (run_dir / 'telemetry.jsonl').open() as f:
-    for line in f:
-      if line.strip():
-        row = json.loads(line)
-        overruns.append((row['worker'], row.get('overrun_s', 0.0)))
-  late = [(w, s) for w, s in overruns if s > 0]
-  per_worker = [sum(1 for w, _ in late if w == i) for i in range(run['workers'])]
-  worst = f', max {1e3 * max(s for _, s in late):.1f} ms' if late else ''
-  return (f'hosts {1e3 * run["host_row_s"]:.4f} ms/row + {1e3 * run["host_fixed_s"]:.2f} ms/step; '
-          f'overruns: {len(late)} of {len(overruns)} worker-steps{worst} (per worker '
-          f'{" ".join(map(str, per_worker))})')
+@dataclasses.dataclass(frozen=True)
+class Shifted:
+  """A trace seen from a policy's own step count: global step s ↦ policy step s + shift."""
+
+  trace: emulation.SlowdownTrace
+  shift: int
+
+  @property
+  def workers(self) -> int:
+    return self.trace.workers
+
+  def factors(self, step: int) -> np.ndarray:
+    return self.trace.factors(step + self.shift)
+
+  def factor(self, worker: int, step: int) -> float:
+    return self.trace.factor(worker, step + self.shift)
+
+  def delays(self, step: int) -> np.ndarray:
+    return self.trace.delays(step + self.shift)
+
+  def delay(self, worker: int, step: int) -> float:
+    return self.trace.delay(worker, step + self.shift)
+
+  def describe(self) -> str:
+    return self.trace.describe()
+
+
+@dataclasses.dataclass(frozen=True)
+class Local:
+  """``policy`` learning each step as its own step count: global step s is policy step
+  s + shift (the oracle plans from the step's index; the others ignore it)."""
+
+  policy: Policy
+  shift: int
+
+  @property
+  def name(self) -> str:
+    return self.policy.name
+
+  def init(self) -> Any:
+    return self.policy.init()
+
+  def update(self, state: Any, stats: StepStats | None) -> tuple[Any, Any]:
+    if stats is not None:
+      stats = dataclasses.replace(stats, step=stats.step + self.shift)
+    return self.policy.update(state, stats)
+
+
+def make_policy(name: str, rules, trace: emulation.SlowdownTrace, row_s: float | tuple[float, ...],
+                fixed_s: float):
+  """`hetjax.balance.make_policy`, but the oracle knows the hosts' costs too: every worker's
+  true speed at every step is then known to it (trace factor and delay, row_s, fixed_s), so its
+  shares are the balanced optimum (`hetjax.balance.Oracle`). A job's hosts share one calibrated
+  cost, so one ``row_s`` is every worker's base speed."""
+  from hetjax import balance
+
+  if name == 'oracle':
+    return balance.Oracle(rules, trace, row_s=row_s, fixed_s=fixed_s)
+  return balance.make_policy(name, rules, trace)
+
+
+def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,
+                       program: Callable[[str], Any], policy: Callable[[str], Policy],
+                       host: Callable[[str, int], Any], hooks: Sequence = (),
+                       on_step: Callable[[str, Any], None] | None = None,
+                       after_block: Callable[[str], None] | None = None,
+                       key: str = 'policy') -> tuple[Any, list[dict]]:
+  """Trains ``state`` in blocks of ``block`` steps, every name once per round, ``rounds`` rounds.
+
+  Name p's k-th step (counting its own steps only) runs on ``host(p, shift)`` and teaches its
+  policy as step k (`Local`), where shift = k − the global step: so every name meets the same
+  slowdown sequence (`Shifted`) although their blocks alternate in time, and each name's policy
+  state carries over from one of its blocks to the next. Every step runs through
+  `hetjax.train.training_steps` with ``hooks``.
+
+  Returns:
+    (the state after the last block, the schedule: one ``{key: name, 'first_step',
+    'last_step', 'policy_step'}`` per block, global steps inclusive), as ``schedule.json``.
+  """
+  from hetjax.train import training_steps
+
+  policy_states = dict.fromkeys(names)
+  schedule, step = [], int(state.step)
+  for r in range(rounds):
+    for name in names:
+      start, local = step, r * block
+      shift = local - start
+      trainer = program(name)
+      trainer.host = host(name, shift)
+      for info in training_steps(trainer, state, start + block, hooks,
+                                 Local(policy(name), shift), policy_states[name]):
+        state, policy_states[name], step = info.state, info.policy_state, info.step
+        if on_step is not None:
+          on_step(name, info)
+      if after_block is not None:
+        after_block(name)
+      schedule.append({key: name, 'first_step': start + 1, 'last_step': step,
+                       'policy_step': local})
+  return state, schedule

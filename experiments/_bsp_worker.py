@@ -4,9 +4,9 @@
 
 Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
 for the job; each scenario is a slowdown trace of those hosts. Blocks of BLOCK steps alternate
-between the scenarios until each has STEPS steps, so both see the same machine state (on a
-shared 2-core box, back-to-back runs drift by 30%); every step runs through
-`hetjax.train.training_steps`, and one uniform policy's state carries over from block to block.
+between the scenarios until each has STEPS steps (`experiments._bench_launch.interleaved_blocks`),
+so both see the same machine state (on a shared 2-core box, back-to-back runs drift by 30%);
+every step runs through `hetjax.train.training_steps` under the uniform policy.
 The chief writes ``schedule.json`` (which steps belong to which scenario) beside
 ``telemetry.jsonl``.
 """
@@ -21,6 +21,7 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from experiments._bench_launch import interleaved_blocks, known_speed_host
 from hetjax import runtime
 
 # The benchmark's model: an MLP wide enough that a worker's gradient (1024 rows) takes tens of
@@ -36,9 +37,8 @@ def main(out_dir: str, steps: int, block: int) -> None:
   import optax
 
   import models
-  from experiments._bench_launch import known_speed_host
   from hetjax import balance, emulation
-  from hetjax.train import Hook, WorkerTrainer, training_steps
+  from hetjax.train import Hook, WorkerTrainer
 
   out = pathlib.Path(out_dir)
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
@@ -55,15 +55,11 @@ def main(out_dir: str, steps: int, block: int) -> None:
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, ALLREDUCE_REPEATS)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')
   hooks = [Hook(lambda info: telemetry.record(info.stats.local))]
-  schedule, step = [], int(state.step)
   try:
-    for _ in range(-(-steps // block)):
-      for name in SCENARIOS:
-        trainer.host = hosts[name]
-        start = step
-        for info in training_steps(trainer, state, start + block, hooks, policy, policy_state):
-          state, policy_state, step = info.state, info.policy_state, info.step
-        schedule.append({'scenario': name, 'first_step': start + 1, 'last_step': step})
+    _, schedule = interleaved_blocks(
+        state, list(SCENARIOS), -(-steps // block), block, program=lambda name: trainer,
+        policy=lambda name: policy, host=lambda name, shift: hosts[name], hooks=hooks,
+        key='scenario')
   finally:
     telemetry.close()
     trainer.close()

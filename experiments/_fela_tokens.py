@@ -5,11 +5,12 @@ For each scenario one job of 4 local workers (one CPU device each, each a host o
 by the scenario's trace) trains with every policy in interleaved blocks
 (`experiments/_tokens_worker.py`); each policy's median iteration time (compile time left out)
 comes from the measured telemetry. Then the same scenarios on the virtual clock at 64 and 1024
-workers (512 rows per worker): uniform and LB-BSP through `hetjax.simulation.simulate_shares`, tokens
-(with and without the end game) through `simulate_tokens`, all with one cost model calibrated
-on the static run (see `_calibrate`): a gradient call's fixed and per-row cost from the uniform
-(512-row) and token (128-row) calls, host time from the uniform blocks, per-token overhead
-(pull, placing rows) from the token blocks. The ``virtual-nocall`` rows repeat that without the
+workers (512 rows per worker, patterns tiled by `_analysis.tile_trace`): uniform and LB-BSP
+through `hetjax.simulation.simulate_shares`, tokens (with and without the end game) through
+`simulate_tokens`, all with one cost model calibrated on the static run (see `calibrate`): a
+gradient call's fixed and per-row cost from the uniform (512-row) and token (128-row) calls,
+host time from the uniform blocks, per-token overhead (pull, placing rows) from the token
+blocks. The ``virtual-nocall`` rows repeat that without the
 fixed cost per call.
 
 What decides the comparison here is what a gradient call costs: tokens make 16 calls a step
@@ -32,16 +33,14 @@ every policy in one job: uniform 239–585 ms), more than the differences betwee
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
-import tempfile
 
 import numpy as np
 
-from experiments._bench_launch import host_line, launch_workers
+from experiments import _analysis, _harness
+from experiments._bench_launch import launch_workers
 from experiments._lbbsp_worker import BUCKET
 from hetjax import balance, emulation, simulation
-from hetjax.report import load_telemetry
 
 WORKERS = 4
 TOKEN_ROWS = 128  # 16 tokens of the 2048-row batch: a bucket, so one of the compiled pieces
@@ -59,26 +58,17 @@ def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
                         slowdown=spec, cache=cache)
 
 
-def _policy_steps(run_dir: pathlib.Path, policy: str, skip_first: bool = False) -> list[int]:
-  """Telemetry row indices of ``policy``'s steps (without each block's first if asked)."""
-  t = load_telemetry(run_dir)
-  index = {s: i for i, s in enumerate(t.steps)}
-  schedule = json.loads((run_dir / 'schedule.json').read_text())
-  return [index[s] for b in schedule if b['policy'] == policy
-          for s in range(b['first_step'] + skip_first, b['last_step'] + 1)]
-
-
-def _measured_rows(run_dir: pathlib.Path, run: dict, scenario: str) -> list[dict]:
-  t = load_telemetry(run_dir)
-  rows = []
+def measured_rows(job: _harness.JobRun, scenario: str) -> list[dict]:
+  """One measured row per policy of a token job."""
+  t, run, rows = job.telemetry, job.info, []
   for name in run['shares']:
-    idx = _policy_steps(run_dir, name)
+    idx = job.rows(name)
     # Medians keep a scheduler spike on the shared 2-core machine from deciding a comparison.
-    iteration = (t.step_s[idx] - t.compile_s[idx]).max(axis=1)
-    busy = t.compute_s[idx] + t.dilation_s[idx]
+    iteration = job.iteration_s(idx, without_compile=True)
+    busy = job.busy_s(idx)
     row = {'scenario': scenario, 'policy': name, 'workers': WORKERS, 'source': 'measured',
            'iter_s': float(np.median(iteration)),
-           'idle_fraction': float((t.wait_s[idx] / t.step_s[idx]).mean()),
+           'idle_fraction': float(job.idle_fraction(idx).mean()),
            'compute_ms_per_row': 1e3 * float(t.compute_s[idx].sum() / t.share[idx].sum()),
            'compute_ms_per_call': 1e3 * float(np.median(
                (t.compute_s[idx] / np.maximum(_calls(name, t.share[idx]), 1))[t.share[idx] > 0])),
@@ -89,7 +79,7 @@ def _measured_rows(run_dir: pathlib.Path, run: dict, scenario: str) -> list[dict
               'tokens_per_worker': tokens.sum(axis=0).tolist(),
               'data_ms_per_step': 1e3 * float(np.median(t.data_s[idx].max(axis=1)))}
     rows.append(row)
-  return _with_speedups(rows)
+  return _analysis.with_speedups(rows)
 
 
 def _calls(policy: str, share: np.ndarray) -> np.ndarray:
@@ -97,66 +87,47 @@ def _calls(policy: str, share: np.ndarray) -> np.ndarray:
   return share // TOKEN_ROWS if policy.startswith('tokens') else (share > 0).astype(int)
 
 
-def _with_speedups(rows: list[dict]) -> list[dict]:
-  uniform = next(r['iter_s'] for r in rows if r['policy'] == 'uniform')
-  return [r | {'speedup_vs_uniform': uniform / r['iter_s']} for r in rows]
-
-
-def _calibrate(run_dir: pathlib.Path, run: dict) -> tuple[simulation.ClockCosts, float]:
+def calibrate(job: _harness.JobRun) -> tuple[simulation.ClockCosts, float]:
   """(cost model, per-token overhead seconds) from a real run.
 
   A gradient call costs ``fixed_s + per_sample_s × rows`` at trace factor 1 (compute and the
   host's padding); the uniform blocks give a 512-row call, the token blocks a 128-row one, and
-  the two give both terms, so share policies pay ``fixed_s`` once per step and tokens once per
-  token. Host time is from the uniform blocks (as ``bench_lbbsp._calibrate``); the per-token
-  overhead outside compute (pull round trip, placing the rows) from the token blocks' data time.
+  the two give both terms (`_analysis.two_point_cost`), so share policies pay ``fixed_s`` once
+  per step and tokens once per token. Host time is from the uniform blocks
+  (`_harness.host_time_s`); the per-token overhead outside compute (pull round trip, placing the
+  rows) from the token blocks' data time.
   """
-  t = load_telemetry(run_dir)
-  fit = run['allreduce']
+  t = job.telemetry
 
   def per_call(name: str) -> tuple[float, float]:  # (rows, busy seconds per call at factor 1)
-    idx = _policy_steps(run_dir, name, skip_first=True)
-    share, busy = t.share[idx], t.compute_s[idx] + t.dilation_s[idx]
+    idx = job.rows(name, skip=1)
+    share, busy = t.share[idx], job.busy_s(idx)
     count = _calls(name, share)
     seconds = busy / np.maximum(count, 1) / t.slowdown[idx]
     rows = share / np.maximum(count, 1)
     return float(np.median(rows[count > 0])), float(np.median(seconds[count > 0]))
 
-  (big, big_s), (small, small_s) = per_call('uniform'), per_call('tokens')
-  per_sample = max((big_s - small_s) / (big - small), 1e-3 * big_s / big)
-  fixed = max(small_s - per_sample * small, 0.0)
-  network = dict(alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
-                 grad_bytes=run['grad_bytes'])
-  uniform = _policy_steps(run_dir, 'uniform', skip_first=True)
-  busy = (t.compute_s[uniform] + t.dilation_s[uniform]).max(axis=1)
-  host = float((t.step_s[uniform].max(axis=1) - busy).mean())
-  host -= simulation.ClockCosts(per_sample, **network).allreduce_s(WORKERS)
-  cost = simulation.ClockCosts(per_sample, fixed_s=fixed, host_s=max(host, 0.0), **network)
+  per_sample, fixed = _analysis.two_point_cost(*per_call('uniform'), *per_call('tokens'))
+  host = _harness.host_time_s(job, job.rows('uniform', skip=1), per_sample)
+  cost = simulation.ClockCosts(per_sample, fixed_s=fixed, host_s=host, **_harness.network(job.info))
   # Pulls, placing rows and building the step's batch on the host, per round trip.
-  steps = [i for name in run['shares'] if name.startswith('tokens')
-           for i in _policy_steps(run_dir, name)]
-  return cost, float(t.data_s[steps].sum() / run['pulls'])
-
-
-def _tile(spec: str, workers: int) -> emulation.SlowdownTrace:
-  """The 4-worker scenario repeated over ``workers`` (Markov: every worker its own chain)."""
-  if spec.startswith('markov'):
-    return emulation.parse_trace(spec, workers)
-  pattern = emulation.parse_trace(spec, WORKERS).factors(0)
-  return emulation.StaticTrace(tuple(np.tile(pattern, workers // WORKERS).tolist()))
+  steps = np.concatenate([job.rows(name) for name in job.info['shares']
+                          if name.startswith('tokens')])
+  return cost, float(t.data_s[steps].sum() / job.info['pulls'])
 
 
 def _virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts,
                   overhead: float) -> list[dict]:
-  trace = _tile(SCENARIOS[scenario], workers)
+  """The scenario tiled over ``workers`` on the virtual clock (modelled, not measured)."""
+  trace = _analysis.tile_trace(emulation.parse_trace(SCENARIOS[scenario], WORKERS), workers)
   x = ROWS_PER_WORKER * workers
   rules = balance.ShareRules(x, workers, BUCKET)
   runs = {name: simulation.simulate_shares(balance.make_policy(name, rules), trace, cost, x,
-                                 VIRTUAL_STEPS) for name in ('uniform', 'lbbsp')}
+                                           VIRTUAL_STEPS) for name in ('uniform', 'lbbsp')}
   for name, endgame in (('tokens', True), ('tokens-greedy', False)):
     runs[name] = simulation.simulate_tokens(trace, cost, x, TOKEN_ROWS, VIRTUAL_STEPS,
-                                 pull_s=overhead, endgame=endgame)
-  return _with_speedups([
+                                            pull_s=overhead, endgame=endgame)
+  return _analysis.with_speedups([
       {'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',
        'iter_s': run.mean_iter_s(), 'limit_s': run.mean_balanced_limit_s(),
        'idle_fraction': float(run.idle_fraction.mean())} for name, run in runs.items()])
@@ -180,20 +151,20 @@ def run_tokens(root: pathlib.Path, quick: bool) -> list[dict]:
   """
   rounds, block = (2, 5) if quick else (6, 5)
   policies = POLICIES[:3] if quick else POLICIES  # quick: without tokens-greedy
-  rows, runs = [], {}
-  with tempfile.TemporaryDirectory() as cache:  # cold at the start, warmed by each scenario
+  rows, jobs = [], {}
+  with _harness.compilation_cache() as cache:  # cold at the start, warmed by each scenario
     for scenario, spec in SCENARIOS.items():
       run_dir = root / f'tokens-{scenario}'
-      runs[scenario] = (run_dir, _launch(run_dir, spec, policies, rounds, block,
-                                         pathlib.Path(cache)))
-      print(f'tokens {scenario}: {host_line(run_dir, runs[scenario][1])}', flush=True)
-      rows += _measured_rows(run_dir, runs[scenario][1], scenario)
-  cost, overhead = _calibrate(*runs['static'])
+      _launch(run_dir, spec, policies, rounds, block, cache)
+      jobs[scenario] = job = _harness.JobRun.load(run_dir)
+      print(f'tokens {scenario}: {job.host_line()}', flush=True)
+      rows += measured_rows(job, scenario)
+  cost, overhead = calibrate(jobs['static'])
   # The counterfactual: no fixed cost per call, every row at the per-row cost of a 512-row call.
   per_row = cost.fixed_s / ROWS_PER_WORKER + cost.per_sample_s
   models = {'virtual': (cost, overhead),
             'virtual-nocall': (dataclasses.replace(cost, fixed_s=0.0, per_sample_s=per_row),
-                               runs['static'][1]['pull_s'])}
+                               jobs['static'].info['pull_s'])}
   for source, (model, per_token) in models.items():
     calibration = {'fixed_s': model.fixed_s, 'per_sample_s': model.per_sample_s,
                    'host_s': model.host_s, 'token_overhead_s': per_token}

@@ -3,11 +3,12 @@
   python experiments/_lbbsp_worker.py OUT_DIR POLICIES ROUNDS BLOCK  (under hetjax.launch)
 
 Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
-for the job and slowed by the launcher's trace. Policy p's k-th step (counting only its own
-steps) sees slowdown ``trace(k)`` (`_Shifted`, the trace of the block's host) and learns as its
-k-th step (`_Local`), so every policy meets the same slowdown sequence although their blocks
-alternate in time. Every step runs through `hetjax.train.training_steps`; each policy's state
-carries over from one of its blocks to the next. The chief writes ``schedule.json`` (which
+for the job and slowed by the launcher's trace. The policies train in interleaved blocks
+(`experiments._bench_launch.interleaved_blocks`): policy p's k-th step (counting only its own
+steps) sees slowdown ``trace(k)`` and learns as its k-th step, so every policy meets the same
+slowdown sequence although their blocks alternate in time; each policy's state carries over
+from one of its blocks to the next. The oracle knows the hosts' calibrated costs as well as the
+trace (`experiments._bench_launch.make_policy`). The chief writes ``schedule.json`` (which
 global steps belong to which policy) beside ``telemetry.jsonl``.
 """
 
@@ -17,68 +18,17 @@ import dataclasses
 import json
 import pathlib
 import sys
-from typing import Any
 
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import numpy as np
-
+from experiments._bench_launch import Shifted, interleaved_blocks, make_policy
 from hetjax import runtime
-from hetjax.core import Policy, StepStats
 from hetjax.emulation import KnownSpeedHost, SlowdownTrace
 
 MODEL = {'hidden': 1024, 'width': 512}
 GLOBAL_BATCH = 2048
 BUCKET = 128
-
-
-@dataclasses.dataclass(frozen=True)
-class _Shifted:
-  """A trace seen from a policy's own step count: global step s ↦ policy step s + shift."""
-
-  trace: SlowdownTrace
-  shift: int
-
-  @property
-  def workers(self) -> int:
-    return self.trace.workers
-
-  def factors(self, step: int) -> np.ndarray:
-    return self.trace.factors(step + self.shift)
-
-  def factor(self, worker: int, step: int) -> float:
-    return self.trace.factor(worker, step + self.shift)
-
-  def delays(self, step: int) -> np.ndarray:
-    return self.trace.delays(step + self.shift)
-
-  def delay(self, worker: int, step: int) -> float:
-    return self.trace.delay(worker, step + self.shift)
-
-  def describe(self) -> str:
-    return self.trace.describe()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Local:
-  """``policy`` learning each step as its own step count: global step s is policy step
-  s + shift (the oracle plans from the step's index; the others ignore it)."""
-
-  policy: Policy
-  shift: int
-
-  @property
-  def name(self) -> str:
-    return self.policy.name
-
-  def init(self) -> Any:
-    return self.policy.init()
-
-  def update(self, state: Any, stats: StepStats | None) -> tuple[Any, Any]:
-    if stats is not None:
-      stats = dataclasses.replace(stats, step=stats.step + self.shift)
-    return self.policy.update(state, stats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +46,12 @@ class Bench:
   warmup_compile_s: float
 
   def block_host(self, shift: int) -> KnownSpeedHost:
-    """The calibrated host under the trace seen from a policy's own steps (`_Shifted`)."""
-    return dataclasses.replace(self.host, trace=_Shifted(self.trace, shift))
+    """The calibrated host under the trace seen from a policy's own steps (`Shifted`)."""
+    return dataclasses.replace(self.host, trace=Shifted(self.trace, shift))
+
+  def policy(self, name: str):
+    """The policy ``name`` for this job; the oracle knows the hosts' costs."""
+    return make_policy(name, self.rules, self.trace, self.host.row_s, self.host.fixed_s)
 
   def record(self, info) -> None:
     """A `hetjax.train.Hook` function: this worker's timing of the step to the telemetry."""
@@ -134,32 +88,19 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str) -> Bench:
 def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
-  from hetjax import balance
-  from hetjax.train import Hook, training_steps
+  from hetjax.train import Hook
 
   out = pathlib.Path(out_dir)
   bench = set_up(ctx, out, 'lbbsp')
   trainer, fit = bench.trainer, bench.fit
-  # Every host has the job's one calibrated cost (x rows take factor × (fixed_s + x × row_s)),
-  # so the oracle's equal base speeds are every worker's true ones; its shares ∝ 1 / factor
-  # balance the rows' part, not the per-step fixed_s × factor.
-  made = {name: balance.make_policy(name, bench.rules, bench.trace) for name in policies}
-  policy_states = dict.fromkeys(policies)
+  made = {name: bench.policy(name) for name in policies}
   shares = {name: [] for name in policies}
-  hooks = [Hook(bench.record)]
-  state, schedule, step = bench.state, [], int(bench.state.step)
   try:
-    for r in range(rounds):
-      for name in policies:
-        start, local = step, r * block
-        shift = local - start
-        trainer.host = bench.block_host(shift)
-        for info in training_steps(trainer, state, start + block, hooks,
-                                   _Local(made[name], shift), policy_states[name]):
-          state, policy_states[name], step = info.state, info.policy_state, info.step
-          shares[name].append(list(info.stats.rows))
-        schedule.append({'policy': name, 'first_step': start + 1, 'last_step': step,
-                         'policy_step': local})
+    _, schedule = interleaved_blocks(
+        bench.state, policies, rounds, block, program=lambda name: trainer,
+        policy=made.__getitem__, host=lambda name, shift: bench.block_host(shift),
+        hooks=[Hook(bench.record)],
+        on_step=lambda name, info: shares[name].append(list(info.stats.rows)))
   finally:
     bench.telemetry.close()
     trainer.close()

@@ -9,9 +9,10 @@ calibrated once for the job and slowed by the launcher's trace. All train one st
 `hetjax.train.training_steps`: the share policies on one bucketed `WorkerTrainer` (the piece
 ladder compiled before the first step), each token policy on a `TokenTrainer` of its own rules
 (the end game is the trainer's), on the same meshes and layout, so the state passes from one
-to the next. Policy p's k-th step (counting only its own steps) sees slowdown ``trace(k)``, so
-every policy meets the same slowdown sequence although their blocks alternate in time; each
-policy's state carries over from one of its blocks to the next. The chief writes
+to the next. They alternate in blocks (`experiments._bench_launch.interleaved_blocks`): policy p's
+k-th step (counting only its own steps) sees slowdown ``trace(k)``, so every policy meets the
+same slowdown sequence although their blocks alternate in time; each policy's state carries
+over from one of its blocks to the next. The chief writes
 ``telemetry.jsonl``, ``schedule.json`` (which global steps belong to which policy) and
 ``run.json`` (set-up, rows per worker per step, and the measured token pull round trip).
 """
@@ -26,7 +27,8 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from experiments._lbbsp_worker import BUCKET, GLOBAL_BATCH, MODEL, _Local, set_up
+from experiments._bench_launch import interleaved_blocks
+from experiments._lbbsp_worker import BUCKET, GLOBAL_BATCH, MODEL, set_up
 from hetjax import runtime
 
 TOKEN_POLICIES = {'tokens': True, 'tokens-greedy': False}  # name: plays the end game
@@ -38,8 +40,7 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows:
   import jax
   import numpy as np
 
-  from hetjax import balance
-  from hetjax.train import Hook, TokenRules, TokenTrainer, training_steps
+  from hetjax.train import Hook, TokenRules, TokenTrainer
 
   out = pathlib.Path(out_dir)
   bench = set_up(ctx, out, 'fela')
@@ -58,31 +59,25 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows:
     jax.block_until_ready(token_trainer.accumulate(zero(), zero()))
   channel.barrier('tokens-warm')
   programs = {name: token_trainers.get(name, trainer) for name in policies}
-  made = {name: token_trainers[name].tokens if name in token_trainers
-          else balance.make_policy(name, bench.rules, bench.trace) for name in policies}
-  policy_states = dict.fromkeys(policies)
+  made = {name: token_trainers[name].tokens if name in token_trainers else bench.policy(name)
+          for name in policies}
   shares = {name: [] for name in policies}
-  hooks = [Hook(bench.record)]
-  state, schedule, pulls, step = bench.state, [], [], int(bench.state.step)
+  pulls = []
+
+  def on_step(name, info) -> None:
+    shares[name].append(list(info.stats.rows))
+    if name in TOKEN_POLICIES:
+      local_timing = info.stats.local
+      pulls.append((local_timing.pull_s, local_timing.pulls, local_timing.left > 0))
+
   try:
-    for r in range(rounds):
-      for name in policies:
-        start, local = step, r * block
-        shift = local - start
-        program = programs[name]
-        program.host = bench.block_host(shift)
-        for info in training_steps(program, state, start + block, hooks,
-                                   _Local(made[name], shift), policy_states[name]):
-          state, policy_states[name], step = info.state, info.policy_state, info.step
-          shares[name].append(list(info.stats.rows))
-          if name in TOKEN_POLICIES:
-            local_timing = info.stats.local
-            pulls.append((local_timing.pull_s, local_timing.pulls, local_timing.left > 0))
-        # LB-BSP's new share sizes compile in the background; let them finish between blocks,
-        # or they would compete for the cores with the next policy's steps.
-        trainer.programs.wait()
-        schedule.append({'policy': name, 'first_step': start + 1, 'last_step': step,
-                         'policy_step': local})
+    # LB-BSP's new share sizes compile in the background; they finish between blocks
+    # (``after_block``), or they would compete for the cores with the next policy's steps.
+    _, schedule = interleaved_blocks(
+        bench.state, policies, rounds, block, program=programs.__getitem__,
+        policy=made.__getitem__, host=lambda name, shift: bench.block_host(shift),
+        hooks=[Hook(bench.record)], on_step=on_step,
+        after_block=lambda name: trainer.programs.wait())
   finally:
     bench.telemetry.close()
     for program in (trainer, *token_trainers.values()):

@@ -7,10 +7,12 @@ see the same machine state. Every worker runs as a host of known speed
 calibrated per-row cost takes, times its slowdown): ``none`` (every host at its base speed; it
 calibrates the virtual clock) and ``static`` (worker 3's host 3x slower). For each it reports
 the measured iteration time (mean over steps of the slowest worker's step), each worker's idle
-fraction (waiting at the barrier / step time), the balanced limit X / Σ vᵢ + sync, where
-vᵢ = shareᵢ / busyᵢ is the measured speed (busy: compute plus the host's padding) and sync the
-measured communication and batch preparation, and their ratio: the gap that load balancing can
-close. How often a real compute ran past its host's time (an overrun) is printed as well.
+fraction (waiting at the barrier / step time), the balanced limit (the time at which hosts of
+the calibrated ``fixed_s + rows × row_s``, each at its measured slowdown busy / that cost, would
+cover the batch, fixed costs included, plus the measured communication and batch preparation:
+`experiments._harness.JobRun.limit_s`), and their ratio: the gap that load balancing can close.
+How often a real compute ran past its host's time (an overrun) is printed as well. Rows say
+``measured`` (telemetry) or ``virtual`` (modelled).
 
 The virtual clock is calibrated on the ``none`` run only (per-worker busy seconds per sample and
 their step-to-step coefficient of variation, the all-reduce α and β fitted by
@@ -23,74 +25,60 @@ scenario at 64 and 1024 workers (one worker at 3x, 1024 rows per worker).
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
-import tempfile
 import time
 
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from experiments._bench_launch import host_line, launch_workers
+from experiments import _harness
+from experiments._bench_launch import launch_workers
 from hetjax import ConfigError, balance, emulation, simulation
-from hetjax.report import load_telemetry
 
 WORKERS = 4
 SCENARIOS = {'none': 'none', 'static': 'static:1,1,1,3'}
 SCALE = (64, 1024)
 AGREEMENT_GOAL = 0.15
+BLOCK = 5  # steps per scenario block; the scenarios alternate block by block in one job
 
-_QUICK = flags.DEFINE_bool('quick', False, '15 measured steps per run instead of 40')
+FLAGS = _harness.define_flags('15 measured steps per run instead of 40')
 _STEPS = flags.DEFINE_integer('steps', None, 'steps per measured run (default 40, quick 15)')
 _SKIP = flags.DEFINE_integer('skip', 3, 'first steps left out of every mean (compilation)')
-_JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
-_KEEP = flags.DEFINE_string('keep', None, 'keep the run directories under this directory')
-
-
-BLOCK = 5  # steps per scenario block; the scenarios alternate block by block in one job
 
 
 def _launch(out: pathlib.Path, steps: int) -> dict:
   return launch_workers(out, '_bsp_worker.py', [steps, BLOCK], WORKERS, timeout=600)
 
 
-def _measured(run_dir: pathlib.Path, skip: int, scenario: str) -> dict:
-  t = load_telemetry(run_dir)
-  index = {s: i for i, s in enumerate(t.steps)}
-  blocks = json.loads((run_dir / 'schedule.json').read_text())
-  keep = [index[s] for b in blocks if b['scenario'] == scenario
-          for s in range(b['first_step'], b['last_step'] + 1) if s > skip]
-  share = t.share[keep]
-  busy = t.compute_s[keep] + t.dilation_s[keep]  # the host's time: compute and padding
-  iteration = t.step_s[keep].max(axis=1)
-  sync = t.comm_s[keep][:, 0] + t.data_s[keep].mean(axis=1)
-  speeds = share.sum(axis=0) / busy.sum(axis=0)
-  limit = share.sum(axis=1).mean() / speeds.sum() + sync.mean()
+def measured(job: _harness.JobRun, skip: int, scenario: str) -> dict:
+  """A scenario's measured means over its steps after the first ``skip`` of the job."""
+  keep = job.rows(scenario, key='scenario', after_step=skip)
+  busy = job.busy_s(keep)  # the host's time: compute and padding
+  iteration = job.iteration_s(keep)
   return {
       'iter_time_s': float(iteration.mean()),
-      'balanced_limit_s': float(limit),
-      'idle_fraction': [float(x) for x in (t.wait_s[keep] / t.step_s[keep]).mean(axis=0)],
-      'per_sample_s': [float(x) for x in (busy / share).mean(axis=0)],
+      'balanced_limit_s': float(job.limit_s(keep).mean()),
+      'idle_fraction': [float(x) for x in job.idle_fraction(keep).mean(axis=0)],
+      'per_sample_s': [float(x) for x in _harness.measured_per_sample(job, keep)],
       'noise_cv': float((busy.std(axis=0) / busy.mean(axis=0)).mean()),
       'host_s': float((iteration - busy.max(axis=1)).mean()),
   }
 
 
-def _cost(calibration: dict, run: dict, workers: int | None = None) -> simulation.ClockCosts:
-  fit = run['allreduce']
+def _cost(calibration: dict, info: dict, workers: int | None = None) -> simulation.ClockCosts:
+  """The virtual clock calibrated on the ``none`` scenario: per-worker busy seconds per row (one
+  mean for ``workers`` ≠ 4), the fitted all-reduce, the rest of a step as host time."""
+  network = _harness.network(info)
   per_sample = tuple(calibration['per_sample_s'])
   if workers is not None:
     per_sample = float(np.mean(per_sample))
-  allreduce = simulation.ClockCosts(1.0, alpha_s=fit['alpha_s'],
-                                 beta_bytes_per_s=fit['beta_bytes_per_s'],
-                                 grad_bytes=run['grad_bytes']).allreduce_s(WORKERS)
-  return simulation.ClockCosts(
-      per_sample, alpha_s=fit['alpha_s'], beta_bytes_per_s=fit['beta_bytes_per_s'],
-      grad_bytes=run['grad_bytes'], host_s=max(calibration['host_s'] - allreduce, 0.0))
+  allreduce = simulation.ClockCosts(1.0, **network).allreduce_s(WORKERS)
+  return simulation.ClockCosts(per_sample, host_s=max(calibration['host_s'] - allreduce, 0.0),
+                               **network)
 
 
 def _virtual(cost: simulation.ClockCosts, workers: int, rows_per_worker: int, steps: int,
@@ -99,7 +87,7 @@ def _virtual(cost: simulation.ClockCosts, workers: int, rows_per_worker: int, st
   batch = rows_per_worker * workers
   uniform = balance.Uniform(balance.ShareRules(batch, workers))
   v = simulation.simulate_shares(uniform, emulation.StaticTrace(factors), cost, batch, steps,
-                       noise_cv=noise_cv)
+                                 noise_cv=noise_cv)
   idle = v.idle_fraction.mean(axis=0)
   return {'iter_time_s': v.mean_iter_s(), 'balanced_limit_s': v.mean_balanced_limit_s(),
           'idle_fraction': [float(idle[:-1].mean())] * (workers - 1) + [float(idle[-1])]}
@@ -114,20 +102,18 @@ def _row(scenario: str, workers: int, source: str, r: dict) -> dict:
 
 def run(steps: int, skip: int, root: pathlib.Path) -> list[dict]:
   info = _launch(root, steps)
-  runs = {name: info for name in SCENARIOS}
-  measured = {name: _measured(root, skip, name) for name in SCENARIOS}
-  rows = [_row(name, WORKERS, 'measured', measured[name]) for name in SCENARIOS]
+  job = _harness.JobRun.load(root)
+  means = {name: measured(job, skip, name) for name in SCENARIOS}
+  rows = [_row(name, WORKERS, 'measured', means[name]) for name in SCENARIOS]
   rows_per_worker = info['global_batch'] // WORKERS
-  print(host_line(root, info), flush=True)
-  noise = measured['none']['noise_cv']  # step-to-step jitter of the hosts' busy time
-  predicted = _virtual(_cost(measured['none'], runs['none']), WORKERS, rows_per_worker, steps,
-                       noise)
-  agreement = abs(predicted['iter_time_s'] / measured['static']['iter_time_s'] - 1)
+  print(job.host_line(), flush=True)
+  noise = means['none']['noise_cv']  # step-to-step jitter of the hosts' busy time
+  predicted = _virtual(_cost(means['none'], info), WORKERS, rows_per_worker, steps, noise)
+  agreement = abs(predicted['iter_time_s'] / means['static']['iter_time_s'] - 1)
   rows.append(_row('static', WORKERS, 'virtual', predicted) | {'agreement': agreement})
   for n in SCALE:
     rows.append(_row('static', n, 'virtual',
-                     _virtual(_cost(measured['none'], runs['none'], n), n, rows_per_worker, steps,
-                              noise)))
+                     _virtual(_cost(means['none'], info, n), n, rows_per_worker, steps, noise)))
   return rows
 
 
@@ -143,32 +129,21 @@ def _table(rows: list[dict]) -> str:
   return '\n'.join(lines)
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    print(f'bench_bsp: error: unexpected arguments {argv[1:]}', file=sys.stderr)
-    sys.exit(2)
-  steps = _STEPS.value or (15 if _QUICK.value else 40)
+def main() -> None:
+  steps = _STEPS.value or (15 if FLAGS.quick.value else 40)
   if steps <= _SKIP.value + 2 or _SKIP.value < 0:
-    print(f'bench_bsp: error: --steps {steps} must exceed --skip {_SKIP.value} + 2', file=sys.stderr)
-    sys.exit(2)
+    raise ConfigError(f'--steps {steps} must exceed --skip {_SKIP.value} + 2')
   start = time.perf_counter()
-  try:
-    if _KEEP.value:
-      rows = run(steps, _SKIP.value, pathlib.Path(_KEEP.value))
-    else:
-      with tempfile.TemporaryDirectory() as tmp:
-        rows = run(steps, _SKIP.value, pathlib.Path(tmp))
-  except (ConfigError, RuntimeError) as e:
-    print(f'bench_bsp: error: {e}', file=sys.stderr)
-    sys.exit(1)
+  with _harness.run_directory(FLAGS.keep.value) as root:
+    rows = run(steps, _SKIP.value, root)
   print(_table(rows))
   check = next(r for r in rows if 'agreement' in r)
   print(f'virtual vs measured (static, {WORKERS} workers): {100 * check["agreement"]:.1f}% apart '
-        f'(goal ≤ {100 * AGREEMENT_GOAL:.0f}%); {time.perf_counter() - start:.0f} s; '
-        f'{steps} steps per run, first {_SKIP.value} skipped')
-  if _JSON.value:
-    pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
+        f'(goal ≤ {100 * AGREEMENT_GOAL:.0f}%; circular: the virtual clock is calibrated on the '
+        f'same hosts); {time.perf_counter() - start:.0f} s; {steps} steps per run, first '
+        f'{_SKIP.value} skipped')
+  _harness.finish(rows, FLAGS.json.value)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _harness.run_main('bench_bsp.py', main)

@@ -11,7 +11,10 @@ model-parallel, uniform hybrid). Per plan:
   untimed step, the order rotating by round) so machine drift hits all alike;
 * ``predicted ms``: the cost model at the measured α and β; ``@1/10/100 Gbit/s``: the same
   model with β replaced, what the plan would cost on such a network (modelled, not measured);
-* the Spearman rank correlation of predicted and measured times, per model and over all.
+* the Spearman rank correlation of predicted and measured times (average ranks for ties), per
+  model and over all, with plans that compile to one program (same layouts, e.g. the planner's
+  choosing pure data parallelism) counted once, their measured times averaged; ``n`` is the
+  number of distinct programs (`experiments._analysis.rank_correlation_of_programs`).
 
 Part 2, tokens (`experiments/_fela_tokens.py`): Uniform BSP, LB-BSP and Fela's tokens under a
 static 3x straggler and a Markov one, 4 real local workers, then 64 and 1024 on the virtual
@@ -22,10 +25,8 @@ clock.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
-import tempfile
 import time
 
 if __package__ in (None, ''):
@@ -34,9 +35,10 @@ if __package__ in (None, ''):
 import jax
 import numpy as np
 import optax
-from absl import app, flags
+from absl import flags
 
 import models
+from experiments import _analysis, _harness
 from hetjax import ConfigError, planner
 from hetjax.sharding import submodel_names
 
@@ -52,12 +54,11 @@ MODELS = {
 }
 BETAS_GBIT = (1, 10, 100)
 
-_QUICK = flags.DEFINE_bool('quick', False, 'fewer rounds and token steps: under 3 minutes')
+FLAGS = _harness.define_flags('fewer rounds and token steps: under 3 minutes', keep=False)
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 2)')
 _STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 2)')
 _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(MODELS)}')
 _TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
-_JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
 
 
 def _plans(task, profiles, cluster, batch) -> list[planner.Plan]:
@@ -77,13 +78,6 @@ def _time_steps(compiled_plan, state, batches, steps: int):
   return state, (time.perf_counter() - start) / steps
 
 
-def _spearman(a, b) -> float:
-  ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-  if len(a) < 2 or np.std(ra) == 0 or np.std(rb) == 0:
-    return float('nan')
-  return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   model, kwargs, batch = MODELS[key]
   task = models.make_task(model, **kwargs)
@@ -100,14 +94,16 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
     compiled[name], states[name] = c, c.trainer.init_state()
     batches[name] = [c.trainer.put_batch(c.trainer.global_batch_at(s)) for s in range(2)]
     states[name], _ = _time_steps(c, states[name], batches[name], 1)  # warm-up
-  times = {name: [] for name in compiled}
-  names = list(compiled)
-  for r in range(rounds):
-    for name in names[r % len(names):] + names[:r % len(names)]:
+
+  def block(name: str):
+    def run() -> float:
       # One untimed step first: the step after switching plans runs on cold caches.
       states[name], _ = _time_steps(compiled[name], states[name], batches[name], 1)
       states[name], t = _time_steps(compiled[name], states[name], batches[name], steps)
-      times[name].append(t)
+      return t
+    return run
+
+  times = _harness.interleave({name: block(name) for name in compiled}, rounds)
   rows = []
   for name, c in compiled.items():
     moved = planner.collective_bytes(c.compiled)
@@ -119,22 +115,24 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
       at = planner.evaluate(c.plan, profiles, cluster.with_bandwidth(gbit * 1e9 / 8), batch)
       row[f'predicted_step_s_at_{gbit}gbit'] = float(at.predicted_step_s)
     rows.append(row)
-  rho = _spearman([r['predicted_step_s'] for r in rows], [r['measured_step_s'] for r in rows])
+  rho, n = _analysis.rank_correlation_of_programs(rows, 'predicted_step_s', 'measured_step_s')
   for r in rows:
-    r['rank_correlation'] = rho
+    r['rank_correlation'], r['rank_correlation_n'] = rho, n
   return rows
 
 
 def _plan_table(rows: list[dict]) -> str:
   head = (f'{"model":<10}{"plan":<9}{"bytes/device":>14}{"measured ms":>13}{"predicted ms":>14}'
-          + ''.join(f'{f"@{g}Gb/s ms":>12}' for g in BETAS_GBIT) + f'{"rho":>7}')
+          + ''.join(f'{f"@{g}Gb/s ms":>12}' for g in BETAS_GBIT) + f'{"rho":>7}{"n":>3}')
   lines = [head, '-' * len(head)]
   for r in rows:
     lines.append(
         f'{r["model"]:<10}{r["plan"]:<9}{r["bytes_per_device"]:>14,.0f}'
         f'{1e3 * r["measured_step_s"]:>13.2f}{1e3 * r["predicted_step_s"]:>14.2f}'
         + ''.join(f'{1e3 * r[f"predicted_step_s_at_{g}gbit"]:>12.2f}' for g in BETAS_GBIT)
-        + f'{r["rank_correlation"]:>7.2f}')
+        + f'{r["rank_correlation"]:>7.2f}{r["rank_correlation_n"]:>3}')
+  lines.append('measured: wall clock; predicted and @β: the cost model (modelled); rho over the '
+               'n distinct programs')
   return '\n'.join(lines)
 
 
@@ -153,25 +151,24 @@ def _goals(rows: list[dict]) -> list[str]:
                f'{best_bytes:,.0f} ({"met" if plan["bytes_per_device"] <= best_bytes else "NOT met"})'
                f'; measured {1e3 * plan["measured_step_s"]:.2f} ms vs best {1e3 * best_time:.2f} ms'
                f' ({plan["measured_step_s"] / best_time:.3f}x); rho {mine[0]["rank_correlation"]:.2f}'
+               f' over n = {mine[0]["rank_correlation_n"]} distinct programs'
                + (f'; same layouts as {", ".join(same)} (one program: any difference is noise)'
                   if same else ''))
-  rho = _spearman([r['predicted_step_s'] for r in rows], [r['measured_step_s'] for r in rows])
-  out.append(f'rank correlation over all models and plans: {rho:.2f} (goal >= 0.8)')
+  rho, n = _analysis.rank_correlation_of_programs(rows, 'predicted_step_s', 'measured_step_s')
+  out.append(f'rank correlation over all models and plans: {rho:.2f} over n = {n} distinct '
+             'programs (goal >= 0.8 per model)')
   return out
 
 
-def main(argv: list[str]) -> None:
-  rounds = (2 if _QUICK.value else 5) if _ROUNDS.value is None else _ROUNDS.value
-  steps = (2 if _QUICK.value else 5) if _STEPS.value is None else _STEPS.value
+def main() -> None:
+  quick = FLAGS.quick.value
+  rounds = (2 if quick else 5) if _ROUNDS.value is None else _ROUNDS.value
+  steps = (2 if quick else 5) if _STEPS.value is None else _STEPS.value
   bad = [m for m in _MODELS.value if m not in MODELS]
-  if len(argv) > 1 or bad or rounds < 1 or steps < 1:
-    print(f'bench_fela: error: bad arguments {argv[1:] + bad} (models: {list(MODELS)}; rounds and '
-          'steps >= 1)', file=sys.stderr)
-    sys.exit(2)
+  if bad or rounds < 1 or steps < 1:
+    raise ConfigError(f'bad arguments {bad} (models: {list(MODELS)}; rounds and steps >= 1)')
   if jax.device_count() != DEVICES:
-    print(f'bench_fela: error: needs {DEVICES} devices, found {jax.device_count()}',
-          file=sys.stderr)
-    sys.exit(2)
+    raise ConfigError(f'needs {DEVICES} devices, found {jax.device_count()}')
   start = time.perf_counter()
   cluster = planner.measure_cluster()
   print(f'cluster: {cluster.devices} devices, {cluster.workers[0].flops_per_s / 1e9:.1f} GFLOP/s '
@@ -185,17 +182,13 @@ def main(argv: list[str]) -> None:
   print('\n'.join(_goals(rows)))
   if _TOKENS.value:
     from experiments import _fela_tokens
-    with tempfile.TemporaryDirectory() as tmp:
-      token_rows = _fela_tokens.run_tokens(pathlib.Path(tmp), quick=_QUICK.value)
+    with _harness.run_directory(None) as tmp:
+      token_rows = _fela_tokens.run_tokens(tmp, quick=quick)
     print(_fela_tokens.table(token_rows))
     rows += token_rows
   print(f'{time.perf_counter() - start:.0f} s')
-  if _JSON.value:
-    pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
+  _harness.finish(rows, FLAGS.json.value)
 
 
 if __name__ == '__main__':
-  jax.config.config_with_absl()
-  if '--jax_num_cpu_devices' not in ' '.join(sys.argv):
-    jax.config.update('jax_num_cpu_devices', DEVICES)
-  app.run(main)
+  _harness.run_main('bench_fela.py', main, cpu_devices=DEVICES)

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import pathlib
 import statistics
 import sys
@@ -28,10 +27,11 @@ if not __package__:
 import jax
 import numpy as np
 import optax
-from absl import app, flags, logging
+from absl import flags
 
 import hetjax
 import models
+from experiments import _harness
 from experiments._plain_step import PlainDataParallel
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, training_steps
@@ -47,11 +47,10 @@ LOSS_RTOL = 1e-5
 WARMUP_STEPS = 2
 
 _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to time, of {list(MODELS)}')
-_QUICK = flags.DEFINE_bool('quick', False, 'few short rounds (R=5, N=10): a smoke run')
+FLAGS = _harness.define_flags('few short rounds (R=5, N=10): a smoke run', keep=False)
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'timed rounds R (default 5 quick, 15 otherwise)')
 _STEPS = flags.DEFINE_integer(
     'steps_per_block', None, 'steps N per timed block (default 10 quick, 20 otherwise)')
-_JSON = flags.DEFINE_string('json', None, 'also write the results as JSON to this path')
 
 
 def _bench(name: str, rounds: int, steps: int) -> dict:
@@ -90,18 +89,15 @@ def _bench(name: str, rounds: int, steps: int) -> dict:
 
   run_hetjax(WARMUP_STEPS)
   run_plain(WARMUP_STEPS)
-  times = {run_hetjax: [], run_plain: []}
-  for r in range(rounds):
-    order = (run_hetjax, run_plain) if r % 2 == 0 else (run_plain, run_hetjax)
-    for run in order:
-      times[run].append(run(steps))
+  times = _harness.interleave({'hetjax': lambda: run_hetjax(steps),
+                               'plain': lambda: run_plain(steps)}, rounds)  # order alternating
 
   a, b = float(h['loss']), float(p['loss'])
   if h['step'] != p['step'] or abs(a - b) > LOSS_RTOL * abs(b):
     raise AssertionError(
         f'{name}: loss at step {p["step"]} differs: hetjax {a!r} vs plain {b!r} '
         f'(relative {abs(a - b) / abs(b):.2e} > {LOSS_RTOL:g})')
-  het_block, plain_block = statistics.median(times[run_hetjax]), statistics.median(times[run_plain])
+  het_block, plain_block = statistics.median(times['hetjax']), statistics.median(times['plain'])
   return {
       'model': name,
       'ratio_hetjax_over_plain': het_block / plain_block,
@@ -121,42 +117,28 @@ def _table(rows: list[dict]) -> str:
     lines.append(
         f'{r["model"]:<12} {1e3 * r["hetjax_step_s"]:>14.3f} {1e3 * r["plain_step_s"]:>13.3f} '
         f'{r["ratio_hetjax_over_plain"]:>6.3f} {r["rounds"]:>3} {r["steps_per_block"]:>3}')
+  lines.append('all measured (wall clock), none modelled')
   return '\n'.join(lines)
 
 
-def main(argv: list[str]) -> None:
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
-  if not flags.FLAGS['jax_num_cpu_devices'].present:
-    jax.config.update('jax_num_cpu_devices', 8)
-  try:
-    if len(argv) > 1:
-      raise hetjax.ConfigError(f'unexpected arguments: {argv[1:]}')
-    unknown = [m for m in _MODELS.value if m not in MODELS]
-    if unknown or not _MODELS.value:
-      raise hetjax.ConfigError(f'unknown model(s) {unknown}; choose from {list(MODELS)}')
-    rounds = _ROUNDS.value or (5 if _QUICK.value else 15)
-    steps = _STEPS.value or (10 if _QUICK.value else 20)
-    for flag, value in (('rounds', _ROUNDS.value), ('steps_per_block', _STEPS.value)):
-      if value is not None and value <= 0:
-        raise hetjax.ConfigError(f'--{flag} must be positive, got {value}')
-    start = time.perf_counter()
-    rows = [_bench(m, rounds, steps) for m in _MODELS.value]
-  except hetjax.ConfigError as e:
-    print(f'bench_overhead: {e}', file=sys.stderr)
-    sys.exit(2)
+def main() -> None:
+  unknown = [m for m in _MODELS.value if m not in MODELS]
+  if unknown or not _MODELS.value:
+    raise hetjax.ConfigError(f'unknown model(s) {unknown}; choose from {list(MODELS)}')
+  quick = FLAGS.quick.value
+  rounds = _ROUNDS.value or (5 if quick else 15)
+  steps = _STEPS.value or (10 if quick else 20)
+  for flag, value in (('rounds', _ROUNDS.value), ('steps_per_block', _STEPS.value)):
+    if value is not None and value <= 0:
+      raise hetjax.ConfigError(f'--{flag} must be positive, got {value}')
+  start = time.perf_counter()
+  rows = [_bench(m, rounds, steps) for m in _MODELS.value]
   print(_table(rows))
   print(f'goal: ratio ≤ {GOAL} (hetjax median block time / plain median block time); '
         f'met by {sum(r["ratio_hetjax_over_plain"] <= GOAL for r in rows)}/{len(rows)} models; '
         f'{time.perf_counter() - start:.1f} s')
-  if _JSON.value:
-    try:
-      pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
-    except OSError as e:
-      print(f'bench_overhead: cannot write --json: {e}', file=sys.stderr)
-      sys.exit(2)
+  _harness.finish(rows, FLAGS.json.value)
 
 
 if __name__ == '__main__':
-  jax.config.config_with_absl()
-  app.run(main)
+  _harness.run_main('bench_overhead.py', main, cpu_devices=8)
