@@ -142,8 +142,9 @@ class JobRun:
     return self.telemetry.compute_s[idx] + self.telemetry.dilation_s[idx]
 
   def sync_s(self, idx: np.ndarray) -> np.ndarray:
-    """Per step, the measured communication and batch preparation."""
-    return self.telemetry.comm_s[idx][:, 0] + self.telemetry.data_s[idx].mean(axis=1)
+    """Per step, the measured time outside the slowest host's busy time: batch preparation,
+    all-reduce, update and dispatch (what no share policy can balance away)."""
+    return self.iteration_s(idx) - self.busy_s(idx).max(axis=1)
 
   def iteration_s(self, idx: np.ndarray, without_compile: bool = False) -> np.ndarray:
     """Per step, the slowest worker's step time (less the time it waited for a compile)."""
@@ -158,7 +159,7 @@ class JobRun:
     """Per step, the measured balanced limit given fixed costs: the hosts' calibrated
     ``fixed_s + rows × row_s`` at each worker's measured slowdown (`_analysis.
     effective_slowdown`: the trace's factor where the host held), balanced exactly
-    (`_analysis.balanced_time_s`), plus the step's measured sync."""
+    (`_analysis.balanced_time_s`), plus the step's measured time outside compute (`sync_s`)."""
     row_s, fixed_s = self.info['host_row_s'], self.info['host_fixed_s']
     share = self.telemetry.share[idx]
     slow = _analysis.effective_slowdown(self.busy_s(idx), share, row_s, fixed_s)

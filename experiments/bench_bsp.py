@@ -9,16 +9,18 @@ calibrates the virtual clock) and ``static`` (worker 3's host 3x slower). For ea
 the measured iteration time (mean over steps of the slowest worker's step), each worker's idle
 fraction (waiting at the barrier / step time), the balanced limit (the time at which hosts of
 the calibrated ``fixed_s + rows × row_s``, each at its measured slowdown busy / that cost, would
-cover the batch, fixed costs included, plus the measured communication and batch preparation:
+cover the batch, fixed costs included, plus the step's measured time outside compute:
 `experiments._harness.JobRun.limit_s`), and their ratio: the gap that load balancing can close.
 How often a real compute ran past its host's time (an overrun) is printed as well. Rows say
 ``measured`` (telemetry) or ``virtual`` (modelled).
 
-The virtual clock is calibrated on the ``none`` run only (per-worker busy seconds per sample and
-their step-to-step coefficient of variation, the all-reduce α and β fitted by
-`hetjax.runtime.fit_allreduce`, the rest of a step as host time)
-and then predicts the ``static`` run (the agreement check, goal within 15%) and the same
-scenario at 64 and 1024 workers (one worker at 3x, 1024 rows per worker).
+The virtual clock is the hosts' calibrated ``fixed_s + rows × row_s`` (circular: it agrees with
+the hosts by construction, so the agreement checks the collectives and the step model, not the
+calibration), with the busy time's step-to-step coefficient of variation, the all-reduce α and
+β fitted by `hetjax.runtime.fit_allreduce`, and the rest of a step as host time measured on the
+``none`` steps (`experiments._harness.host_costs`); it predicts the ``static`` run (the
+agreement check, goal within 15%) and the same scenario at 64 and 1024 workers (one worker at
+3x, 1024 rows per worker).
 
   .venv/bin/python experiments/bench_bsp.py --quick --json runs/bench_bsp.json
 """
@@ -32,7 +34,6 @@ import time
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import numpy as np
 from absl import flags
 
 from experiments import _harness
@@ -63,22 +64,8 @@ def measured(job: _harness.JobRun, skip: int, scenario: str) -> dict:
       'iter_time_s': float(iteration.mean()),
       'balanced_limit_s': float(job.limit_s(keep).mean()),
       'idle_fraction': [float(x) for x in job.idle_fraction(keep).mean(axis=0)],
-      'per_sample_s': [float(x) for x in _harness.measured_per_sample(job, keep)],
       'noise_cv': float((busy.std(axis=0) / busy.mean(axis=0)).mean()),
-      'host_s': float((iteration - busy.max(axis=1)).mean()),
   }
-
-
-def _cost(calibration: dict, info: dict, workers: int | None = None) -> simulation.ClockCosts:
-  """The virtual clock calibrated on the ``none`` scenario: per-worker busy seconds per row (one
-  mean for ``workers`` ≠ 4), the fitted all-reduce, the rest of a step as host time."""
-  network = _harness.network(info)
-  per_sample = tuple(calibration['per_sample_s'])
-  if workers is not None:
-    per_sample = float(np.mean(per_sample))
-  allreduce = simulation.ClockCosts(1.0, **network).allreduce_s(WORKERS)
-  return simulation.ClockCosts(per_sample, host_s=max(calibration['host_s'] - allreduce, 0.0),
-                               **network)
 
 
 def _virtual(cost: simulation.ClockCosts, workers: int, rows_per_worker: int, steps: int,
@@ -108,12 +95,13 @@ def run(steps: int, skip: int, root: pathlib.Path) -> list[dict]:
   rows_per_worker = info['global_batch'] // WORKERS
   print(job.host_line(), flush=True)
   noise = means['none']['noise_cv']  # step-to-step jitter of the hosts' busy time
-  predicted = _virtual(_cost(means['none'], info), WORKERS, rows_per_worker, steps, noise)
+  cost = _harness.host_costs(job, job.rows('none', key='scenario', after_step=skip))
+  predicted = _virtual(cost, WORKERS, rows_per_worker, steps, noise)
   agreement = abs(predicted['iter_time_s'] / means['static']['iter_time_s'] - 1)
   rows.append(_row('static', WORKERS, 'virtual', predicted) | {'agreement': agreement})
   for n in SCALE:
     rows.append(_row('static', n, 'virtual',
-                     _virtual(_cost(means['none'], info, n), n, rows_per_worker, steps, noise)))
+                     _virtual(cost, n, rows_per_worker, steps, noise)))
   return rows
 
 

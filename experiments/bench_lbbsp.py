@@ -12,7 +12,7 @@ Per scenario × policy it reports, from measured telemetry (steps of that policy
 
 * ``iter/limit``: median iteration time (compile time left out) over the median balanced limit:
   the T at which hosts of the calibrated ``fixed_s + rows × row_s``, each at its measured
-  slowdown (busy / that cost), cover the batch, plus the measured communication and batch time
+  slowdown (busy / that cost), cover the batch, plus the step's measured time outside compute
   (`experiments._harness.JobRun.limit_s`; fixed costs count, so it is the true balanced time);
 * ``speedup``: Uniform's mean iteration time over the policy's;
 * ``of ideal``: the policy's speedup over the ideal one (Uniform iteration / limit), i.e.
