@@ -3,13 +3,14 @@
   python experiments/_sdpipe_worker.py OUT_DIR CONFIG_JSON   (under hetjax.launch, 2 devices each)
 
 The worker is one replica: a 2-stage pipeline (`MODEL` MLP on digits) on its own 2 devices.
-For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: straggler spec},
+For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: slowdown spec},
 policies, budget_s, step_s, window and max_group for `policy_options`; a policy named
 ``NAME+overlap`` is NAME with `ReplicaDriver(overlap=True)`) it starts from the same initial
 parameters and trains for budget_s
-seconds; worker 0 runs that run's group scheduler in a thread. Every step is padded by
-`StragglerPause` to step_s (× 3 for a persistent straggler), plus SDPipe's transient sleeps,
-drawn per (round, worker, step), so every policy of a round meets the same stragglers. Each
+seconds; worker 0 runs that run's group scheduler in a thread. Every replica is a host of known
+speed (`HostPause`: the scenario's `parse_trace` spec, a step of step_s), × 3 for a persistent
+straggler, plus SDPipe's transient sleeps drawn per (round, worker, step), so every policy of a
+round meets the same stragglers. Each
 replica keeps host copies of its parameters at the first step ending after 20, 40, 60 and 80%
 of the run, and at its end; after the run, all replicas average each snapshot over everyone to
 measure the consensus distance ``‖xᵢ − x̄‖`` at those times (not part of the run's time). The chief writes ``OUT_DIR/run.json``: per run
@@ -45,9 +46,9 @@ def policy_options(policy: str, step_s: float, window: float = 0.1, max_group: i
     return {'timeout_s': TIMEOUT_S, 'window_s': window * step_s,
             'min_window_s': window * step_s / 4, 'max_window_s': 2 * window * step_s,
             'max_group': max_group, 'min_group': min(2, max_group)}
-  if policy == 'ad-psgd':
+  if policy == 'random-pairs':
     return {'timeout_s': TIMEOUT_S, 'window_s': window * step_s}
-  if policy == 'ps':
+  if policy == 'periodic-average':
     return {'timeout_s': TIMEOUT_S, 'every': 10}  # HetPipe-like: sync every 10 batches
   return {'timeout_s': TIMEOUT_S}
 
@@ -97,9 +98,9 @@ def main(out_dir: str, config: dict) -> None:
 
   import models
   from hetjax.pipeline import (
+      HostPause,
       PipelineTrainer,
       ReplicaDriver,
-      StragglerPause,
       SyncClient,
       make_sync_policy,
       start_service,
@@ -129,7 +130,7 @@ def main(out_dir: str, config: dict) -> None:
           service = start_service(channel, made, label, stop_after_s=budget_s + 120)
         driver.client = SyncClient(channel, label, ctx.worker)
         driver.overlap = policy.endswith(OVERLAP)
-        driver.pause = StragglerPause(spec, ctx.worker, step_s, seed=r)
+        driver.pause = HostPause.of_step(spec, ctx.workers, ctx.worker, step_s, seed=r)
         state = trainer.init_state()
         channel.barrier(f'{label}/start', timeout_s=120)
         snapshots = Snapshots(budget_s)

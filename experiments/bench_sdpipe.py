@@ -1,11 +1,15 @@
-r"""SDPipe against all-reduce, AD-PSGD and a parameter server, on real workers and the virtual clock.
+r"""SDPipe against all-reduce, random pairs and periodic averaging, on real workers and the virtual clock.
 
 Measured: one job of 4 local workers with 2 CPU devices each; each worker is one replica of a
 2-stage pipeline (the MLP on digits) and worker 0 also runs the group scheduler
-(`experiments/_sdpipe_worker.py`). Every step is padded by sleep to ``--step_ms`` (× 3 on
-worker 3 in the persistent scenario), and SDPipe's transient injection sleeps h step times
-with probability 0.1 (h = 1 or 3), drawn per (round, worker, step): every policy of a round
-meets the same stragglers. Each (round, scenario, policy) trains from the same initial
+(`experiments/_sdpipe_worker.py`). Every replica is a host of known speed (`HostPause`, the
+one trace grammar): its step is padded by sleep to ``--step_ms`` (× 3 on worker 3 in the
+persistent scenario, ``persistent:3:3``), and SDPipe's transient injection (``transient:H``)
+sleeps h step times with probability 0.1 (h = 1 or 3), drawn per (round, worker, step): every
+policy of a round meets the same stragglers. The baselines are named for what they do:
+``random-pairs`` averages random pairs of the replicas ready within a window (AD-PSGD-like,
+but both members wait), ``periodic-average`` averages everyone every 10 steps and steps
+locally otherwise (HetPipe-like local SGD; no parameter server). Each (round, scenario, policy) trains from the same initial
 parameters for ``--budget_s`` seconds; policies alternate within a round, and ratios are taken
 within a round (side by side), then the median over rounds is reported. Per scenario × policy:
 
@@ -52,11 +56,13 @@ from absl import flags
 from experiments import _cli
 from experiments._bench_launch import launch_workers
 from hetjax import ConfigError
+from hetjax.pipeline._policies import RENAMED, parse_sync_name
 
 WORKERS = 4
 SCENARIOS = {'transient-h1': 'transient:1', 'transient-h3': 'transient:3',
              'persistent-3x': 'persistent:3:3'}
-POLICIES = ('all-reduce', 'ad-psgd', 'ps', 'sdpipe', 'all-reduce+overlap', 'sdpipe+overlap')
+POLICIES = ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe', 'all-reduce+overlap',
+            'sdpipe+overlap')
 OVERLAP = '+overlap'
 SCALE = (64, 1024)
 SMOOTH = 16
@@ -66,7 +72,8 @@ _QUICK = flags.DEFINE_bool('quick', False, '1 round of 7 s runs (about 3 minutes
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'rounds of every scenario x policy (default 3)')
 _BUDGET = flags.DEFINE_float('budget_s', None, 'seconds per run (default 10, quick 7)')
 _STEP_MS = flags.DEFINE_float('step_ms', 100.0, 'a healthy replica\'s emulated step time')
-_WINDOW = flags.DEFINE_float('window', 0.1, 'SDPipe\'s and AD-PSGD\'s first wait window, in steps')
+_WINDOW = flags.DEFINE_float('window', 0.1, 'SDPipe\'s and random-pairs\' first wait window, in '
+                             'steps')
 _MAX_GROUP = flags.DEFINE_integer('max_group', 4, 'SDPipe\'s maximum group size')
 _POLICIES = flags.DEFINE_list('policies', list(POLICIES), 'policies to compare (all-reduce '
                               'must be one)')
@@ -193,6 +200,9 @@ def main() -> None:
   rounds = (1 if _QUICK.value else 3) if _ROUNDS.value is None else _ROUNDS.value
   budget_s = (7.0 if _QUICK.value else 10.0) if _BUDGET.value is None else _BUDGET.value
   policies = list(dict.fromkeys(_POLICIES.value))
+  for p in policies:  # an old baseline name says its new one
+    if p.removesuffix(OVERLAP) in RENAMED:
+      parse_sync_name(p.removesuffix(OVERLAP))
   unknown = [p for p in policies if p not in POLICIES]
   if unknown or 'all-reduce' not in policies:
     raise ConfigError(f'--policies {",".join(policies)}: choose from {", ".join(POLICIES)}, '

@@ -16,15 +16,15 @@ import pytest
 from hetjax import ConfigError
 from hetjax.pipeline._groups import GroupRules, GroupScheduler, SyncGroup
 from hetjax.pipeline._policies import (
-  ADPSGDPolicy,
   AllReducePolicy,
-  ParameterServerPolicy,
+  PeriodicAveragePolicy,
+  RandomPairsPolicy,
   SDPipePolicy,
   SyncPolicy,
   make_sync_policy,
 )
 
-POLICIES = ['all-reduce', 'ad-psgd', 'ps', 'sdpipe']
+POLICIES = ['all-reduce', 'random-pairs', 'periodic-average', 'sdpipe']
 
 
 def simulate(policy, steps, duration, noise=None):
@@ -244,8 +244,8 @@ def test_global_sync_at_multiples_includes_everyone(seed):
 @pytest.mark.parametrize('name', POLICIES)
 @pytest.mark.parametrize('seed', range(3))
 def test_every_arrival_lands_in_exactly_one_group_despite_bad_messages(name, seed):
-  kw = {'sdpipe': {'sync_every': 7, 'ssp_bound': 2}, 'ps': {'every': 4},
-        'ad-psgd': {'seed': seed}}.get(name, {})
+  kw = {'sdpipe': {'sync_every': 7, 'ssp_bound': 2}, 'periodic-average': {'every': 4},
+        'random-pairs': {'seed': seed}}.get(name, {})
   policy = make_sync_policy(name, 5, **kw)
   groups, arrivals, expected = simulate(policy, 30, jittery(seed, straggler=2),
                                         noise=random.Random(seed))
@@ -257,7 +257,7 @@ def test_every_arrival_lands_in_exactly_one_group_despite_bad_messages(name, see
 
 
 def test_same_calls_give_the_same_groups():
-  runs = [simulate(make_sync_policy(name, 4, seed=3) if name == 'ad-psgd' else
+  runs = [simulate(make_sync_policy(name, 4, seed=3) if name == 'random-pairs' else
                    make_sync_policy(name, 4), 20, jittery(5, straggler=0))[0]
           for name in POLICIES for _ in range(2)]
   assert all(runs[i] == runs[i + 1] for i in range(0, len(runs), 2))
@@ -316,8 +316,8 @@ def test_all_reduce_groups_are_everyone_every_step():
   assert all(sorted(g.members) == [0, 1, 2, 3] and g.global_sync for g, _ in groups)
 
 
-def test_ps_syncs_everyone_every_k_steps_and_nothing_otherwise():
-  groups, _, _ = simulate(ParameterServerPolicy(3, every=4), 12, jittery(4, straggler=0))
+def test_periodic_average_syncs_everyone_every_k_steps_and_nothing_otherwise():
+  groups, _, _ = simulate(PeriodicAveragePolicy(3, every=4), 12, jittery(4, straggler=0))
   syncs = [g for g, _ in groups if g.global_sync]
   assert [g.step for g in syncs] == [4, 8, 12]
   assert all(sorted(g.members) == [0, 1, 2] for g in syncs)
@@ -325,18 +325,18 @@ def test_ps_syncs_everyone_every_k_steps_and_nothing_otherwise():
   assert len(groups) == 3 + 3 * 9
 
 
-def test_ad_psgd_pairs_random_partners_and_leaves_lone_workers_alone():
-  groups, _, _ = simulate(ADPSGDPolicy(5, seed=1, window_s=0.004), 60, jittery(3))
+def test_random_pairs_pairs_random_partners_and_leaves_lone_workers_alone():
+  groups, _, _ = simulate(RandomPairsPolicy(5, seed=1, window_s=0.004), 60, jittery(3))
   sizes = collections.Counter(len(g.members) for g, _ in groups)
   assert set(sizes) <= {1, 2} and sizes[2] > sizes[1]
   pairs = {frozenset(g.members) for g, _ in groups if len(g.members) == 2}
   assert len(pairs) == 5 * 4 // 2  # random partners: every possible pair occurs
-  other, _, _ = simulate(ADPSGDPolicy(5, seed=2, window_s=0.004), 60, jittery(3))
+  other, _, _ = simulate(RandomPairsPolicy(5, seed=2, window_s=0.004), 60, jittery(3))
   assert members(g for g, _ in groups) != members(g for g, _ in other)
 
 
-def test_ad_psgd_odd_one_out_waits_for_the_next_arrival():
-  p = ADPSGDPolicy(4, seed=0, window_s=0.002)
+def test_random_pairs_odd_one_out_waits_for_the_next_arrival():
+  p = RandomPairsPolicy(4, seed=0, window_s=0.002)
   p.arrive(0, 1, 0.0)
   p.arrive(1, 1, 0.0005)
   p.arrive(2, 1, 0.001)
@@ -348,27 +348,32 @@ def test_ad_psgd_odd_one_out_waits_for_the_next_arrival():
   assert members(p.poll(0.004)) == [(odd, 3)]
   p.arrive(0, 2, 0.01)
   assert members(p.poll(0.012)) == [(0,)]  # nobody came within the window: alone
-  alone = ADPSGDPolicy(1)
+  alone = RandomPairsPolicy(1)
   alone.arrive(0, 1, 0.0)
   assert members(alone.poll(0.0)) == [(0,)]  # everyone is in the pool: no need to wait
 
 
 def test_factory_builds_each_policy_and_rejects_unknown_names_and_options():
-  kinds = {'all-reduce': AllReducePolicy, 'ad-psgd': ADPSGDPolicy,
-           'ps': ParameterServerPolicy, 'sdpipe': SDPipePolicy}
+  kinds = {'all-reduce': AllReducePolicy, 'random-pairs': RandomPairsPolicy,
+           'periodic-average': PeriodicAveragePolicy, 'sdpipe': SDPipePolicy}
   for name, kind in kinds.items():
     policy = make_sync_policy(name, 3)
     assert type(policy) is kind and policy.name == name and isinstance(policy, SyncPolicy)
   assert isinstance(GroupScheduler(2), SyncPolicy)
   sd = make_sync_policy('sdpipe', 3, rules=GroupRules(ssp_bound=2), max_group=3)
   assert (sd.rules.max_group, sd.rules.ssp_bound) == (3, 2)
-  assert make_sync_policy('ps', 3, every=5).every == 5
+  assert make_sync_policy('periodic-average', 3, every=5).every == 5
   with pytest.raises(ConfigError, match=r"unknown sync policy 'gossip'.*all-reduce"):
     make_sync_policy('gossip', 3)
-  with pytest.raises(ConfigError, match="'ps' has no option 'max_group'; it takes: every"):
-    make_sync_policy('ps', 3, max_group=2)
-  for bad in (lambda: make_sync_policy('sdpipe', 0), lambda: make_sync_policy('ps', 2, every=0),
-              lambda: make_sync_policy('ad-psgd', 2, window_s=10.0)):
+  with pytest.raises(ConfigError, match="'periodic-average' has no option 'max_group'; it "
+                     'takes: every'):
+    make_sync_policy('periodic-average', 3, max_group=2)
+  for old, new in (('ps', 'periodic-average'), ('ad-psgd', 'random-pairs')):  # renamed
+    with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
+      make_sync_policy(old, 3)
+  for bad in (lambda: make_sync_policy('sdpipe', 0),
+              lambda: make_sync_policy('periodic-average', 2, every=0),
+              lambda: make_sync_policy('random-pairs', 2, window_s=10.0)):
     with pytest.raises(ConfigError):
       bad()
 

@@ -177,7 +177,7 @@ class ScriptedBoard:
 # --- protocol round trip -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('name', ['all-reduce', 'ad-psgd', 'ps', 'sdpipe'])
+@pytest.mark.parametrize('name', ['all-reduce', 'random-pairs', 'periodic-average', 'sdpipe'])
 def test_every_replica_gets_one_consistent_group_per_step(name):
   workers, steps, prefix = 3, 6, f'trip/{name}'
   channel = LocalChannel()
@@ -208,7 +208,7 @@ def test_every_replica_gets_one_consistent_group_per_step(name):
   assert SyncClient(channel, prefix, 0).report(timeout_s=WAIT_S) == report
 
 
-@pytest.mark.parametrize(('name', 'options'), [('all-reduce', {}), ('ps', {'every': 2})])
+@pytest.mark.parametrize(('name', 'options'), [('all-reduce', {}), ('periodic-average', {'every': 2})])
 def test_service_groups_equal_the_policy_fed_the_same_log(name, options):
   workers, steps, prefix = 3, 4, f'same/{name}'
   channel = LocalChannel()
@@ -468,7 +468,7 @@ def test_stop_after_s_stops_a_service_whose_workers_never_leave(caplog):
   caplog.set_level(logging.WARNING, logger='hetjax.pipeline')
   channel, prefix = LocalChannel(), 'stop'
   start = time.monotonic()
-  service = start_service(channel, make_sync_policy('ps', 2, every=2), prefix, stop_after_s=0.3)
+  service = start_service(channel, make_sync_policy('periodic-average', 2, every=2), prefix, stop_after_s=0.3)
   SyncClient(channel, prefix, 1).arrive(1)
   with pytest.raises(TimeoutError, match='still running'):
     service.join(0.01)
@@ -529,7 +529,7 @@ def test_service_report_round_trips_through_json():
   data = json.loads(json.dumps(report.to_json()))
   assert isinstance(data['drops'], list)  # JSON turned the tuples into lists
   assert ServiceReport.from_json(data) == report
-  empty = ServiceReport('ps', 0, 0, 0.0, (), (), {}, 0)
+  empty = ServiceReport('periodic-average', 0, 0, 0.0, (), (), {}, 0)
   assert ServiceReport.from_json(json.loads(json.dumps(empty.to_json()))) == empty
 
 

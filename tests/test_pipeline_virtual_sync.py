@@ -8,7 +8,7 @@ import pytest
 
 from hetjax._errors import ConfigError
 from hetjax.pipeline import _virtual_sdpipe
-from hetjax.pipeline._virtual_sdpipe import Straggler, SyncRun, parse_straggler, simulate_sync
+from hetjax.pipeline._virtual_sdpipe import SyncRun, simulate_sync
 
 STEP_S = 0.1
 
@@ -35,7 +35,7 @@ def test_sync_cost_is_the_ring_cost_of_the_group():
   assert run.sync_fraction == pytest.approx(2 * 7 / 8 * 0.05 / (STEP_S + 2 * 7 / 8 * 0.05))
   custom = simulate_sync('all-reduce', 8, 10, STEP_S, sync_s=lambda k: 0.01 * k)
   assert custom.throughput == pytest.approx(8 / (STEP_S + 0.08), rel=1e-9)
-  local = simulate_sync('ps', 8, 10, STEP_S, sync_s=1.0, every=1000)  # singletons cost nothing
+  local = simulate_sync('periodic-average', 8, 10, STEP_S, sync_s=1.0, every=1000)  # singletons cost nothing
   assert local.throughput == pytest.approx(8 / STEP_S, rel=1e-9)
 
 
@@ -68,8 +68,8 @@ def test_overlap_never_loses_throughput(name, straggler):
 def test_persistent_straggler_holds_all_reduce_back_but_not_sdpipe():
   n = 16
   runs = {name: simulate_sync(name, n, 50, STEP_S, 'persistent:0:3', **opts)
-          for name, opts in [('all-reduce', {}), ('ps', {'every': 4}), ('sdpipe', {}),
-                             ('ad-psgd', {})]}
+          for name, opts in [('all-reduce', {}), ('periodic-average', {'every': 4}), ('sdpipe', {}),
+                             ('random-pairs', {})]}
   limit = (n - 1) / STEP_S + 1 / (3 * STEP_S)
   ar = runs['all-reduce']
   assert ar.throughput == pytest.approx(n / (3 * STEP_S), rel=1e-9)  # everyone waits
@@ -77,19 +77,19 @@ def test_persistent_straggler_holds_all_reduce_back_but_not_sdpipe():
     assert run.no_wait_limit == pytest.approx(limit, rel=1e-12)
     assert run.throughput <= run.no_wait_limit * (1 + 1e-9)
   assert runs['sdpipe'].throughput > 1.5 * ar.throughput
-  assert runs['ad-psgd'].throughput > 1.5 * ar.throughput
+  assert runs['random-pairs'].throughput > 1.5 * ar.throughput
   assert runs['sdpipe'].steps[0] < 25 < max(runs['sdpipe'].steps)  # the fast ones run ahead
-  # 'ps' synchronises everyone at the same step every 4 steps, so the fast workers still wait
+  # 'periodic-average' synchronises everyone at the same step every 4 steps, so the fast workers still wait
   # for the straggler to reach that step: it stays at the straggler's pace, like all-reduce
   # (only the steps after the last barrier before the end differ).
-  assert runs['ps'].throughput == pytest.approx(ar.throughput, rel=0.05)
+  assert runs['periodic-average'].throughput == pytest.approx(ar.throughput, rel=0.05)
 
 
 def test_transient_stragglers_favour_sdpipe_over_all_reduce():
   n = 16
   ar = simulate_sync('all-reduce', n, 50, STEP_S, 'transient:3:0.1', seed=3)
   sd = simulate_sync('sdpipe', n, 50, STEP_S, 'transient:3:0.1', seed=3)
-  ps = simulate_sync('ps', n, 50, STEP_S, 'transient:3:0.1', seed=3, every=4)
+  ps = simulate_sync('periodic-average', n, 50, STEP_S, 'transient:3:0.1', seed=3, every=4)
   assert ar.no_wait_limit == pytest.approx(n / (STEP_S * 1.3), rel=1e-12)
   assert sd.throughput >= 1.3 * ar.throughput
   assert ar.throughput < ps.throughput < sd.throughput
@@ -99,7 +99,7 @@ def test_transient_stragglers_favour_sdpipe_over_all_reduce():
 
 def test_same_seed_same_run_and_seed_matters():
   def run(seed):
-    return simulate_sync('ad-psgd', 12, 20, STEP_S, 'transient:1', sync_s=0.01, seed=seed)
+    return simulate_sync('random-pairs', 12, 20, STEP_S, 'transient:1', sync_s=0.01, seed=seed)
 
   first = run(7)
   assert isinstance(first, SyncRun)
@@ -109,30 +109,31 @@ def test_same_seed_same_run_and_seed_matters():
       simulate_sync('sdpipe', 12, 20, STEP_S, 'transient:3', seed=5)
 
 
-def test_parse_straggler():
-  assert parse_straggler('none') == parse_straggler(None) == Straggler()
-  assert parse_straggler('transient:3') == Straggler('transient', h=3.0, p=0.1)
-  assert parse_straggler(' transient:1:0.25') == Straggler('transient', h=1.0, p=0.25)
-  assert parse_straggler('persistent:2:3') == Straggler('persistent', worker=2, factor=3.0)
-  spec = Straggler('persistent', worker=1, factor=2.0)
-  assert parse_straggler(spec) is spec
-
-
 @pytest.mark.parametrize('spec', ['bogus', 'transient', 'transient:x', 'transient:1:2:3',
                                   'transient:1:1.5', 'transient:-1', 'persistent:0',
                                   'persistent:a:3', 'persistent:0:0', 'persistent:-1:3',
                                   'none:1', 3])
-def test_bad_straggler_specs(spec):
+def test_bad_slowdown_specs(spec):
   with pytest.raises(ConfigError) as err:
-    parse_straggler(spec)
+    simulate_sync('all-reduce', 4, 3, slowdown=spec)
   assert '\n' not in str(err.value)
 
 
+def test_the_slowdown_is_the_one_trace_grammar():
+  # What the real replicas' hosts take (`HostPause`): a slow host and SDPipe's transients.
+  slow = simulate_sync('all-reduce', 4, 10, STEP_S, 'static:1,1,1,2')
+  assert slow.throughput == pytest.approx(4 / (2 * STEP_S), rel=1e-9)
+  both = simulate_sync('sdpipe', 4, 10, STEP_S, 'persistent:3:2*transient:1:0.5')
+  assert both.no_wait_limit == pytest.approx(3 / (1.5 * STEP_S) + 1 / (2.5 * STEP_S), rel=1e-12)
+  named = simulate_sync('sdpipe', 4, 10, STEP_S, 'transient:3:0.3:seed=4', seed=9)
+  assert named == simulate_sync('sdpipe', 4, 10, STEP_S, 'transient:3:0.3', seed=4)
+
+
 @pytest.mark.parametrize('kwargs', [
-    {'straggler': 'persistent:4:3'},  # no worker 4 among 4 replicas
+    {'slowdown': 'persistent:4:3'},  # no worker 4 among 4 replicas
     {'replicas': 0}, {'steps': 0}, {'step_s': 0.0}, {'step_s': float('inf')},
     {'sync_s': -1.0}, {'seed': 1.5}, {'policy_name': 'gossip'}, {'bogus_option': 1},
-    {'policy_name': 'ps', 'every': 0},
+    {'policy_name': 'periodic-average', 'every': 0},
 ])
 def test_bad_arguments_are_one_line_config_errors(kwargs):
   args = {'policy_name': 'all-reduce', 'replicas': 4, 'steps': 3, **kwargs}
@@ -142,8 +143,12 @@ def test_bad_arguments_are_one_line_config_errors(kwargs):
 
 
 # The policies do O(workers) work per arrival (their time-out bookkeeping), so a run costs
-# O(workers² × steps): 'sdpipe' at 1024 × 20 takes ~5 s alone, so it runs fewer steps here.
-@pytest.mark.parametrize(('name', 'steps', 'opts'), [('ps', 20, {'every': 4}), ('sdpipe', 8, {})])
+# O(workers² × steps): 'sdpipe' at 1024 × 20 takes ~5 s. It used to run 8 steps, but over 8
+# steps the transient draws of the last few steps move throughput / limit by ±1% (seeds 0–5 of
+# the replicas' draws, `TransientTrace`: 0.99–1.02), the size of the margin itself; over 20
+# steps the ratio is 0.91, so the bound is checked where noise cannot decide it.
+@pytest.mark.parametrize(('name', 'steps', 'opts'), [('periodic-average', 20, {'every': 4}),
+                                                     ('sdpipe', 20, {})])
 def test_scales_to_1024_workers(name, steps, opts):
   run = simulate_sync(name, 1024, steps, STEP_S, 'transient:3', **opts)
   assert sum(run.steps) >= 1024 * steps  # the last instant may complete a few more

@@ -9,11 +9,13 @@ implements `HasChain` (its `Link`s in forward order and a ``chain_loss``) can be
 across processes), with the same gradients as the unpipelined model.
 
 Replicas (SDPipe): `GroupAverager` averages one stage's parameters over a group of replica
-processes; `GroupScheduler` (SDPipe's rules) and the baseline `SyncPolicy`s decide the groups.
-`simulate_sync` runs the policies on the virtual clock. On real workers, `SyncService` runs a
-policy on worker 0 over the coordination channel, each replica's `ReplicaDriver` trains its
-pipeline, reports each step with its `SyncClient` and averages within the groups it is given;
-`StragglerPause` injects SDPipe's stragglers.
+processes; `GroupScheduler` (SDPipe's rules) and the baselines (`AllReducePolicy`,
+`RandomPairsPolicy`, `PeriodicAveragePolicy`) decide the groups. Their state is a value
+(`SyncValuePolicy`: ``init`` / ``update(state, event) -> (groups, state)``), saved in
+checkpoints. `simulate_sync` runs the policies on the virtual clock. On real workers,
+`SyncService` runs a policy on worker 0 over the coordination channel, each replica's
+`ReplicaDriver` trains its pipeline, reports each step with its `SyncClient` and averages within
+the groups it is given; `HostPause` pads its steps to its emulated host (`--slowdown`'s trace).
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain
@@ -25,13 +27,16 @@ from hetjax.pipeline._executor import dispatch_order as dispatch_order
 from hetjax.pipeline._groups import GroupRules as GroupRules
 from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
 from hetjax.pipeline._groups import SyncGroup as SyncGroup
-from hetjax.pipeline._injection import StragglerPause as StragglerPause
-from hetjax.pipeline._policies import ADPSGDPolicy as ADPSGDPolicy
+from hetjax.pipeline._injection import HostPause as HostPause
+from hetjax.pipeline._injection import replica_trace as replica_trace
 from hetjax.pipeline._policies import AllReducePolicy as AllReducePolicy
-from hetjax.pipeline._policies import ParameterServerPolicy as ParameterServerPolicy
+from hetjax.pipeline._policies import PeriodicAveragePolicy as PeriodicAveragePolicy
+from hetjax.pipeline._policies import RandomPairsPolicy as RandomPairsPolicy
 from hetjax.pipeline._policies import SDPipePolicy as SDPipePolicy
+from hetjax.pipeline._policies import SyncName as SyncName
 from hetjax.pipeline._policies import SyncPolicy as SyncPolicy
 from hetjax.pipeline._policies import make_sync_policy as make_sync_policy
+from hetjax.pipeline._policies import parse_sync_name as parse_sync_name
 from hetjax.pipeline._replicas import GroupAverager as GroupAverager
 from hetjax.pipeline._replicas import consensus_distance as consensus_distance
 from hetjax.pipeline._replicated import ReplicaDriver as ReplicaDriver
@@ -49,23 +54,29 @@ from hetjax.pipeline._split import split_stages as split_stages
 from hetjax.pipeline._sync_service import ServiceReport as ServiceReport
 from hetjax.pipeline._sync_service import SyncClient as SyncClient
 from hetjax.pipeline._sync_service import SyncService as SyncService
-from hetjax.pipeline._virtual_sdpipe import Straggler as Straggler
+from hetjax.pipeline._sync_values import Arrive as Arrive
+from hetjax.pipeline._sync_values import Leave as Leave
+from hetjax.pipeline._sync_values import SyncValuePolicy as SyncValuePolicy
+from hetjax.pipeline._sync_values import Tick as Tick
+from hetjax.pipeline._sync_values import resume_state as resume_state
 from hetjax.pipeline._virtual_sdpipe import SyncRun as SyncRun
-from hetjax.pipeline._virtual_sdpipe import parse_straggler as parse_straggler
 from hetjax.pipeline._virtual_sdpipe import simulate_sync as simulate_sync
 
 __all__ = [
-    'ADPSGDPolicy',
     'Action',
     'AllReducePolicy',
+    'Arrive',
     'GroupAverager',
     'GroupRules',
     'GroupScheduler',
     'HasChain',
+    'HostPause',
+    'Leave',
     'Link',
-    'ParameterServerPolicy',
+    'PeriodicAveragePolicy',
     'PipelineState',
     'PipelineTrainer',
+    'RandomPairsPolicy',
     'ReplicaDriver',
     'ReplicaStep',
     'SDPipePolicy',
@@ -74,20 +85,23 @@ __all__ = [
     'ServiceThread',
     'SimResult',
     'StagePrograms',
-    'Straggler',
-    'StragglerPause',
     'SyncClient',
     'SyncGroup',
+    'SyncName',
     'SyncPolicy',
     'SyncRun',
     'SyncService',
+    'SyncValuePolicy',
+    'Tick',
     'consensus_distance',
     'dispatch_order',
     'gpipe',
     'make_sync_policy',
     'one_f_one_b',
-    'parse_straggler',
+    'parse_sync_name',
     'profile_split',
+    'replica_trace',
+    'resume_state',
     'simulate_sync',
     'split_stages',
     'start_service',

@@ -16,6 +16,9 @@ import heapq
 import math
 import numbers
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from hetjax._errors import ConfigError
 from hetjax.pipeline._schedule import positive_int
@@ -92,6 +95,89 @@ class Grouper:
     if self._active is None:
       self._active = tuple(w for w in range(self._workers) if w not in self._dropped)
     return self._active
+
+  @property
+  def now(self) -> float:
+    """The latest time this policy has seen (-inf before the first event)."""
+    return self._now
+
+  # --- the state as a value (`hetjax.pipeline._sync_values`) -------------------------------
+
+  def state(self) -> dict[str, Any]:
+    """Everything this policy has learned and is waiting on, as a pytree of numpy arrays and
+    Python scalars whose structure is fixed by the policy (`hetjax.core.encode_state` saves it
+    exactly). Take it between `poll` calls: groups closed but not handed out are not part of it.
+
+    Raises:
+      ConfigError: groups are closed but not yet polled.
+    """
+    if self._ready:
+      raise ConfigError(f'{len(self._ready)} closed groups are not handed out yet: poll first')
+    n = self._workers
+    pending_step, pending_t = np.full(n, -1, np.int64), np.full(n, np.nan)
+    for w, (step, t) in self._pending.items():
+      pending_step[w], pending_t[w] = step, t
+    done = np.full(n, -1, np.int64)
+    for w, step in self._done.items():
+      done[w] = step
+    last_seen = np.full(n, -np.inf)
+    for w, t in self._last_seen.items():
+      last_seen[w] = t
+    barriers = [(s, w) for s, inside in self._barriers.items() for w in inside]
+    return {
+        'now': float(self._now), 'seq': int(self._seq), 'done': done,
+        'pending_step': pending_step, 'pending_t': pending_t, 'last_seen': last_seen,
+        'dropped': np.array([w in self._dropped for w in range(n)], bool),
+        'barrier_step': np.array([s for s, _ in barriers], np.int64),
+        'barrier_worker': np.array([w for _, w in barriers], np.int64),
+        'open': np.array(self._open, np.int64), 'open_deadline': float(self._open_deadline),
+        'expired': bool(self._expired),
+        'drops': _log_array(self.drops), 'rejoins': _log_array(self.rejoins),
+        'ignored': {k: int(v) for k, v in self.ignored.items()},
+        'policy': self._policy_state(),
+    }
+
+  def load_state(self, state: dict[str, Any]) -> None:
+    """Continues from ``state`` (from `state`, of a policy with the same settings), as if this
+    policy had seen the events that led to it.
+
+    Raises:
+      ConfigError: a state for another number of workers.
+    """
+    n = self._workers
+    if np.shape(state['done']) != (n,):
+      raise ConfigError(f'sync policy state is for {np.shape(state["done"])[0]} workers, this '
+                        f'policy has {n}')
+    self._now, self._seq = float(state['now']), int(state['seq'])
+    self._done = {w: int(s) for w, s in enumerate(state['done']) if s >= 0}
+    self._pending = {w: (int(s), float(t)) for w, (s, t)
+                     in enumerate(zip(state['pending_step'], state['pending_t'], strict=True))
+                     if s >= 0}
+    self._last_seen = {w: float(t) for w, t in enumerate(state['last_seen']) if t > -math.inf}
+    self._dropped = {w for w, d in enumerate(state['dropped']) if d}
+    self._active = None
+    self._barriers = {}
+    for s, w in zip(state['barrier_step'], state['barrier_worker'], strict=True):
+      self._barriers.setdefault(int(s), []).append(int(w))
+    self._open = [int(w) for w in state['open']]
+    self._open_deadline, self._expired = float(state['open_deadline']), bool(state['expired'])
+    self.drops = [(int(w), float(t)) for w, t in state['drops']]
+    self.rejoins = [(int(w), float(t)) for w, t in state['rejoins']]
+    self.ignored = {k: int(v) for k, v in state['ignored'].items()}
+    self._ready = []
+    # The lazy heaps hold at least every current entry; stale ones are skipped when they
+    # surface, so rebuilding them from the current entries alone behaves the same.
+    self._waiting_heap = sorted((t, w) for w, (_, t) in self._pending.items())
+    self._silent_heap = sorted((self._last_seen.get(w, -math.inf), w) for w in range(n)
+                               if w not in self._pending and w not in self._dropped)
+    self._load_policy_state(state['policy'])
+
+  def _policy_state(self) -> dict[str, Any]:
+    """What a subclass learns beyond the shared bookkeeping (fixed structure)."""
+    return {}
+
+  def _load_policy_state(self, state: dict[str, Any]) -> None:
+    pass
 
   def _set_dropped(self, worker: int, dropped: bool) -> None:
     if dropped:
@@ -267,3 +353,6 @@ class Grouper:
     pass
 
 
+def _log_array(log: Sequence[tuple[int, float]]) -> np.ndarray:
+  """(worker, time) pairs as a float array of shape (len, 2)."""
+  return np.array(log, np.float64).reshape(len(log), 2)

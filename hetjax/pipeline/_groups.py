@@ -44,6 +44,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from hetjax._errors import ConfigError
 from hetjax.pipeline._grouper import Grouper, SyncGroup, positive_seconds
@@ -137,6 +140,19 @@ class GroupScheduler(Grouper):
   def updates(self) -> int:
     """Updates (members of groups) accumulated since the last connectivity point."""
     return self._updates
+
+  def _policy_state(self) -> dict[str, Any]:
+    """The adaptive windows and the staleness epoch (its union-find and counts)."""
+    return {'window': np.array(self._window, np.float64),
+            'parent': np.array(self._parent, np.int64), 'ahead': np.array(self._ahead, np.int64),
+            'updates': int(self._updates), 'connections': np.array(self.connections, np.float64)}
+
+  def _load_policy_state(self, state: dict[str, Any]) -> None:
+    self._window = [float(w) for w in state['window']]
+    self._parent = [int(p) for p in state['parent']]
+    self._ahead = [int(a) for a in state['ahead']]
+    self._updates = int(state['updates'])
+    self.connections = [float(t) for t in state['connections']]
 
   def _is_sync(self, step: int) -> bool:
     return self.rules.sync_every is not None and step % self.rules.sync_every == 0

@@ -1,82 +1,160 @@
-"""SDPipe's straggler injection on a real worker: each step padded by sleep to an emulated time.
+"""A pipeline replica's emulated host: each step padded by sleep to what a `KnownSpeedHost` takes.
 
-On a shared 2-core machine a step's compute time varies with what the other processes do. To
-emulate hosts of known speed, `StragglerPause` sleeps after each step's compute until the step
-has taken ``factor × step_s`` (``factor`` is the worker's `Straggler` slowdown: 3 for a
-'persistent:w:3' straggler, else 1), then adds the transient sleep of SDPipe's injection: ``h ×
-step_s`` with probability ``p`` ('transient:h:p'). The draw for (worker, step) comes from a numpy
-generator seeded with ``(seed, worker, step)``, so every policy run with the same seed meets the
-same stragglers at the same steps. A compute longer than the target is not padded (that step is
-slower than emulated; `ReplicaStep.compute_s` shows it).
+Replicas are slowed the way every other mode is (one emulator, one grammar): a
+`hetjax.emulation.SlowdownTrace` from `parse_trace` (``--slowdown``: ``persistent:W:F`` for
+SDPipe's persistent straggler, ``transient:H[:P][:seed=N]`` for its transient ones, and
+``static``, ``step``, ``markov``, ``csv`` and products alike) and a `KnownSpeedHost` per replica.
+A replica's step always trains on the same rows (its batch), so `HostPause` gives the host
+those rows: the step is padded to ``(factor + delay) × (fixed_s + rows × row_s)``, and with
+``row_s = step_s / rows`` (`HostPause.of_step`) to ``(factor + delay) × step_s``. The step
+number the host sees is the replica's step after the update (1, 2, …): the transient draw for
+(seed, worker, step) is `TransientTrace`'s, so every policy run with the same seed meets the
+same stragglers at the same steps, on real workers and on the virtual clock (`simulate_sync`).
+A compute longer than the target is not padded (`ReplicaStep.compute_s` shows it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-import time
-
-import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline._groups import positive_seconds
-from hetjax.pipeline._virtual_sdpipe import Straggler, parse_straggler
+from hetjax.emulation import (
+  ComposedTrace,
+  KnownSpeedHost,
+  SlowdownTrace,
+  TransientTrace,
+  parse_trace,
+)
+from hetjax.pipeline._grouper import positive_seconds
+
+
+def replica_trace(slowdown: str | SlowdownTrace | None, workers: int,
+                  seed: int | None = None) -> SlowdownTrace:
+  """The slowdown of ``workers`` replicas: a `parse_trace` spec (None: 'none') or a trace.
+
+  ``seed``, if given, seeds the transient draws of a spec that names no ``seed=`` itself (so a
+  benchmark round can draw afresh with the spec left as written).
+
+  Example::
+
+    >>> replica_trace('transient:3', 4, seed=2) == TransientTrace(4, 3.0, 0.1, seed=2)
+    True
+
+  Raises:
+    ConfigError: a bad spec, a trace of another size, or a bad seed, in one line.
+  """
+  if isinstance(slowdown, str) or slowdown is None:
+    trace = parse_trace(slowdown or 'none', workers)
+    named = 'seed=' in (slowdown or '')
+  elif isinstance(slowdown, SlowdownTrace):
+    trace, named = slowdown, True
+    if trace.workers != workers:
+      raise ConfigError(f'slowdown trace is for {trace.workers} workers, the job has {workers}')
+  else:
+    raise ConfigError(f'slowdown must be a trace spec or a SlowdownTrace, got '
+                      f'{type(slowdown).__name__}')
+  if seed is None or named:
+    return trace
+  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    raise ConfigError(f'seed must be an int >= 0, got {seed!r}')
+  return _reseed(trace, int(seed))
+
+
+def _reseed(trace: SlowdownTrace, seed: int) -> SlowdownTrace:
+  if isinstance(trace, TransientTrace):
+    return dataclasses.replace(trace, seed=seed)
+  if isinstance(trace, ComposedTrace):
+    return ComposedTrace(tuple(_reseed(part, seed) for part in trace.parts))
+  return trace
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPause:
+  """``pause(step, compute_s) -> seconds slept`` for `ReplicaDriver`: the replica's step of
+  ``rows`` rows padded to ``host.target_s(step, rows)`` (module docstring).
+
+  Example::
+
+    pause = HostPause.of_step('persistent:1:3', workers=4, worker=1, step_s=0.06)
+    slept = pause(step, compute_s=0.012)   # 0.168 s: the step takes 3 × 60 ms in all
+
+  Attributes:
+    host: this replica's emulated host.
+    rows: the rows of each of its steps (its batch).
+  """
+
+  host: KnownSpeedHost
+  rows: int
+
+  def __post_init__(self):
+    if isinstance(self.rows, bool) or not isinstance(self.rows, numbers.Integral) \
+        or self.rows < 1:
+      raise ConfigError(f'rows must be an int >= 1, got {self.rows!r}')
+
+  @classmethod
+  def of_step(cls, slowdown: str | SlowdownTrace | None, workers: int, worker: int,
+              step_s: float, seed: int | None = None, **host_options) -> HostPause:
+    """A replica whose undisturbed step takes ``step_s`` seconds (one row of ``step_s``).
+
+    ``host_options`` go to `KnownSpeedHost` (``sleep``, ``clock``: fakes for tests)."""
+    step_s = positive_seconds(step_s, 'step_s')
+    trace = replica_trace(slowdown, workers, seed)
+    return cls(KnownSpeedHost(trace, worker, row_s=step_s, **host_options), 1)
+
+  def target_s(self, step: int) -> float:
+    """How long ``step`` takes in all on this host."""
+    return self.host.target_s(_step(step), self.rows)
+
+  def __call__(self, step: int, compute_s: float) -> float:
+    return self.host.pad(_step(step), self.rows, compute_s)[0]
+
+
+def _step(step: object) -> int:
+  if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+    raise ConfigError(f'step must be an int >= 0, got {step!r}')
+  return int(step)
 
 
 @dataclasses.dataclass(frozen=True)
 class StragglerPause:
-  """``pause(step, compute_s)`` for `ReplicaDriver` (module docstring).
-
-  Example::
-
-    pause = StragglerPause(parse_straggler('transient:3'), worker=1, step_s=0.06)
-    slept = pause(step, compute_s=0.012)   # 0.048 s, or 0.228 s on an injected step
-
-  Attributes:
-    straggler: the injection (`Straggler` or its string form).
-    worker: this worker's id.
-    step_s: a healthy worker's emulated step time, in seconds.
-    seed: seeds the transient draws.
+  """Deprecated: `HostPause.of_step` for a spec of the one grammar, ``transient:H[:P]`` with
+  ``seed`` beside it or ``persistent:W:F``, when the job's size is not at hand (it takes the
+  fewest workers the spec names). Kept for callers outside the pipeline package; `factor` and
+  `transient_s` read the trace.
   """
 
-  straggler: Straggler | str
+  straggler: str
   worker: int
   step_s: float
   seed: int = 0
 
   def __post_init__(self):
-    object.__setattr__(self, 'straggler', parse_straggler(self.straggler))
-    positive_seconds(self.step_s, 'step_s')
+    if not isinstance(self.straggler, str):
+      raise ConfigError(f'straggler must be a trace spec, got {type(self.straggler).__name__}')
     for what in ('worker', 'seed'):
       value = getattr(self, what)
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ConfigError(f'{what} must be an int >= 0, got {value!r}')
       object.__setattr__(self, what, int(value))
+    named = [int(p.split(':')[1]) + 1 for p in self.straggler.split('*')
+             if p.strip().startswith('persistent:') and p.count(':') == 2
+             and p.split(':')[1].strip().isdecimal()]
+    workers = max([self.worker + 1, *named])
+    object.__setattr__(self, '_pause', HostPause.of_step(self.straggler, workers, self.worker,
+                                                         self.step_s, self.seed))
 
   @property
   def factor(self) -> float:
-    """This worker's slowdown (transient sleeps apart)."""
-    s = self.straggler
-    return float(s.factor) if s.kind == 'persistent' and s.worker == self.worker else 1.0
+    """This worker's slowdown at step 0 (transient delays apart)."""
+    return self._pause.host.factor(0)
 
   def transient_s(self, step: int) -> float:
-    """The transient sleep injected at ``step`` (0.0 unless drawn)."""
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-      raise ConfigError(f'step must be an int >= 0, got {step!r}')
-    s = self.straggler
-    if s.kind != 'transient':
-      return 0.0
-    draw = np.random.default_rng([self.seed, self.worker, step]).random()
-    return s.h * self.step_s if draw < s.p else 0.0
+    """The transient sleep at ``step``."""
+    return self._pause.host.trace.delay(self.worker, _step(step)) * self.step_s
 
   def target_s(self, step: int) -> float:
-    """How long ``step`` should take in all: factor × step_s plus its transient sleep."""
-    return self.factor * self.step_s + self.transient_s(step)
+    return self._pause.target_s(step)
 
   def __call__(self, step: int, compute_s: float) -> float:
-    seconds = self.target_s(step) - compute_s
-    if seconds <= 0:
-      return 0.0
-    start = time.perf_counter()
-    time.sleep(seconds)
-    return time.perf_counter() - start
+    return self._pause(step, compute_s)

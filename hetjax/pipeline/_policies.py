@@ -5,10 +5,12 @@ and at `next_deadline`, `leave` after its last step, and each returned `SyncGrou
 members' parameters. All share `Grouper`'s rules (see `hetjax.pipeline._groups`) for duplicate,
 stale and early messages, time-outs (a silent worker is dropped once others have waited
 ``timeout_s`` for it, and readmitted when it arrives again) and global synchronisations (a group
-of every active worker at one step). What differs is who groups with whom:
+of every active worker at one step). Each policy's state (what it learned and who waits) is a
+value: `Grouper.state` / `Grouper.load_state`, and `hetjax.pipeline.SyncValuePolicy` for
+``init`` / ``update``. What differs is who groups with whom:
 
 - ``all-reduce`` (`AllReducePolicy`): every step is a global synchronisation.
-- ``ad-psgd`` (`ADPSGDPolicy`), random pairs. The first waiting arrival opens a pool for
+- ``random-pairs`` (`RandomPairsPolicy`): random pairs of ready workers. The first waiting arrival opens a pool for
   ``window_s``; later arrivals join it. When the window ends, or at once when every active worker
   is in the pool, the pool is shuffled with the policy's own seeded RNG and cut into consecutive
   pairs (each pair listed in arrival order, pairs in order of their first member's arrival). With
@@ -16,14 +18,15 @@ of every active worker at one step). What differs is who groups with whom:
   window starts then, to pair among the next arrivals; a pool of one at its end is a singleton
   group (the worker was alone: no one arrived within a window). Unlike AD-PSGD's one-sided
   atomic averaging, both members of a pair wait at their sync points; the pool window keeps that
-  wait short.
-- ``ps`` (`ParameterServerPolicy`): steps that are multiples of ``every`` synchronise everyone;
-  any other step returns a singleton group at once (no averaging: a local step).
+  wait short. (Earlier named ``ad-psgd``, after the algorithm it only resembles.)
+- ``periodic-average`` (`PeriodicAveragePolicy`): steps that are multiples of ``every`` synchronise everyone;
+  any other step returns a singleton group at once (no averaging: a local step). Local SGD
+  with periodic model averaging; there is no parameter server (earlier named ``ps``).
 - ``sdpipe`` (`SDPipePolicy`): `GroupScheduler`'s adaptive groups with bounded staleness.
 
 Example::
 
-  >>> policy = make_sync_policy('ps', 2, every=2)
+  >>> policy = make_sync_policy('periodic-average', 2, every=2)
   >>> policy.arrive(0, 1, 0.0); policy.poll(0.0)
   [SyncGroup(members=(0,), step=1, global_sync=False, seq=0, steps=(1,))]
 """
@@ -33,7 +36,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.pipeline._groups import Grouper, GroupRules, GroupScheduler, SyncGroup, positive_seconds
@@ -61,6 +66,10 @@ class SyncPolicy(Protocol):
 
   def next_deadline(self) -> float | None: ...
 
+  def state(self) -> Any: ...
+
+  def load_state(self, state: Any) -> None: ...
+
 
 class AllReducePolicy(Grouper):
   """Everyone, every step: each step's group closes when every active worker has arrived."""
@@ -74,10 +83,10 @@ class AllReducePolicy(Grouper):
     return True
 
 
-class ParameterServerPolicy(Grouper):
+class PeriodicAveragePolicy(Grouper):
   """Everyone at steps that are multiples of ``every`` (step 0 too), a singleton otherwise."""
 
-  name = 'ps'
+  name = 'periodic-average'
 
   def __init__(self, workers: int, every: int = 10, timeout_s: float = 5.0):
     super().__init__(workers, timeout_s)
@@ -90,10 +99,10 @@ class ParameterServerPolicy(Grouper):
     self._emit([worker], [step], False, t)
 
 
-class ADPSGDPolicy(Grouper):
+class RandomPairsPolicy(Grouper):
   """Random pairs of the workers that arrive within a window (see the module docstring)."""
 
-  name = 'ad-psgd'
+  name = 'random-pairs'
 
   def __init__(self, workers: int, seed: int = 0, window_s: float = 0.002,
                timeout_s: float = 5.0):
@@ -105,6 +114,14 @@ class ADPSGDPolicy(Grouper):
 
   def _window_of(self, worker: int) -> float:
     return self.window_s
+
+  def _policy_state(self) -> dict[str, Any]:
+    """The pairing RNG's Mersenne Twister words and position."""
+    words = self._rng.getstate()[1]
+    return {'rng': np.array(words, np.int64)}
+
+  def _load_policy_state(self, state: dict[str, Any]) -> None:
+    self._rng.setstate((3, tuple(int(w) for w in state['rng']), None))
 
   def _close_some(self, t: float) -> bool:
     pool = self._open
@@ -134,16 +151,36 @@ class SyncName(enum.Enum):
   """The policies `make_sync_policy` knows."""
 
   ALL_REDUCE = 'all-reduce'
-  AD_PSGD = 'ad-psgd'
-  PS = 'ps'
+  RANDOM_PAIRS = 'random-pairs'
+  PERIODIC_AVERAGE = 'periodic-average'
   SDPIPE = 'sdpipe'
+
+
+#: Names the baselines had, after algorithms they only resemble.
+RENAMED = {'ad-psgd': SyncName.RANDOM_PAIRS, 'ps': SyncName.PERIODIC_AVERAGE}
+
+
+def parse_sync_name(name: str | SyncName) -> SyncName:
+  """``name`` as a `SyncName`, or a one-line `ConfigError` listing the names (an old name says
+  its new one).
+
+  Example::
+
+    >>> parse_sync_name('sdpipe')
+    <SyncName.SDPIPE: 'sdpipe'>
+  """
+  if isinstance(name, str) and name in RENAMED:
+    new = RENAMED[name].value
+    raise ConfigError(f'sync policy {name!r} is now {new!r} (named for what it does); choose '
+                      f'one of: {", ".join(c.value for c in SyncName)}')
+  return parse_choice(SyncName, name, 'sync policy')
 
 
 _RULE_FIELDS = tuple(f.name for f in dataclasses.fields(GroupRules))
 _OPTIONS = {
     SyncName.ALL_REDUCE: ('timeout_s',),
-    SyncName.AD_PSGD: ('seed', 'window_s', 'timeout_s'),
-    SyncName.PS: ('every', 'timeout_s'),
+    SyncName.RANDOM_PAIRS: ('seed', 'window_s', 'timeout_s'),
+    SyncName.PERIODIC_AVERAGE: ('every', 'timeout_s'),
     SyncName.SDPIPE: ('rules', *_RULE_FIELDS),
 }
 
@@ -152,7 +189,8 @@ def make_sync_policy(name: str | SyncName, workers: int, **options) -> SyncPolic
   """A fresh sync policy for one stage's ``workers`` replicas, from its name.
 
   Args:
-    name: one of `SyncName`'s values: 'all-reduce', 'ad-psgd', 'ps' or 'sdpipe'.
+    name: one of `SyncName`'s values: 'all-reduce', 'random-pairs', 'periodic-average' or
+      'sdpipe'.
     workers: replicas of the stage.
     **options: the policy's keyword arguments; for 'sdpipe' either ``rules=GroupRules(...)`` or
       `GroupRules` fields (e.g. ``max_group=3``), which then override ``rules``' values.
@@ -160,7 +198,7 @@ def make_sync_policy(name: str | SyncName, workers: int, **options) -> SyncPolic
   Raises:
     ConfigError: an unknown name or option (the message lists the known ones), or a bad value.
   """
-  choice = parse_choice(SyncName, name, 'sync policy')
+  choice = parse_sync_name(name)
   known = _OPTIONS[choice]
   unknown = sorted(set(options) - set(known))
   if unknown:
@@ -168,10 +206,10 @@ def make_sync_policy(name: str | SyncName, workers: int, **options) -> SyncPolic
                       f'{", ".join(known)}')
   if choice is SyncName.ALL_REDUCE:
     return AllReducePolicy(workers, **options)
-  if choice is SyncName.AD_PSGD:
-    return ADPSGDPolicy(workers, **options)
-  if choice is SyncName.PS:
-    return ParameterServerPolicy(workers, **options)
+  if choice is SyncName.RANDOM_PAIRS:
+    return RandomPairsPolicy(workers, **options)
+  if choice is SyncName.PERIODIC_AVERAGE:
+    return PeriodicAveragePolicy(workers, **options)
   rules = options.pop('rules', None)
   base = GroupRules() if rules is None else rules
   if options and isinstance(base, GroupRules):

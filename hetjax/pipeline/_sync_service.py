@@ -22,13 +22,18 @@ processes, `hetjax.runtime.LocalChannel` among threads), under one ``prefix`` pe
   worker, not a step, or a leave while waiting for a group).
 - The service stops once every worker has left, and writes its `ServiceReport` to
   ``PREFIX/report``.
+- State. `SyncService.policy_state` takes the policy's state (`SyncPolicy.state`) between two
+  messages, from any thread: what a checkpoint saves. A service given a policy continued from a
+  saved state (``load_state``) keeps that policy's clock: its times go on from the saved ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import numbers
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -130,16 +135,26 @@ class SyncService:
     self._sizes: list[int] = []
     self._globals = 0
     self._messages = 0
-    self._logged_drops = self._logged_rejoins = 0
+    self._logged_drops = len(getattr(policy, 'drops', ()))
+    self._logged_rejoins = len(getattr(policy, 'rejoins', ()))
+    self._lock = threading.Lock()
+
+  def policy_state(self) -> Any:
+    """The policy's state now (between two messages; safe from another thread)."""
+    with self._lock:
+      return self.policy.state()
 
   def run(self, stop_after_s: float | None = None) -> ServiceReport:
     """Serves until every worker has left (or ``stop_after_s`` passed); returns the report,
     also written to ``PREFIX/report``."""
-    start = self._clock()
+    # A policy continued from a saved state keeps its clock: times go on from its last one.
+    last = getattr(self.policy, 'now', -math.inf)
+    start = self._clock() - (max(last, 0.0) if math.isfinite(last) else 0.0)
+    begun = self._clock()
     ticket, missing_since = 1, None
     while len(self._left) < self.policy.workers:
       now = self._clock()
-      if stop_after_s is not None and now - start > stop_after_s:
+      if stop_after_s is not None and now - begun > stop_after_s:
         log.warning('%s: the group scheduler stops after %.1f s with workers %s still running',
                     self.prefix, stop_after_s,
                     sorted(set(range(self.policy.workers)) - self._left))
@@ -149,18 +164,19 @@ class SyncService:
       key = f'{self.prefix}/a/{ticket}'
       message = self.board.wait(key, wait) if wait > 0 else self.board.try_get(key)
       now = self._clock()
-      if message is not None:
-        ticket, missing_since = ticket + 1, None
-        self._messages += 1
-        self._handle(message, now - start)
-      elif self.board.increment(f'{self.prefix}/n', 0) >= ticket:  # taken, not written (yet)
-        missing_since = now if missing_since is None else missing_since
-        if now - missing_since >= self.lost_after_s:
-          log.warning('%s: arrival ticket %d was taken but never written; skipped',
-                      self.prefix, ticket)
-          self._ignored['lost'] += 1
+      with self._lock:
+        if message is not None:
           ticket, missing_since = ticket + 1, None
-      self._publish(now - start)
+          self._messages += 1
+          self._handle(message, now - start)
+        elif self.board.increment(f'{self.prefix}/n', 0) >= ticket:  # taken, not written (yet)
+          missing_since = now if missing_since is None else missing_since
+          if now - missing_since >= self.lost_after_s:
+            log.warning('%s: arrival ticket %d was taken but never written; skipped',
+                        self.prefix, ticket)
+            self._ignored['lost'] += 1
+            ticket, missing_since = ticket + 1, None
+        self._publish(now - start)
     report = self.report()
     self.board.set(f'{self.prefix}/report', report.to_json())
     return report

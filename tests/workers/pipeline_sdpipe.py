@@ -5,8 +5,8 @@
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
 Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread;
 POLICY+overlap runs the replicas with ``overlap=True``.
-Each replica trains STEPS steps, every step padded by `StragglerPause` to STEP_S (STRAGGLER: a
-`parse_straggler` spec). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
+Each replica trains STEPS steps, every step padded by `HostPause` to STEP_S (STRAGGLER: a
+`parse_trace` spec, e.g. ``persistent:3:3``). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
 without reporting it, then stops (it leaves). Each worker writes ``OUT_DIR/w{worker}.npz``: its
 final parameters (``params/<path>``), its initial ones (``init/<path>``), its steps
 (``steps``), their losses (``losses``), group members (``members/<step>``) and group numbers
@@ -48,12 +48,12 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
 
   import models
   from hetjax.pipeline import (
-      PipelineTrainer,
-      ReplicaDriver,
-      StragglerPause,
-      SyncClient,
-      make_sync_policy,
-      start_service,
+    HostPause,
+    PipelineTrainer,
+    ReplicaDriver,
+    SyncClient,
+    make_sync_policy,
+    start_service,
   )
 
   out = pathlib.Path(out_dir)
@@ -68,7 +68,7 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
       options.update(window_s=STEP_S / 3, min_window_s=STEP_S / 10, max_window_s=STEP_S)
     service = start_service(channel, make_sync_policy(policy, ctx.workers, **options), 'run',
                             stop_after_s=100)
-  pause = StragglerPause(straggler, ctx.worker, STEP_S)
+  pause = HostPause.of_step(straggler, ctx.workers, ctx.worker, STEP_S)
   driver = ReplicaDriver(trainer, SyncClient(channel, 'run', ctx.worker), ctx.workers, pause,
                          overlap=mode == 'overlap')
   state = trainer.init_state()
