@@ -206,13 +206,6 @@ def host_costs(job: JobRun, idx: np.ndarray) -> simulation.ClockCosts:
                                host_s=host_time_s(job, idx, row_s), **network(job.info))
 
 
-def measured_per_sample(job: JobRun, idx: np.ndarray) -> np.ndarray:
-  """Per worker, mean busy seconds per row at trace factor 1 over ``idx`` (fixed cost included,
-  at the rows those steps had)."""
-  t = job.telemetry
-  return (job.busy_s(idx) / t.share[idx] / t.slowdown[idx]).mean(axis=0)
-
-
 #: The fields of a share policy's row (`share_policy_rows`; ``bench_lbbsp.py --json`` keeps them).
 SHARE_ROW_FIELDS = ('scenario', 'policy', 'workers', 'source', 'iter_s', 'limit_s',
                     'idle_fraction', 'compile_overhead_share', 'settle_iterations',
