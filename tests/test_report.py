@@ -180,12 +180,16 @@ def _expect_error(result, fragment):
   assert fragment in lines[0], lines[0]
 
 
-def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+  _expect_error(_report(tmp_path / 'nope'), f'no run directory {tmp_path / "nope"}')  # a process
   malformed, incomplete = _bad_lines()
-  _expect_error(_report(tmp_path / 'nope'), f'no run directory {tmp_path / "nope"}')
-  _expect_error(_report(_write(tmp_path / 'm', lines=malformed)), 'line 7: not valid JSON')
-  _expect_error(_report(_write(tmp_path / 'g', lines=incomplete)),
-                'incomplete grid: step 4 lacks worker 2')
+  for run_dir, fragment in ((_write(tmp_path / 'm', lines=malformed), 'line 7: not valid JSON'),
+                            (_write(tmp_path / 'g', lines=incomplete),
+                             'incomplete grid: step 4 lacks worker 2')):
+    with pytest.raises(SystemExit) as exit_info:
+      main([str(run_dir), '--no-plots'])
+    _expect_error(subprocess.CompletedProcess([], exit_info.value.code, '',
+                                              capsys.readouterr().err), fragment)
 
 
 def _without(field):
