@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) experiments/demo.py --workdir=runs/demo
 
+# Two test processes (pytest-xdist); the tests that launch workers run one at a time in one of
+# them (tests/conftest.py). `$(PY) -m pytest tests/test_x.py` runs a file alone.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
