@@ -15,13 +15,14 @@ import jax
 import numpy as np
 
 import models
-from experiments import configs
+from experiments import _replicas, configs
 from hetjax import ConfigError, balance, emulation, planner, runtime, sharding, train
 from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
 
 Mode = configs.Mode
+SYNC_DEFAULT = next(f.default for f in dataclasses.fields(configs.Config) if f.name == 'sync')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,28 +180,36 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   if config.plan and mode is not Mode.SPMD:
     raise ConfigError(f'plan runs in spmd mode on the devices of one process; mode {mode.value} '
                       'takes strategy and mesh per worker')
+  replicas = mode is Mode.PIPELINE and ctx.workers > 1
   if mode in (Mode.SPMD, Mode.PIPELINE):
-    unused = [f for f, v in (('slowdown', config.slowdown or ctx.slowdown),
+    unused = [f for f, v in (('slowdown', not replicas and (config.slowdown or ctx.slowdown)),
                              ('policy', config.policy != 'uniform' and config.policy),
                              ('shares', config.shares)) if v]
     if unused:
+      also = ('; a slowdown also slows pipeline replicas, under several workers'
+              if mode is Mode.PIPELINE and 'slowdown' in unused else '')
       raise ConfigError(f'mode {mode.value} takes no {", ".join(unused)} (per-worker options '
-                        'of the shares and tokens modes): drop it or pick one of those modes')
+                        f'of the shares and tokens modes): drop it or pick one of those '
+                        f'modes{also}')
+  if config.sync != SYNC_DEFAULT and not replicas:
+    raise ConfigError(f'sync {config.sync!r} groups pipeline replicas: it takes mode pipeline '
+                      f'under several workers (this is mode {mode.value} on {ctx.workers})')
   if mode is Mode.SPMD:
     if ctx.workers > 1:
       raise ConfigError(f'mode spmd runs on one process, but this job has {ctx.workers} '
                         'workers: use mode shares or tokens (or auto)')
     return _spmd(config, task, optimizer, strategy, mesh_shape)
   if mode is Mode.PIPELINE:
-    if ctx.workers > 1:
-      raise ConfigError('mode pipeline runs on one process in experiments/train.py; replicas on '
-                        'several workers run with hetjax.pipeline.ReplicaDriver (README)')
     trainer = PipelineTrainer(task, optimizer, config.global_batch, config.stages,
                               config.micro_batches, config.schedule, jax.local_devices(),
                               seed=config.seed)
     devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
                f'{jax.devices()[0].platform} devices, {config.schedule}')
-    return Built(trainer, None, devices, mode)
+    if not replicas:
+      return Built(trainer, None, devices, mode)
+    driver, sync, host = _replicas.build(config, ctx, channel, trainer, _trace(config, ctx))
+    return Built(driver, sync, f'{ctx.workers} replicas of {devices}, sync {config.sync}', mode,
+                 host)
   trace = _trace(config, ctx)
   degree = train.local_batch_degree(strategy.rules(), mesh_shape)
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \

@@ -7,8 +7,9 @@ Every option of a run is a field of `experiments.configs.Config`, set with ``--s
 (``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``); the flags
 below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
 ``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
-(stages on device groups); ``auto`` is spmd on one process and shares under several workers.
-All of them run in one loop with the same checkpoints, metrics and telemetry.
+(stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
+``sync`` policy); ``auto`` is spmd on one process and shares under several workers. All of them
+run in one loop with the same checkpoints, metrics and telemetry.
 
 Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
 one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
@@ -17,9 +18,16 @@ one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and wo
   python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \\
       python experiments/train.py --config=mlp --mesh=1x1 --policy=lbbsp --workdir=runs/bsp
 
+Pipeline replicas (each worker one replica of the whole pipeline, worker 0 also runs the group
+scheduler; each replica checkpoints its own parameters under ``checkpoints/replica-W``):
+
+  python -m hetjax.launch --workers 2 --timeout 300 -- python experiments/train.py \\
+      --config=mlp --set mode=pipeline --set sync=sdpipe --slowdown persistent:1:3
+
 A slowdown makes every worker a host of known speed: its step padded by sleep to rows × a
 calibrated per-row cost × its slowdown. ``--resume`` continues the run in ``--workdir`` from its
-last checkpoint, the policy's state (shares, predictor history) included.
+last checkpoint, the policy's state (shares, predictor history; a sync policy's windows, epoch
+and group numbers) included; replicas resume from the latest step every one of them saved.
 
 Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
 batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
@@ -38,7 +46,7 @@ if __package__ in (None, ''):  # run as a script: make the checkout's packages i
 from absl import flags
 
 from experiments import _cli, _programs, configs
-from hetjax import ConfigError, checkpoint, runtime, train
+from hetjax import ConfigError, checkpoint, pipeline, runtime, train
 
 _CONFIG = flags.DEFINE_string(
     'config', None, f'a config name ({", ".join(configs.names())}), a file.py defining '
@@ -62,6 +70,8 @@ _SHORTHANDS = {
     'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
     'slowdown': flags.DEFINE_string('slowdown', None, 'emulated slowdown trace, e.g. static:1,3'),
     'token_rows': flags.DEFINE_integer('token_rows', None, 'rows per token (tokens mode)'),
+    'sync': flags.DEFINE_string('sync', None, 'pipeline replicas\' sync policy: sdpipe, '
+                                'all-reduce, random-pairs or periodic-average'),
     'compilation_cache': flags.DEFINE_bool(
         'compilation_cache', None, 'keep compiled programs across runs (~/.cache/hetjax/jax)'),
 }
@@ -96,17 +106,18 @@ def _prepare_workdir(workdir: pathlib.Path) -> None:
   workdir.mkdir(parents=True, exist_ok=True)
 
 
-def _restore(ckpt, built, meta):
-  """The state and policy state to start from: fresh, or the checkpoint's (``--resume``)."""
+def _restore(ckpt, built, meta, step=None):
+  """The state and policy state to start from: fresh, or the checkpoint's (``--resume``) at
+  ``step`` (default: the latest)."""
   program, policy = built.program, built.policy
   if not _RESUME.value:
     return program.init_state(), None
-  saved = ckpt.read_meta()
+  saved = ckpt.read_meta(step)
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))
   # A pipeline's step is a host int, not an array: its restore target carries the saved one.
   abstract = (program.abstract_state(saved['step']) if built.mode is configs.Mode.PIPELINE
               else program.abstract_state())
-  state, saved = ckpt.restore(abstract)
+  state, saved = ckpt.restore(abstract, step)
   if policy is None or 'policy' not in saved:
     return state, None
   if saved.get('policy_name') != policy.name:
@@ -114,6 +125,20 @@ def _restore(ckpt, built, meta):
           f'{policy.name!r}: its state starts fresh', flush=True)
     return state, None
   return state, ckpt.policy_state(saved, policy.init())
+
+
+def _replica_checkpoints(workdir, ctx, channel):
+  """This replica's checkpointer, and the step the replicas resume from (``--resume``): the
+  latest one every replica saved."""
+  ckpt = pipeline.ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
+  if not _RESUME.value:
+    return ckpt, None
+  channel.set(f'resume/{ctx.worker}', ckpt.latest_step() or 0)
+  steps = [channel.get(f'resume/{w}') for w in range(ctx.workers)]
+  if min(steps) == 0:
+    raise ConfigError(f'--resume: replica {steps.index(0)} has no checkpoint in '
+                      f'{workdir / "checkpoints"}')
+  return ckpt, min(steps)
 
 
 def _probe_speeds(built, state, telemetry, ctx, policy_state):
@@ -155,11 +180,16 @@ def run() -> dict | None:
                  'mesh': config.mesh, 'workers': ctx.workers},
       'policy_name': None if policy is None else policy.name,
   }
-  ckpt = checkpoint.Checkpointer(workdir / 'checkpoints')
+  replicas = isinstance(program, pipeline.ReplicaDriver)
+  if replicas:
+    ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel)
+  else:
+    ckpt, resume_step = checkpoint.Checkpointer(workdir / 'checkpoints'), None
   logger = telemetry = None
   segment: dict[str, list] = {}
+  report = None
   try:
-    state, policy_state = _restore(ckpt, built, meta)
+    state, policy_state = _restore(ckpt, built, meta, resume_step)
     start = int(state.step)
     hooks = [ckpt.hook(meta, every=config.checkpoint_every),
              train.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
@@ -173,7 +203,8 @@ def run() -> dict | None:
       run_info = {'workers': ctx.workers, 'global_batch': config.global_batch,
                   'model': task.name, 'mode': built.mode.value,
                   'slowdown': config.slowdown or ctx.slowdown,
-                  'policy': None if policy is None else policy.name,
+                  'policy': None if policy is None or replicas else policy.name,
+                  'sync': config.sync if replicas else None,
                   'host_row_s': built.host.row_s if built.host else None}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       layout = f'plan {config.plan}' if config.plan else f'{config.strategy} on mesh {config.mesh}'
@@ -192,11 +223,15 @@ def run() -> dict | None:
         closable.close()
     if hasattr(program, 'close'):
       program.close()
+    if replicas:  # once every replica has left, the scheduler stops: its report
+      report = policy.close()
   if not ctx.is_chief:
     return None
   summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps(),
                                 'first_shares': segment.get('first'),
                                 'last_shares': segment.get('last')}
+  if report is not None:
+    summary['sync'] = {k: v for k, v in report.to_json().items() if k != 'policy'}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

@@ -11,6 +11,8 @@ import time
 import pytest
 
 from experiments import configs
+from hetjax.checkpoint import Checkpointer
+from hetjax.pipeline import ReplicaSync, SyncValuePolicy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -78,6 +80,11 @@ def _expect_usage_error(result, *fragments):
      ['token_rows 24 does not divide the global batch 256']),
     (['--config=mlp', '--mode=tokens', '--plan=experiments/plans/pure_dp.json'],
      ['plan runs in spmd mode']),
+    (['--config=mlp', '--mode=pipeline', '--sync=ps'],
+     ["sync policy 'ps' is now 'periodic-average'", 'choose one of: all-reduce, random-pairs']),
+    (['--config=mlp', '--mode=pipeline', '--sync=gossip'], ["unknown sync policy 'gossip'"]),
+    (['--config=mlp', '--mode=pipeline', '--sync=all-reduce'],
+     ["sync 'all-reduce' groups pipeline replicas: it takes mode pipeline under several workers"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
   _expect_usage_error(train(*args, f'--workdir={tmp_path}'), *fragments)
@@ -180,3 +187,48 @@ def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
                  '--set', 'model=models:make_task', '--set', 'model_args.name=mlp',
                  f'--workdir={tmp_path / "b"}')
   assert result.returncode == 0, result.stderr
+
+
+# Pipeline replicas under the launcher: one replica of the whole pipeline per worker, grouped by
+# the sync policy (worker 0 runs the scheduler), each replica slowed by its host of known speed.
+REPLICA_ARGS = ['--config=mlp', '--set', 'mode=pipeline', '--set', 'sync=sdpipe',
+                '--set', 'model_args.hidden=32', '--set', 'model_args.width=16',
+                '--set', 'global_batch=32', '--set', 'checkpoint_every=2', '--set', 'log_every=1',
+                '--set', 'host_row_s=0.001', '--slowdown=persistent:0:3']
+
+
+def launch(workdir, *args):
+  command = [sys.executable, '-m', 'hetjax.launch', '--workers', '2', '--devices-per-worker', '2',
+             '--timeout', '120', '--', sys.executable, str(ROOT / 'experiments' / 'train.py'),
+             *REPLICA_ARGS, f'--workdir={workdir}', *args]
+  return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=150)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(320)
+def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
+  result = launch(tmp_path, '--steps=4')
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert '2 replicas of 2 stages' in result.stdout and 'sync sdpipe' in result.stdout
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['final_step'] == 4 and summary['sync']['groups'] >= 4
+  # Worker 0's host is 3x slow: 3 × 32 rows × 1 ms a step, padded by sleep.
+  assert summary['wall_s'] >= 4 * 3 * 0.032 * 0.95
+  assert json.loads((tmp_path / 'run.json').read_text())['sync'] == 'sdpipe'
+  saved = {}
+  for w in (0, 1):
+    meta = json.loads((tmp_path / 'checkpoints' / f'replica-{w}' / '4' / 'meta.json').read_text())
+    assert meta['step'] == 4 and meta['policy_name'] == 'sdpipe'
+    saved[w] = meta
+
+  result = launch(tmp_path, '--steps=6', '--resume')
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert 'steps 4→6' in result.stdout and len(_losses(tmp_path)) == 6
+  policy = ReplicaSync(SyncValuePolicy('sdpipe', 2), None, '', serve=False)
+  before = Checkpointer.policy_state(saved[0], policy.init())
+  after = Checkpointer.policy_state(json.loads(
+      (tmp_path / 'checkpoints' / 'replica-0' / '6' / 'meta.json').read_text()), policy.init())
+  assert (before['step'], after['step']) == (4, 6)
+  # The scheduler went on from its saved state: group numbers and its clock continue.
+  assert after['sync']['seq'] >= before['sync']['seq'] + 2
+  assert after['sync']['now'] > before['sync']['now']

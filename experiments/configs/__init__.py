@@ -21,6 +21,7 @@ from typing import Any
 
 from hetjax import ConfigError
 from hetjax._errors import parse_choice
+from hetjax.pipeline._policies import parse_sync_name
 
 
 class Mode(enum.Enum):
@@ -69,6 +70,9 @@ class Config:
     stages: pipeline stages (pipeline mode).
     micro_batches: micro-batches per step (pipeline mode).
     schedule: the pipeline schedule: ``'1f1b'`` or ``'gpipe'``.
+    sync: pipeline mode under several workers (one replica each): the sync policy that groups
+      the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
+      ``'periodic-average'`` (`hetjax.pipeline.make_sync_policy`).
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
@@ -96,6 +100,7 @@ class Config:
   stages: int = 2
   micro_batches: int = 2
   schedule: str = '1f1b'
+  sync: str = 'sdpipe'
   log_every: int = 10
   checkpoint_every: int = 50
   compilation_cache: bool = True
@@ -109,6 +114,7 @@ class Config:
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0 (0: automatic), got {getattr(self, name)}')
     parse_choice(Mode, self.mode, 'mode')
+    parse_sync_name(self.sync)
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self) | {'model_args': dict(self.model_args)}

@@ -16,6 +16,8 @@ checkpoints. `simulate_sync` runs the policies on the virtual clock. On real wor
 `SyncService` runs a policy on worker 0 over the coordination channel, each replica's
 `ReplicaDriver` trains its pipeline, reports each step with its `SyncClient` and averages within
 the groups it is given; `HostPause` pads its steps to its emulated host (`--slowdown`'s trace).
+In `hetjax.train.training_steps`, `ReplicaSync` is the loop's policy (the scheduler's state in
+every checkpoint) and `ReplicaCheckpointer` saves each replica on its own.
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain
@@ -37,6 +39,8 @@ from hetjax.pipeline._policies import SyncName as SyncName
 from hetjax.pipeline._policies import SyncPolicy as SyncPolicy
 from hetjax.pipeline._policies import make_sync_policy as make_sync_policy
 from hetjax.pipeline._policies import parse_sync_name as parse_sync_name
+from hetjax.pipeline._replica_run import ReplicaCheckpointer as ReplicaCheckpointer
+from hetjax.pipeline._replica_run import ReplicaSync as ReplicaSync
 from hetjax.pipeline._replicas import GroupAverager as GroupAverager
 from hetjax.pipeline._replicas import consensus_distance as consensus_distance
 from hetjax.pipeline._replicated import ReplicaDriver as ReplicaDriver
@@ -77,8 +81,10 @@ __all__ = [
     'PipelineState',
     'PipelineTrainer',
     'RandomPairsPolicy',
+    'ReplicaCheckpointer',
     'ReplicaDriver',
     'ReplicaStep',
+    'ReplicaSync',
     'SDPipePolicy',
     'Schedule',
     'ServiceReport',

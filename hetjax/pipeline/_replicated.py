@@ -255,6 +255,14 @@ class ReplicaDriver:
         self._background = None
     return state
 
+  def close(self) -> None:
+    """Ends steps run by `hetjax.train.training_steps` itself (not `run`): stops the overlap
+    thread and leaves the scheduler, so nobody waits for this replica any more."""
+    if self._background is not None:
+      self._background.shutdown(wait=True)
+      self._background, self._pending = None, None
+    self.client.leave()
+
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
           on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,
           leave: bool = True
