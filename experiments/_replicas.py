@@ -10,7 +10,8 @@ replica's step always trains on the same rows (its batch), so the host has one c
 ``host_row_s`` × rows when given, else calibrated at start — the median of timed steps on a
 copy of the initial state, × `MARGIN`, the largest any worker measured — and every step is
 padded to ``(factor + delay) × that cost`` (`HostPause`; the transient draw of step s is the
-trace's draw for the replica's step s = 1, 2, …).
+trace's draw for the replica's step s = 1, 2, …). SDPipe's and random pairs' windows are set
+on the scale of that step (or of a timed one without a slowdown): `window_options`.
 """
 
 from __future__ import annotations
@@ -37,20 +38,37 @@ MARGIN = 1.5
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
 PREFIX = 'sync'
 TIMED_STEPS = 3
+#: The sync policies that wait in windows, and the first window, in undisturbed steps.
+WINDOWED = ('sdpipe', 'random-pairs')
+WINDOW = 0.1
 
 
 def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel,
           trainer: PipelineTrainer, trace) -> tuple[ReplicaDriver, ReplicaSync,
                                                      emulation.KnownSpeedHost | None]:
   """This worker's replica, the loop's sync policy and the emulated host (or None)."""
-  value = SyncValuePolicy(config.sync, ctx.workers)
-  sync = ReplicaSync(value, channel, PREFIX, serve=ctx.is_chief)
   driver = ReplicaDriver(trainer, SyncClient(channel, PREFIX, ctx.worker), ctx.workers)
   host = None
   if trace is not None:
     host = replica_host(config, ctx, driver, trace, channel)
     driver.pause = HostPause(host, trainer.global_batch)
-  return driver, sync, host
+  options = {}
+  if ctx.is_chief and config.sync in WINDOWED:  # windows on the scale of a step
+    step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)
+    options = window_options(config.sync, step_s)
+  value = SyncValuePolicy(config.sync, ctx.workers, options)
+  return driver, ReplicaSync(value, channel, PREFIX, serve=ctx.is_chief), host
+
+
+def window_options(sync: str, step_s: float) -> dict:
+  """SDPipe's and random pairs' windows as fractions of an undisturbed replica step (their
+  defaults, 2 ms within [0.5, 10] ms, are for GPU steps): 1/10 of a step to start, adapting
+  within [1/40, 1/5] of one, as `experiments/bench_sdpipe.py` runs them."""
+  window = WINDOW * step_s
+  if sync == 'sdpipe':
+    return {'window_s': window, 'min_window_s': window / 4, 'max_window_s': 2 * window,
+            'timeout_s': max(5.0, 4 * window)}
+  return {'window_s': window, 'timeout_s': max(5.0, 4 * window)}
 
 
 def replica_host(config, ctx, driver: ReplicaDriver, trace, channel
