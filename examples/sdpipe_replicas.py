@@ -6,6 +6,8 @@ central scheduler forms from the replicas that are ready. Run it under the launc
 
 Each worker is one replica (a 2-stage pipeline of the MLP on its own 2 devices); worker 0 also
 runs the group scheduler in a thread. The lines between the markers are the README's snippet.
+`experiments/train.py --mode=pipeline --sync=sdpipe` under the launcher runs the same, with
+checkpoints (the scheduler's state in them), ``--resume`` and ``--slowdown``.
 """
 
 import pathlib

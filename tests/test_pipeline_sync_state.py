@@ -148,8 +148,11 @@ def test_resume_state_cuts_what_was_in_flight():
 def test_bad_states_and_options_are_config_errors():
   with pytest.raises(ConfigError, match='state is for 3 workers, this policy has 4'):
     make_sync_policy('all-reduce', 4).load_state(make_sync_policy('all-reduce', 3).state())
-  with pytest.raises(ConfigError, match="sync policy 'ps' is now 'periodic-average'"):
-    SyncValuePolicy('ps', 2)
+  for old, new in (('ps', 'periodic-average'), ('ad-psgd', 'random-pairs')):  # renamed
+    with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
+      make_sync_policy(old, 3)
+    with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
+      SyncValuePolicy(old, 2)
   with pytest.raises(ConfigError, match="has no option 'every'"):
     SyncValuePolicy('sdpipe', 2, {'every': 2})
   policy = make_sync_policy('all-reduce', 1)

@@ -40,8 +40,7 @@ import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.checkpoint import Checkpointer
-from hetjax.core import StepStats, encode_state
+from hetjax.core import StepStats, decode_state, encode_state
 from hetjax.pipeline._replicated import ServiceThread, start_service
 from hetjax.pipeline._sync_service import Board, ServiceReport
 from hetjax.pipeline._sync_values import SyncValuePolicy, resume_state
@@ -152,7 +151,12 @@ class ReplicaCheckpointer:
               for h, a in zip(host, leaves, strict=True)]
     return treedef.unflatten(placed), self.read_meta(step)
 
-  policy_state = staticmethod(Checkpointer.policy_state)
+  @staticmethod
+  def policy_state(meta: Mapping[str, Any], template: Any) -> Any:
+    """The policy state saved with a checkpoint, in ``template``'s structure, or None (as
+    `hetjax.checkpoint.Checkpointer.policy_state`; orbax is not imported here)."""
+    saved = meta.get('policy')
+    return None if saved is None else decode_state(template, saved)
 
   def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
     """Saves every ``every`` steps and after the last one, the policy's state included."""

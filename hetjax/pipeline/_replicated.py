@@ -105,7 +105,7 @@ class ReplicaDriver:
     trainer: a `PipelineTrainer` whose stages are all on this process's devices.
     client: this replica's `SyncClient`; its worker id must be this process's index.
     replicas: how many replicas the job has (one per process).
-    pause: called after each step's compute as ``pause(step, compute_s)`` (e.g. to emulate a
+    pause: called after each step's compute as ``pause(step, compute_s)`` (`HostPause`: a
       slower host or a straggler); returns the seconds it slept.
     group_timeout_s: the longest wait for a group before giving up with a `TimeoutError`.
     overlap: average one step late, overlapped with the next step (module docstring).
