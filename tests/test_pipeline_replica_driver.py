@@ -19,12 +19,16 @@ import models
 from hetjax import ConfigError
 from hetjax.pipeline import (
     PipelineTrainer,
+    ReplicaCheckpointer,
     ReplicaDriver,
+    ReplicaSync,
     SyncClient,
+    SyncValuePolicy,
     make_sync_policy,
     start_service,
 )
 from hetjax.runtime import LocalChannel
+from hetjax.train import training_steps
 from tests.conftest import require_devices
 
 WAIT_S = 30.0
@@ -119,3 +123,36 @@ def test_overlap_with_one_replica_is_the_plain_pipeline(momentum):
   # Each step applies the previous step's group; the last one is applied after the loop.
   assert [r.members for r in records] == [(), (0,), (0,)]
   assert [r.seq for r in records] == [-1, 0, 1] and report.groups == 3
+
+
+def test_the_loop_checkpoints_a_replica_and_its_scheduler_and_resumes_exactly(trainer, tmp_path):
+  """`training_steps` with `ReplicaSync` as the policy and `ReplicaCheckpointer`'s hook: 4 steps,
+  then a fresh driver and service resumed from step 2 end where the uninterrupted run did, and
+  the scheduler's group numbers go on from the saved ones."""
+
+  def segment(prefix, state, until, policy_state=None, workdir=None):
+    channel = LocalChannel()
+    sync = ReplicaSync(SyncValuePolicy('sdpipe', 1), channel, prefix, serve=True)
+    driver = ReplicaDriver(trainer, SyncClient(channel, prefix, 0), 1)
+    hooks = [] if workdir is None else [ReplicaCheckpointer(workdir).hook({'run': 1}, every=2)]
+    seqs = []
+    for info in training_steps(driver, state, until, hooks, sync, policy_state):
+      state = info.state
+      seqs.append(info.stats.local.seq)
+    driver.close()
+    assert sync.close(WAIT_S).groups == len(seqs)
+    return state, seqs
+
+  whole, seqs = segment('a', trainer.init_state(), 4, workdir=tmp_path)
+  ckpt = ReplicaCheckpointer(tmp_path)
+  assert ckpt.all_steps() == [2, 4]
+  template = ReplicaSync(SyncValuePolicy('sdpipe', 1), None, '', serve=False).init()
+  state, meta = ckpt.restore(trainer.abstract_state(2), 2)
+  saved = ckpt.policy_state(meta, template)
+  assert saved['step'] == 2 and saved['sync']['seq'] == 2 and meta['run'] == 1
+  resumed, later = segment('b', state, 4, saved)
+  assert seqs == [0, 1, 2, 3] and later == [2, 3]  # the group numbers go on
+  assert resumed.step == whole.step == 4
+  jax.tree.map(np.testing.assert_array_equal, resumed.params, whole.params)
+  with pytest.raises(ConfigError, match='no complete checkpoint at step 3'):
+    ckpt.restore(trainer.abstract_state(3), 3)
