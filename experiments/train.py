@@ -215,6 +215,9 @@ def run() -> dict | None:
       hooks.insert(0, logger.hook())
     if multi and start < config.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
+    if replicas and start < config.steps:  # compiles and connects the groups before the clock
+      program.warm_up(state)               # of the scheduler starts (else the first steps
+                                           # would time out waiting for a compiling replica)
     for _ in train.training_steps(program, state, config.steps, hooks, policy, policy_state):
       pass
   finally:
