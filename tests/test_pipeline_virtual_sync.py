@@ -143,7 +143,7 @@ def test_bad_arguments_are_one_line_config_errors(kwargs):
 
 
 # The policies do O(workers) work per arrival (their time-out bookkeeping), so a run costs
-# O(workers² × steps): 'sdpipe' at 1024 × 20 takes ~5 s. It used to run 8 steps, but over 8
+# O(workers² × steps): 'sdpipe' at 1024 × 20 takes 2.5–5 s. It used to run 8 steps, but over 8
 # steps the transient draws of the last few steps move throughput / limit by ±1% (seeds 0–5 of
 # the replicas' draws, `TransientTrace`: 0.99–1.02), the size of the margin itself; over 20
 # steps the ratio is 0.91, so the bound is checked where noise cannot decide it.
