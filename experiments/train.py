@@ -47,6 +47,7 @@ from absl import flags
 
 from experiments import _cli, _programs, configs
 from hetjax import ConfigError, checkpoint, pipeline, runtime, train
+from hetjax.report import summary_fields
 
 _CONFIG = flags.DEFINE_string(
     'config', None, f'a config name ({", ".join(configs.names())}), a file.py defining '
@@ -230,9 +231,10 @@ def run() -> dict | None:
       report = policy.close()
   if not ctx.is_chief:
     return None
-  summary = logger.summary() | {'checkpoint_steps': ckpt.all_steps(),
-                                'first_shares': segment.get('first'),
-                                'last_shares': segment.get('last')}
+  # Throughput as `python -m hetjax.report` computes it (warm-up and compiling steps left out).
+  summary = logger.summary() | summary_fields(workdir) | {
+      'checkpoint_steps': ckpt.all_steps(), 'first_shares': segment.get('first'),
+      'last_shares': segment.get('last')}
   if report is not None:
     summary['sync'] = {k: v for k, v in report.to_json().items() if k != 'policy'}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')

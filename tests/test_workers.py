@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import models
+from hetjax import report as report_lib
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, training_steps
@@ -146,7 +147,12 @@ def test_train_under_the_launcher_writes_telemetry_cluster_and_report(tmp_path):
       r['wait_s'] for r in late if r['worker'] == 1)
   cluster = json.loads((tmp_path / 'cluster.json').read_text())
   assert [w['worker'] for w in cluster] == [0, 1] and all(len(w['devices']) == 2 for w in cluster)
-  assert json.loads((tmp_path / 'summary.json').read_text())['final_step'] == steps
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['final_step'] == steps
+  # The throughput summary.json records is the one the report prints (steady steps only).
+  steady = report_lib.telemetry_throughput(report_lib.load_telemetry(tmp_path))
+  assert summary['steady_samples_per_s'] == pytest.approx(steady.samples_per_s, abs=0.05)
+  assert summary['steady_samples_per_s'] > 0 and 1 not in steady.steps
   report = subprocess.run([sys.executable, '-m', 'hetjax.report', str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
   assert report.returncode == 0, report.stderr
