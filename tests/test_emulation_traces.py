@@ -19,7 +19,7 @@ from hetjax.emulation import (
     TransientTrace,
     parse_trace,
 )
-from hetjax.pipeline._injection import StragglerPause
+from hetjax.pipeline import HostPause
 
 STEP_S = 0.06
 
@@ -173,13 +173,18 @@ def test_bad_steps_and_workers():
 
 @pytest.mark.parametrize(('spec', 'seed'), [('transient:3:0.3', 0), ('transient:1:0.1:seed=5', 5),
                                             ('transient:3:0.5:seed=2', 2)])
-def test_transient_draws_are_those_of_straggler_pause(spec, seed):
+def test_transient_draws_are_sdpipes_and_pad_a_replica(spec, seed):
+  """SDPipe's draw, ``default_rng([seed, worker, step]).random() < p``, and a replica's
+  `HostPause` pads its step to (1 + delay) × its step time."""
+  h, p = (float(v) for v in spec.split(':seed=')[0].split(':')[1:3])
   trace = parse_trace(spec, 4)
   for worker in range(4):
-    pause = StragglerPause(spec.split(':seed=')[0], worker=worker, step_s=STEP_S, seed=seed)
+    pause = HostPause.of_step(spec.split(':seed=')[0], 4, worker, STEP_S, seed=seed)
     for step in range(300):
-      assert trace.delay(worker, step) * STEP_S == pause.transient_s(step)
-      assert trace.factor(worker, step) == pause.factor == 1.0
+      hit = np.random.default_rng([seed, worker, step]).random() < p
+      assert trace.delay(worker, step) == (h if hit else 0.0)
+      assert pause.target_s(step) == pytest.approx((1.0 + trace.delay(worker, step)) * STEP_S)
+      assert trace.factor(worker, step) == 1.0
   hits = np.stack([trace.delays(t) for t in range(300)]) > 0
   assert 0 < hits.mean() < 1 and not (hits == hits[:, :1]).all()  # workers draw apart
 
@@ -205,12 +210,13 @@ def test_transient_trace_values_and_defaults():
     trace.delays(-1)
 
 
-def test_persistent_is_a_static_trace_like_straggler_pause():
+def test_persistent_is_a_static_trace_and_slows_one_replica():
   trace = parse_trace('persistent:1:3', 4)
   assert trace == StaticTrace((1, 3, 1, 1))
   for worker in range(4):
-    pause = StragglerPause('persistent:1:3', worker=worker, step_s=STEP_S)
-    assert all(trace.factor(worker, s) == pause.factor for s in range(20))
+    pause = HostPause.of_step('persistent:1:3', 4, worker, STEP_S)
+    assert all(pause.target_s(s) == pytest.approx(trace.factor(worker, s) * STEP_S)
+               for s in range(20))
   assert parse_trace('persistent:0:0.5', 2).factors(3).tolist() == [0.5, 1.0]
 
 

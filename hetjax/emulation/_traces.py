@@ -220,9 +220,9 @@ class TransientTrace(_Trace):
   """SDPipe's transient stragglers: at each step, each worker loses ``h`` × a step with prob. ``p``.
 
   Factors are all 1.0; worker w's delay at step t is ``h`` if
-  ``np.random.default_rng([seed, w, t]).random() < p``, else 0.0: the very draw
-  `hetjax.pipeline.StragglerPause` makes, so both inject the same stragglers at the same steps
-  for the same seed. Each draw is a pure function of (seed, w, t), whatever order the steps are
+  ``np.random.default_rng([seed, w, t]).random() < p``, else 0.0: SDPipe's injection, the
+  same stragglers at the same steps for the same seed on replicas (`hetjax.pipeline.HostPause`),
+  share workers and the virtual clocks. Each draw is a pure function of (seed, w, t), whatever order the steps are
   asked for; the draw decides whether, ``h`` only how long. The paper uses h ∈ {1, 3}, p = 0.1.
 
   Example::
