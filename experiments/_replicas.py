@@ -47,7 +47,8 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel,
           trainer: PipelineTrainer, trace) -> tuple[ReplicaDriver, ReplicaSync,
                                                      emulation.KnownSpeedHost | None]:
   """This worker's replica, the loop's sync policy and the emulated host (or None)."""
-  driver = ReplicaDriver(trainer, SyncClient(channel, PREFIX, ctx.worker), ctx.workers)
+  driver = ReplicaDriver(trainer, SyncClient(channel, PREFIX, ctx.worker), ctx.workers,
+                         overlap=config.sync_overlap)
   host = None
   if trace is not None:
     host = replica_host(config, ctx, driver, trace, channel)

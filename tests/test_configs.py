@@ -23,6 +23,9 @@ def test_overrides_are_typed_and_reach_model_arguments():
   assert isinstance(config.learning_rate, float)
   assert config.model_args == {'hidden': 512, 'width': 128, 'new': 3}
   assert config.strategy == 'fsdp'
+  flags = configs.override(config, ['sync_overlap=true', 'endgame=False', 'slowdown=true'])
+  assert flags.sync_overlap is True and flags.endgame is False  # true/false as absl takes them
+  assert flags.slowdown == 'true'  # a text field keeps the word
 
 
 @pytest.mark.parametrize('assignment, message', [

@@ -221,7 +221,8 @@ def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
     assert meta['step'] == 4 and meta['policy_name'] == 'sdpipe'
     saved[w] = meta
 
-  result = launch(tmp_path, '--steps=6', '--resume')
+  # Resumed with the sync overlapped with the next step (`sync_overlap`, one step late).
+  result = launch(tmp_path, '--steps=6', '--resume', '--set', 'sync_overlap=true')
   assert result.returncode == 0, result.stdout[-3000:]
   assert 'steps 4→6' in result.stdout and len(_losses(tmp_path)) == 6
   policy = ReplicaSync(SyncValuePolicy('sdpipe', 2), None, '', serve=False)

@@ -73,6 +73,8 @@ class Config:
     sync: pipeline mode under several workers (one replica each): the sync policy that groups
       the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
       ``'periodic-average'`` (`hetjax.pipeline.make_sync_policy`).
+    sync_overlap: pipeline replicas average one step late, overlapped with the next step's
+      compute (`hetjax.pipeline.ReplicaDriver`'s ``overlap``); False syncs before the next step.
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
@@ -101,6 +103,7 @@ class Config:
   micro_batches: int = 2
   schedule: str = '1f1b'
   sync: str = 'sdpipe'
+  sync_overlap: bool = False
   log_every: int = 10
   checkpoint_every: int = 50
   compilation_cache: bool = True
@@ -197,7 +200,8 @@ def _parse_value(key: str, text: str, current: Any) -> Any:
   try:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
-    value = text  # a bare word is a string
+    word = text.strip().lower()  # a bare word is a string; true / false as absl's flags take
+    value = (word == 'true') if word in ('true', 'false') else text
   allowed = _allowed(key) if '.' not in key else None
   if allowed is not None:
     if isinstance(value, list):
