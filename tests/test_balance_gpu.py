@@ -221,9 +221,11 @@ def test_1024_workers_for_50_steps_take_under_3_seconds():
   n = 1024
   rules = ShareRules(n * 256, n, bucket=16)
   trace = StaticTrace(tuple(np.random.default_rng(0).uniform(1, 3, n)))
-  start = time.perf_counter()
+  # A guard against a blow-up in scale, in CPU seconds of this process (not wall time: a
+  # loaded machine must not fail it).
+  start = time.process_time()
   run = simulate_shares(LBBSPGpu(rules), trace, GPU_LIKE, n * 256, steps=50)
-  assert time.perf_counter() - start < 3.0
+  assert time.process_time() - start < 3.0
   assert (_fraction_of_ideal(run)[3:] >= 0.95).all()
   assert (np.diff(run.shares[10:], axis=0) == 0).all()
 
