@@ -226,7 +226,10 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
                                 strategy.rules(), config.seed, bucket=bucket)
   trainer.check_shares(policy.update(policy.init(), None)[0])
-  return Built(trainer, policy, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
+  host = emulated_host(config, ctx, trainer, trace, channel)
+  if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
+    policy = dataclasses.replace(policy, row_s=host.row_s, fixed_s=host.fixed_s)
+  return Built(trainer, policy, devices, mode, host)
 
 
 MARGIN = 1.5  # host time over the calibrated compute: 1.25 left 10–30% of steps overrunning

@@ -144,3 +144,17 @@ def test_work_and_stats_are_values():
   assert stats.wait_s == (0.0, 0.25) and stats.workers == 2 and math.isnan(stats.loss)
   with pytest.raises(dataclasses.FrozenInstanceError):
     Work(0, {}).step = 1  # type: ignore[misc]
+
+
+def test_the_oracle_under_train_py_knows_its_hosts_costs():
+  """`--policy=oracle` gets the emulated hosts' per-row and fixed costs, not only the trace."""
+  from experiments import _programs, configs
+  from hetjax import balance, runtime
+
+  config = configs.override(configs.load('mlp'), [
+      'mode=shares', 'policy=oracle', 'slowdown=static:1', 'host_row_s=1e-4', 'mesh=8x1',
+      'global_batch=64'])
+  built = _programs.build(config, runtime.WorkerContext(0, 1, None), None)
+  assert isinstance(built.policy, balance.Oracle)
+  assert built.host.row_s == 1e-4 and tuple(built.policy.row_s) == (1e-4,)  # one per worker
+  assert built.policy.fixed_s == built.host.fixed_s
