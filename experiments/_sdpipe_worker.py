@@ -6,16 +6,17 @@ The worker is one replica: a 2-stage pipeline (`MODEL` MLP on digits) on its own
 For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: slowdown spec},
 policies, budget_s, step_s, window and max_group for `policy_options`; a policy named
 ``NAME+overlap`` is NAME with `ReplicaDriver(overlap=True)`) it starts from the same initial
-parameters and trains for budget_s
-seconds; worker 0 runs that run's group scheduler in a thread. Every replica is a host of known
-speed (`HostPause`: the scenario's `parse_trace` spec, a step of step_s), × 3 for a persistent
-straggler, plus SDPipe's transient sleeps drawn per (round, worker, step), so every policy of a
-round meets the same stragglers. Each
-replica keeps host copies of its parameters at the first step ending after 20, 40, 60 and 80%
-of the run, and at its end; after the run, all replicas average each snapshot over everyone to
-measure the consensus distance ``‖xᵢ − x̄‖`` at those times (not part of the run's time). The chief writes ``OUT_DIR/run.json``: per run
-every replica's steps (end time, loss, compute, pause, wait, sync, group size), the
-scheduler's report and its distances at the snapshots.
+parameters and trains for budget_s seconds, the policies' order rotating by one each round
+(`experiments._analysis.round_order`); worker 0 runs that run's group scheduler in a thread.
+Every replica is a host of known speed (`HostPause`: the scenario's `parse_trace` spec, a step
+of step_s), × 3 for a persistent straggler, plus SDPipe's transient sleeps drawn per (round,
+worker, step), so every policy of a round meets the same stragglers. Each replica keeps host
+copies of its parameters at the first step ending after 20, 40, 60 and 80% of the run, and at
+its end; after the run, all replicas average each snapshot over everyone to measure the
+consensus distance ``‖xᵢ − x̄‖`` at those times (not part of the run's time). The chief writes
+``OUT_DIR/run.json``: per run every replica's steps (end time, loss, compute, pause, wait, sync,
+group size: `experiments._sdpipe_analysis.STEP_FIELDS`), the scheduler's report and its
+distances at the snapshots.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ MODEL = {'hidden': 512, 'width': 256}
 BATCH = 64
 MICRO_BATCHES = 2
 LR = 0.02
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # nobody is dropped in the benchmark: stragglers are slow, not dead
 OVERLAP = '+overlap'  # a policy name's suffix: the same policy, averaging overlapped
-SNAPSHOTS = (0.2, 0.4, 0.6, 0.8)  # consensus is measured at these fractions of a run and its end  # nobody is dropped in the benchmark: stragglers are slow, not dead
+SNAPSHOTS = (0.2, 0.4, 0.6, 0.8)  # consensus is measured at these fractions of a run and its end
 
 
 def policy_options(policy: str, step_s: float, window: float = 0.1, max_group: int = 4) -> dict:
@@ -97,6 +98,7 @@ def main(out_dir: str, config: dict) -> None:
   import optax
 
   import models
+  from experiments._analysis import round_order
   from hetjax.pipeline import (
       HostPause,
       PipelineTrainer,
@@ -122,7 +124,7 @@ def main(out_dir: str, config: dict) -> None:
   runs = []
   for r in range(int(config['rounds'])):
     for scenario, spec in config['scenarios'].items():
-      for policy in config['policies']:
+      for policy in round_order(config['policies'], r):
         label = f'{r}/{scenario}/{policy}'
         service = None
         if ctx.is_chief:

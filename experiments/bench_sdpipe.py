@@ -9,9 +9,11 @@ sleeps h step times with probability 0.1 (h = 1 or 3), drawn per (round, worker,
 policy of a round meets the same stragglers. The baselines are named for what they do:
 ``random-pairs`` averages random pairs of the replicas ready within a window (AD-PSGD-like,
 but both members wait), ``periodic-average`` averages everyone every 10 steps and steps
-locally otherwise (HetPipe-like local SGD; no parameter server). Each (round, scenario, policy) trains from the same initial
-parameters for ``--budget_s`` seconds; policies alternate within a round, and ratios are taken
-within a round (side by side), then the median over rounds is reported. Per scenario × policy:
+locally otherwise (HetPipe-like local SGD; no parameter server). Each (round, scenario,
+policy) trains from the same initial parameters for ``--budget_s`` seconds; policies alternate
+within a round, their order rotating by one each round (`experiments._analysis.round_order`),
+and ratios are taken within a round (side by side), then the median over rounds is reported
+(`experiments._sdpipe_analysis`). Per scenario × policy:
 
 * ``thr/AR``: completed steps (all replicas, ending within the budget) per second, over
   all-reduce's in the same round;
@@ -36,6 +38,9 @@ replicas of one stage (one persistent straggler among them), step time ``--step_
 sync cost from the ring model 2(k−1)/k × base with base calibrated on the measured all-reduce
 syncs (of 4: 1.5 × base); no loss model there, so no time to target.
 
+Flags ``--quick``, ``--json`` and ``--keep`` and the one-line errors are the shared harness's
+(`experiments._harness`).
+
   .venv/bin/python experiments/bench_sdpipe.py --quick --json runs/bench_sdpipe.json
 """
 
@@ -44,16 +49,14 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-import tempfile
 import time
 
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import numpy as np
 from absl import flags
 
-from experiments import _cli
+from experiments import _harness, _sdpipe_analysis
 from experiments._bench_launch import launch_workers
 from hetjax import ConfigError
 from hetjax.pipeline._policies import RENAMED, parse_sync_name
@@ -65,10 +68,11 @@ POLICIES = ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe', 'all-red
             'sdpipe+overlap')
 OVERLAP = '+overlap'
 SCALE = (64, 1024)
+VIRTUAL_STEPS = {64: 50, 1024: 20}
 SMOOTH = 16
 TARGET_AT = 0.6
 
-_QUICK = flags.DEFINE_bool('quick', False, '1 round of 7 s runs (about 3 minutes)')
+FLAGS = _harness.define_flags('1 round of 7 s runs (about 3 minutes)')
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'rounds of every scenario x policy (default 3)')
 _BUDGET = flags.DEFINE_float('budget_s', None, 'seconds per run (default 10, quick 7)')
 _STEP_MS = flags.DEFINE_float('step_ms', 100.0, 'a healthy replica\'s emulated step time')
@@ -77,74 +81,18 @@ _WINDOW = flags.DEFINE_float('window', 0.1, 'SDPipe\'s and random-pairs\' first 
 _MAX_GROUP = flags.DEFINE_integer('max_group', 4, 'SDPipe\'s maximum group size')
 _POLICIES = flags.DEFINE_list('policies', list(POLICIES), 'policies to compare (all-reduce '
                               'must be one)')
-_JSON = flags.DEFINE_string('json', None, 'write the rows as JSON here')
-_KEEP = flags.DEFINE_string('keep', None, 'keep the run directory here')
 
 
-def _smoothed(replicas: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-  """(end times, rolling mean loss over the last SMOOTH steps of any replica), time order."""
-  steps = sorted((s[0], s[1]) for r in replicas for s in r['steps'])
-  ends, losses = np.array([s[0] for s in steps]), np.array([s[1] for s in steps])
-  kernel = np.ones(SMOOTH) / SMOOTH
-  return ends[SMOOTH - 1:], np.convolve(losses, kernel, mode='valid')
+def measured_rows(info: dict, budget_s: float) -> tuple[list[dict], float]:
+  """Rows per scenario × policy and the ring base of the full syncs
+  (`_sdpipe_analysis.measured_rows` with this benchmark's workers, target and smoothing)."""
+  return _sdpipe_analysis.measured_rows(info, budget_s, WORKERS, TARGET_AT, SMOOTH)
 
 
-def _measures(run: dict, budget_s: float) -> dict:
-  steps = [np.array(r['steps']).reshape(-1, 7) for r in run['replicas']]
-  done = sum(int(np.sum(s[:, 0] <= budget_s)) for s in steps)
-  limit = sum(1.0 / float(np.mean(s[:, 2] + s[:, 3])) for s in steps)
-  syncs = np.concatenate([s[s[:, 6] == WORKERS, 5] for s in steps])
-  return {'throughput': done / budget_s, 'no_wait_limit': limit,
-          'mean_group_size': run['report']['mean_group'],
-          'consensus_distance': float(np.mean([r['distances'] for r in run['replicas']])),
-          'full_sync_s': float(np.mean(syncs)) if syncs.size else None,
-          'curve': _smoothed(run['replicas'])}
-
-
-def _time_to(curve, target: float) -> float | None:
-  ends, loss = curve
-  hit = np.nonzero(loss <= target)[0]
-  return float(ends[hit[0]]) if hit.size else None
-
-
-def _measured_rows(info: dict, budget_s: float) -> tuple[list[dict], float]:
-  """Rows per scenario × policy (medians over rounds) and the ring base of the full syncs."""
-  by_key: dict[tuple, dict] = {}
-  for run in info['runs']:
-    by_key[run['round'], run['scenario'], run['policy']] = _measures(run, budget_s)
-  rounds = sorted({k[0] for k in by_key})
-  rows, full_syncs = [], []
-  for scenario in info['config']['scenarios']:
-    for policy in info['config']['policies']:
-      per_round = []
-      for r in rounds:
-        m, ar = by_key[r, scenario, policy], by_key[r, scenario, 'all-reduce']
-        ends, loss = ar['curve']
-        target = float(loss[np.searchsorted(ends, TARGET_AT * budget_s) - 1])
-        t_policy, t_ar = _time_to(m['curve'], target), _time_to(ar['curve'], target)
-        per_round.append({
-            'throughput_vs_allreduce': m['throughput'] / ar['throughput'],
-            'of_no_wait_limit': m['throughput'] / m['no_wait_limit'],
-            'time_to_target_vs_allreduce': None if t_policy is None else t_policy / t_ar,
-            'mean_group_size': m['mean_group_size'], 'consensus_distance':
-            m['consensus_distance'], 'throughput': m['throughput'],
-            'no_wait_limit': m['no_wait_limit'], 'target_loss': target})
-        if policy == 'all-reduce' and m['full_sync_s'] is not None:
-          full_syncs.append(m['full_sync_s'])
-      row = {'scenario': scenario, 'policy': policy, 'workers': WORKERS, 'source': 'measured',
-             'rounds': len(rounds)}
-      for key in per_round[0]:
-        values = [p[key] for p in per_round]
-        row[key] = (None if any(v is None for v in values)
-                    else float(np.median(values)))
-      row['time_to_target_reached'] = sum(p['time_to_target_vs_allreduce'] is not None
-                                          for p in per_round)
-      rows.append(row)
-  return rows, float(np.median(full_syncs)) / (2 * (WORKERS - 1) / WORKERS)
-
-
-def _virtual_rows(scenarios: dict, policies, workers: int, steps: int, step_s: float,
-                  ring_base_s: float, options: dict) -> list[dict]:
+def virtual_rows(scenarios: dict, policies, workers: int, steps: int, step_s: float,
+                 ring_base_s: float, options: dict) -> list[dict]:
+  """The scenarios on the virtual clock (`simulate_sync`) with ``workers`` replicas of one
+  stage (modelled, not measured): the measured run's policy options and ring base."""
   from hetjax.pipeline import simulate_sync
 
   rows = []
@@ -166,7 +114,7 @@ def _fmt(value, spec: str) -> str:
   return '-' if value is None else format(value, spec)
 
 
-def _table(rows: list[dict]) -> str:
+def table(rows: list[dict]) -> str:
   head = (f'{"scenario":<15}{"workers":>8} {"source":<14}{"policy":<20}{"thr/AR":>7}'
           f'{"of limit":>9}{"ttt/AR":>7}{"group":>6}{"consensus":>10}')
   lines = [head, '-' * len(head)]
@@ -179,26 +127,27 @@ def _table(rows: list[dict]) -> str:
 
 
 def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
-        virtual_steps: dict[int, int], policies: list[str]) -> list[dict]:
+        policies: list[str]) -> list[dict]:
   config = {'rounds': rounds, 'scenarios': SCENARIOS, 'policies': list(policies),
             'budget_s': budget_s, 'step_s': step_s, 'window': _WINDOW.value,
             'max_group': _MAX_GROUP.value}
   runs_s = rounds * len(SCENARIOS) * len(policies) * budget_s
   info = launch_workers(root, '_sdpipe_worker.py', [json.dumps(config)], WORKERS,
                         timeout=300 + 3 * runs_s, devices_per_worker=2)
-  rows, ring_base_s = _measured_rows(info, budget_s)
+  rows, ring_base_s = measured_rows(info, budget_s)
   print(f'measured: {WORKERS} replicas x {info["stages"]} stages {info["stage_links"]}, '
         f'warm-up {info["warm_up_s"]:.1f} s; all-reduce of 4 takes {1.5e3 * ring_base_s:.1f} ms '
         f'(ring base {1e3 * ring_base_s:.2f} ms for the virtual clock)', flush=True)
-  for n, steps in virtual_steps.items():
-    rows += _virtual_rows(SCENARIOS, policies, n, steps, step_s, ring_base_s,
-                          info['policy_options'])
+  for n in SCALE:
+    rows += virtual_rows(SCENARIOS, policies, n, VIRTUAL_STEPS[n], step_s, ring_base_s,
+                         info['policy_options'])
   return rows
 
 
 def main() -> None:
-  rounds = (1 if _QUICK.value else 3) if _ROUNDS.value is None else _ROUNDS.value
-  budget_s = (7.0 if _QUICK.value else 10.0) if _BUDGET.value is None else _BUDGET.value
+  quick = FLAGS.quick.value
+  rounds = (1 if quick else 3) if _ROUNDS.value is None else _ROUNDS.value
+  budget_s = (7.0 if quick else 10.0) if _BUDGET.value is None else _BUDGET.value
   policies = list(dict.fromkeys(_POLICIES.value))
   for p in policies:  # an old baseline name says its new one
     if p.removesuffix(OVERLAP) in RENAMED:
@@ -211,24 +160,15 @@ def main() -> None:
       or not 1 <= _MAX_GROUP.value <= WORKERS:
     raise ConfigError(f'--rounds must be >= 1, --budget_s, --step_ms and --window > 0, and '
                       f'--max_group in 1..{WORKERS}')
-  virtual_steps = {64: 50, 1024: 20}
   start = time.perf_counter()
-  step_s = _STEP_MS.value / 1e3
-  try:
-    if _KEEP.value:
-      rows = run(pathlib.Path(_KEEP.value), rounds, budget_s, step_s, virtual_steps, policies)
-    else:
-      with tempfile.TemporaryDirectory() as tmp:
-        rows = run(pathlib.Path(tmp), rounds, budget_s, step_s, virtual_steps, policies)
-  except RuntimeError as e:
-    _cli.fail('bench_sdpipe.py', str(e))
-  print(_table(rows))
+  with _harness.run_directory(FLAGS.keep.value) as root:
+    rows = run(root, rounds, budget_s, _STEP_MS.value / 1e3, policies)
+  print(table(rows))
   print(f'{rounds} round(s) x {budget_s:g} s per scenario and policy, step {_STEP_MS.value:g} ms, '
         f'window {_WINDOW.value:g} steps, max group {_MAX_GROUP.value}; virtual steps '
-        f'{virtual_steps}; {time.perf_counter() - start:.0f} s')
-  if _JSON.value:
-    pathlib.Path(_JSON.value).write_text(json.dumps(rows, indent=2) + '\n')
+        f'{VIRTUAL_STEPS}; {time.perf_counter() - start:.0f} s')
+  _harness.finish(rows, FLAGS.json.value)
 
 
 if __name__ == '__main__':
-  _cli.run_main('bench_sdpipe.py', main)
+  _harness.run_main('bench_sdpipe.py', main)

@@ -1,7 +1,8 @@
 """The benchmarks' analysis on made-up numbers with hand-computed answers (no workers launched).
 
-`experiments/_analysis.py` (settling, reversals, limits, tiling, ranks, blocks) and the telemetry
-side of `experiments/_harness.py` (a job read back by block, its limit, its share-policy rows).
+`experiments/_analysis.py` (settling, reversals, limits, tiling, ranks, blocks), the telemetry
+side of `experiments/_harness.py` (a job read back by block, its limit, its share-policy rows) and
+`experiments/_sdpipe_analysis.py` (pooled loss curves, time to target, per-round ratios, medians).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import math
 import numpy as np
 import pytest
 
-from experiments import _analysis, _harness
+from experiments import _analysis, _harness, _sdpipe_analysis
 from hetjax import ConfigError, emulation
 
 
 def test_doctests():
   assert doctest.testmod(_analysis, extraglobs={'np': np}).failed == 0
+  assert doctest.testmod(_sdpipe_analysis, extraglobs={'np': np}).failed == 0
 
 
 # Settling and reversals. Shares are [step, worker]; a move is a change of more than a bucket.
@@ -288,3 +290,119 @@ def test_host_costs_are_the_hosts_with_the_measured_host_time(tmp_path):
   cost = _harness.host_costs(job, job.rows('uniform'))
   assert (cost.per_sample_s, cost.fixed_s) == (ROW_S, FIXED_S)
   assert cost.host_s == pytest.approx(0.005)  # iteration - slowest busy, no all-reduce modelled
+
+
+# SDPipe's runs: replicas' step records [end, loss, compute, pause, wait, sync, group size].
+
+def _steps(ends, losses, compute=0.05, pause=0.05, sync=0.0, group=4) -> list[list[float]]:
+  return [[e, loss, compute, pause, 0.0, sync, group] for e, loss in zip(ends, losses, strict=True)]
+
+
+def test_pooled_loss_curve_pools_replicas_in_time_order_and_smooths():
+  replicas = [{'steps': _steps([0.1, 0.3, 0.5], [6.0, 4.0, 2.0])},
+              {'steps': _steps([0.2, 0.4], [5.0, 3.0])}]
+  ends, loss = _sdpipe_analysis.pooled_loss_curve(replicas, window=3)
+  # Pooled: 6, 5, 4, 3, 2 at 0.1 … 0.5; means of 3: (6+5+4)/3 = 5 at 0.3, 4 at 0.4, 3 at 0.5.
+  np.testing.assert_allclose(ends, [0.3, 0.4, 0.5])
+  np.testing.assert_allclose(loss, [5.0, 4.0, 3.0])
+  ends, loss = _sdpipe_analysis.pooled_loss_curve(replicas, window=6)  # 5 steps: no point yet
+  assert ends.size == loss.size == 0
+
+
+def test_time_to_a_target_is_the_first_point_at_or_below_it():
+  curve = (np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 3.0, 4.0, 2.0]))
+  assert _sdpipe_analysis.time_to(curve, 3.0) == 2.0  # at or below: 3.0 counts
+  assert _sdpipe_analysis.time_to(curve, 2.5) == 4.0  # the bump at 3.0 s does not
+  assert _sdpipe_analysis.time_to(curve, 1.0) is None
+
+
+def test_loss_before_takes_the_last_point_strictly_before():
+  curve = (np.array([1.0, 2.0, 3.0]), np.array([5.0, 4.0, 3.0]))
+  assert _sdpipe_analysis.loss_before(curve, 2.0) == 5.0  # the point at 2.0 is not before
+  assert _sdpipe_analysis.loss_before(curve, 9.0) == 3.0
+  with pytest.raises(ConfigError, match='no smoothed loss before 1 s'):
+    _sdpipe_analysis.loss_before(curve, 1.0)
+
+
+def test_ring_base_inverts_the_ring_all_reduce():
+  assert _sdpipe_analysis.ring_base_s(0.003, 4) == pytest.approx(0.002)  # 2 x 3/4 = 1.5
+  assert _sdpipe_analysis.ring_base_s(0.001, 2) == pytest.approx(0.001)  # 2 x 1/2 = 1
+
+
+def test_run_measures_throughput_limit_full_syncs_and_consensus():
+  # Replica 0: 4 steps of 0.1 + 0.1 s (one ends past the 0.7 s budget), full syncs of 10 and
+  # 30 ms; replica 1: 2 steps of 0.3 + 0.1 s, a pair sync of 50 ms left out of full syncs.
+  r0 = {'steps': [[0.2, 1.0, 0.1, 0.1, 0.0, 0.01, 4], [0.4, 1.0, 0.1, 0.1, 0.0, 0.03, 4],
+                  [0.6, 1.0, 0.1, 0.1, 0.0, 0.0, 1], [0.8, 1.0, 0.1, 0.1, 0.0, 0.0, 1]],
+        'distances': [0.0, 0.2]}
+  r1 = {'steps': [[0.4, 1.0, 0.3, 0.1, 0.0, 0.05, 2], [0.8, 1.0, 0.3, 0.1, 0.0, 0.05, 2]],
+        'distances': [0.4, 0.6]}
+  m = _sdpipe_analysis.run_measures({'report': {'mean_group': 2.5}, 'replicas': [r0, r1]},
+                                    budget_s=0.7, workers=4, window=2)
+  assert m['throughput'] == pytest.approx(4 / 0.7)  # 3 + 1 steps end by 0.7 s
+  assert m['no_wait_limit'] == pytest.approx(1 / 0.2 + 1 / 0.4)  # 5 + 2.5 steps/s
+  assert m['full_sync_s'] == pytest.approx(0.02)
+  assert m['consensus_distance'] == pytest.approx(0.3)
+  assert m['mean_group_size'] == 2.5
+  assert m['curve'][0].tolist() == [0.4, 0.4, 0.6, 0.8, 0.8]  # 6 pooled steps, window 2
+  no_full = {'report': {'mean_group': 2.0}, 'replicas': [r1]}
+  assert _sdpipe_analysis.run_measures(no_full, 0.7, workers=4)['full_sync_s'] is None
+
+
+def _measures(throughput, limit, ends, loss) -> dict:
+  return {'throughput': throughput, 'no_wait_limit': limit, 'mean_group_size': 2.0,
+          'consensus_distance': 0.1, 'curve': (np.array(ends), np.array(loss))}
+
+
+def test_vs_allreduce_ratios_and_the_target_from_all_reduce():
+  ar = _measures(10.0, 20.0, [1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])
+  run = _measures(15.0, 20.0, [1.0, 2.0, 3.0], [3.5, 2.5, 1.5])
+  # Target: all-reduce's loss before 2.5 s = 3.0, which it reaches at 2 s and the run at 2 s
+  # (2.5 <= 3.0): ratio 1.0.
+  row = _sdpipe_analysis.vs_allreduce(run, ar, target_s=2.5)
+  assert row['target_loss'] == 3.0 and row['time_to_target_vs_allreduce'] == 1.0
+  assert row['throughput_vs_allreduce'] == 1.5 and row['of_no_wait_limit'] == 0.75
+  # Before 3.5 s: 2.0, reached at 3 s by all-reduce and never by a run stuck at 2.5.
+  stuck = _measures(15.0, 20.0, [1.0, 2.0], [2.5, 2.5])
+  assert _sdpipe_analysis.vs_allreduce(stuck, ar, 3.5)['time_to_target_vs_allreduce'] is None
+
+
+def test_median_over_rounds_is_none_if_any_round_is():
+  per_round = [{'a': 1.0, 'b': 2.0}, {'a': 3.0, 'b': None}, {'a': 8.0, 'b': 1.0}]
+  assert _sdpipe_analysis.median_over_rounds(per_round) == {'a': 3.0, 'b': None}
+  assert _sdpipe_analysis.median_over_rounds(per_round[:1] + per_round[2:]) == {'a': 4.5,
+                                                                              'b': 1.5}
+
+
+def _run(round_, policy, step_s, loss_scale=1.0) -> dict:
+  """Two identical replicas stepping every ``step_s`` through a 1 s budget, the k-th step's
+  loss 1 / (1 + k) (× loss_scale); syncs of 3 ms, of both replicas under all-reduce."""
+  group = 2 if policy == 'all-reduce' else 1
+  k = np.arange(1, round(1 / step_s) + 1)
+  replica = {'steps': _steps(step_s * k, loss_scale / (1.0 + k), step_s / 2, step_s / 2,
+                             sync=0.003, group=group), 'distances': [0.0]}
+  return {'round': round_, 'scenario': 's', 'policy': policy,
+          'report': {'mean_group': float(group)}, 'replicas': [replica, replica]}
+
+
+def test_measured_rows_take_medians_of_same_round_ratios():
+  info = {'config': {'scenarios': {'s': 'transient:1'}, 'policies': ['all-reduce', 'fast']},
+          'runs': [_run(0, 'all-reduce', 0.1), _run(0, 'fast', 0.05),
+                   _run(1, 'all-reduce', 0.2), _run(1, 'fast', 0.05),
+                   _run(2, 'all-reduce', 0.1), _run(2, 'fast', 0.1)]}
+  rows, base = _sdpipe_analysis.measured_rows(info, budget_s=1.0, workers=2, window=2)
+  ar, fast = rows
+  assert [r['policy'] for r in rows] == ['all-reduce', 'fast']
+  assert (ar['rounds'], ar['workers'], ar['source']) == (3, 2, 'measured')
+  # Steps in 1 s (2 replicas): all-reduce 20, 10, 20; fast 40, 40, 20 -> ratios 2, 4, 1.
+  assert fast['throughput_vs_allreduce'] == 2.0 and fast['throughput'] == 40.0
+  assert ar['throughput_vs_allreduce'] == 1.0 and ar['throughput'] == 20.0
+  # Window 2 over pairs of equal losses: all-reduce's last point before 0.6 s is step 5's loss
+  # (step 2's at 0.2 s steps), reached at step 5 (2) by both: ratios 0.25 / 0.5, 0.1 / 0.4, 1.
+  assert fast['time_to_target_vs_allreduce'] == 0.5 and fast['time_to_target_reached'] == 3
+  # All-reduce's full syncs (groups of 2) of 3 ms: ring base 3 ms / (2 x 1/2).
+  assert base == pytest.approx(0.003)
+  info['runs'][3] = _run(1, 'fast', 0.05, loss_scale=100.0)  # round 1: never reaches it
+  rows, _ = _sdpipe_analysis.measured_rows(info, budget_s=1.0, workers=2, window=2)
+  assert rows[1]['time_to_target_vs_allreduce'] is None
+  assert rows[1]['time_to_target_reached'] == 2

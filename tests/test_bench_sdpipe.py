@@ -1,4 +1,6 @@
-"""experiments/bench_sdpipe.py: its analysis on synthetic runs, and its one-line errors."""
+"""experiments/bench_sdpipe.py: its rows and table on synthetic runs (the analysis itself,
+`experiments/_sdpipe_analysis.py`, is checked piece by piece in `test_bench_analysis.py`), and its
+one-line errors."""
 
 from __future__ import annotations
 
@@ -35,9 +37,14 @@ def _info(budget_s: float) -> dict:
 
 def test_ratios_are_taken_against_all_reduce_of_the_same_round():
   budget = 10.0
-  rows, ring_base = bench._measured_rows(_info(budget), budget)
+  rows, ring_base = bench.measured_rows(_info(budget), budget)
   ar, sd = rows
   assert (ar['policy'], sd['policy']) == ('all-reduce', 'sdpipe')
+  assert list(sd) == [  # --json's fields, in this order
+      'scenario', 'policy', 'workers', 'source', 'rounds', 'throughput_vs_allreduce',
+      'of_no_wait_limit', 'time_to_target_vs_allreduce', 'mean_group_size',
+      'consensus_distance', 'throughput', 'no_wait_limit', 'target_loss',
+      'time_to_target_reached']
   assert ar['throughput_vs_allreduce'] == 1.0 and ar['time_to_target_vs_allreduce'] == 1.0
   # Twice the steps per second: 4 replicas x 100 steps in 10 s against 4 x 50.
   assert sd['throughput'] == pytest.approx(40.0) and ar['throughput'] == pytest.approx(20.0)
@@ -57,10 +64,10 @@ def test_a_policy_that_never_reaches_the_target_has_no_time_to_target():
   for replica in info['runs'][1]['replicas']:
     for step in replica['steps']:
       step[1] = 5.0  # never learns
-  rows, _ = bench._measured_rows(info, budget)
+  rows, _ = bench.measured_rows(info, budget)
   assert rows[1]['time_to_target_vs_allreduce'] is None
   assert rows[1]['time_to_target_reached'] == 0
-  assert '-' in bench._table(rows).splitlines()[-1]
+  assert '-' in bench.table(rows).splitlines()[-1]
 
 
 @pytest.mark.parametrize('flag', ['--rounds=0', '--max_group=5', '--window=0', '--nope',
