@@ -50,7 +50,7 @@ def _expect_usage_error(result, *fragments):
     assert fragment in lines[0]
 
 
-@pytest.mark.parametrize('args, fragments', [
+BAD_INPUT = [
     (['--config=resnet'], ["unknown config 'resnet'"]),
     (['--config=mlp', '--set', 'model=resnet'], ["unknown model 'resnet'"]),
     (['--config=mlp', '--mesh=4x4'], ['mesh 4x4 needs 16 devices but 8']),
@@ -85,9 +85,38 @@ def _expect_usage_error(result, *fragments):
     (['--config=mlp', '--mode=pipeline', '--sync=gossip'], ["unknown sync policy 'gossip'"]),
     (['--config=mlp', '--mode=pipeline', '--sync=all-reduce'],
      ["sync 'all-reduce' groups pipeline replicas: it takes mode pipeline under several workers"]),
-])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
-  _expect_usage_error(train(*args, f'--workdir={tmp_path}'), *fragments)
+]
+
+
+@pytest.fixture(scope='module')
+def bad_input_results(tmp_path_factory):
+  """Every `BAD_INPUT` command line run by `tests/workers/cli_cases.py`: one import of JAX and
+  train.py, then one forked child per case (the real entry point, exit code and all), each with
+  a run directory of its own."""
+  scratch = tmp_path_factory.mktemp('bad-input')
+  cases = [[*_cmd(*args)[2:], f'--workdir={scratch / str(i)}']
+           for i, (args, _) in enumerate(BAD_INPUT)]
+  (scratch / 'cases.json').write_text(json.dumps(cases))
+  subprocess.run([sys.executable, str(ROOT / 'tests' / 'workers' / 'cli_cases.py'),
+                  str(scratch / 'cases.json'), str(scratch / 'results.json')],
+                 cwd=ROOT, check=True, timeout=TIMEOUT)
+  return [subprocess.CompletedProcess(args, r['returncode'], r['stdout'], r['stderr'])
+          for args, r in zip(cases, json.loads((scratch / 'results.json').read_text()),
+                             strict=True)]
+
+
+@pytest.mark.parametrize('case', range(len(BAD_INPUT)),
+                         ids=[' '.join(args) or 'no-args' for args, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(bad_input_results, case):
+  _expect_usage_error(bad_input_results[case], *BAD_INPUT[case][1])
+
+
+def test_bad_input_from_a_fresh_process_is_one_line_and_exit_2(tmp_path):
+  """The same as a command of its own (no fork): a bad flag value and a bad config."""
+  _expect_usage_error(train('--config=mlp', '--steps=many', f'--workdir={tmp_path}'),
+                      'flag --steps=many')
+  _expect_usage_error(train('--config=mlp', '--mesh=4x4', f'--workdir={tmp_path}'),
+                      'mesh 4x4 needs 16 devices but 8')
 
 
 @pytest.fixture(scope='module')
@@ -230,6 +259,8 @@ def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
   after = Checkpointer.policy_state(json.loads(
       (tmp_path / 'checkpoints' / 'replica-0' / '6' / 'meta.json').read_text()), policy.init())
   assert (before['step'], after['step']) == (4, 6)
-  # The scheduler went on from its saved state: group numbers and its clock continue.
-  assert after['sync']['seq'] >= before['sync']['seq'] + 2
+  # The scheduler went on from its saved state: group numbers and its clock continue. Only step
+  # 5's group is sure to be closed by step 6's checkpoint: with the sync one step late, step 6's
+  # arrival may land after it, and the two replicas may share one group.
+  assert after['sync']['seq'] > before['sync']['seq'] >= 4
   assert after['sync']['now'] > before['sync']['now']
