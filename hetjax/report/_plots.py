@@ -9,8 +9,6 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
 from hetjax.report._telemetry_table import Telemetry, _after_warmup, iteration_summary
 
@@ -21,6 +19,14 @@ _SEGMENTS = (('data_s', 'data', '#c7c7c7'), ('compute_s', 'compute', '#1f77b4'),
              ('wait_s', 'wait (barrier)', '#d62728'), ('comm_s', 'comm', '#2ca02c'))
 _OTHER = ('other', '#ececec')
 _TIMELINE_STEPS = 40  # more steps than this turn into noise: the timeline shows the last ones
+
+
+def _figure(**kwargs):
+  """A `matplotlib.figure.Figure`; matplotlib is imported here, not with hetjax (about 1 s of
+  every worker's start-up otherwise)."""
+  from matplotlib.figure import Figure
+
+  return Figure(**kwargs)
 
 
 def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:
@@ -39,7 +45,7 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
   rows = slice(max(rows.start, len(t.steps) - _TIMELINE_STEPS), None)
   iteration = t.iteration_s()[rows]
   starts = np.concatenate([[0.0], np.cumsum(iteration)[:-1]])
-  fig = Figure(figsize=(11, 1.2 + 0.6 * len(t.workers)), layout='constrained')
+  fig = _figure(figsize=(11, 1.2 + 0.6 * len(t.workers)), layout='constrained')
   ax = fig.add_subplot()
   for i in range(len(t.workers)):
     offset = starts.copy()
@@ -60,6 +66,8 @@ def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> path
   note = (f'last {len(starts)} of {len(t.steps) - skip} counted steps' if rows.start > skip
           else f'first {skip} skipped: compile' if skip else '')
   ax.set_title(f'{_title(t)}per-worker time, steps {first}–{last}' + (f' ({note})' if note else ''))
+  from matplotlib.patches import Patch
+
   handles = [Patch(color=c, label=label) for _, label, c in _SEGMENTS]
   handles.append(Patch(color=_OTHER[1], label=_OTHER[0]))
   fig.legend(handles=handles, loc='outside lower center', ncols=len(handles), frameon=False)
@@ -77,7 +85,7 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
   summary = iteration_summary(t, skip)
   rate = t.batch() / np.maximum(t.iteration_s(), 1e-12)
   steps = np.array(t.steps)
-  fig = Figure(figsize=(9, 4.5), layout='constrained')
+  fig = _figure(figsize=(9, 4.5), layout='constrained')
   ax = fig.add_subplot()
   counted = np.isin(steps, summary.throughput.steps)
   ax.plot(steps[skip:], rate[skip:], marker='o', markersize=3, color='#1f77b4', label='per step')
@@ -99,7 +107,7 @@ def plot_shares(t: Telemetry, path: str | pathlib.Path) -> pathlib.Path:
     plot_shares(load_telemetry('runs/lbbsp'), 'runs/lbbsp/shares.png')
   """
   steps = np.array(t.steps)
-  fig = Figure(figsize=(9, 4.5), layout='constrained')
+  fig = _figure(figsize=(9, 4.5), layout='constrained')
   ax = fig.add_subplot()
   for j, worker in enumerate(t.workers):
     factors = np.unique(t.slowdown[:, j])
@@ -139,7 +147,7 @@ def _title(t: Telemetry) -> str:
   return ', '.join(parts) + '\n' if parts else ''
 
 
-def _save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
+def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
   path = pathlib.Path(path)
   fig.savefig(path, dpi=110)
   return path
