@@ -15,12 +15,37 @@ def require_devices(n: int) -> list[jax.Device]:
   return devices[:n]
 
 
+# First, before pytest-xdist's own hook turns the group marks into node ids (`@group`): marks added
+# after it are ignored by ``--dist loadgroup``.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   """Under pytest-xdist (`make test` runs two test processes), the tests that launch several
   worker processes run one at a time in one group: each already keeps both cores busy, and two
-  launches at once would only slow both. The in-process tests share the other test process."""
+  launches at once would only slow both. The in-process tests share the other test process.
+  In-process tests that share a module-scoped fixture run in one process too, so that the
+  fixture (a compiled model, a saved run) is built once, not once per test process."""
   if not config.pluginmanager.hasplugin('xdist'):
     return
   for item in items:
     if item.get_closest_marker('multiprocess'):
       item.add_marker(pytest.mark.xdist_group('launches'))
+    elif _uses_module_fixture(item):
+      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_module_fixture(item) -> bool:
+  info = getattr(item, '_fixtureinfo', None)  # pytest's own record of the test's fixtures
+  defs = getattr(info, 'name2fixturedefs', {})
+  return any(d.scope == 'module' for name in item.fixturenames for d in defs.get(name, ()))
+
+
+
+
+def pytest_configure(config):
+  """Refuses ``--dist loadgroup`` under a pytest whose node ids pytest-xdist cannot tag with
+  their group (9.2 on; pytest-dev/pytest-xdist#1386): the groups would be dropped silently and
+  the launches run two at a time, slowly and with timing-dependent flakes."""
+  version = tuple(int(p) for p in pytest.__version__.split('.')[:2] if p.isdigit())
+  if config.getoption('dist', None) == 'loadgroup' and version >= (9, 2):
+    raise pytest.UsageError(f'pytest {pytest.__version__} drops pytest-xdist\'s test groups '
+                            '(pytest-dev/pytest-xdist#1386): install pytest<9.2 (make does)')
