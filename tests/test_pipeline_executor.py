@@ -3,7 +3,8 @@
 The reference is `jax.value_and_grad` of the plain model's mean loss over the whole global batch
 on one device. Every case compares the loss and every parameter's gradient, for both schedules on
 the same compiled programs, over 2 and 4 stages, 1, 2 and 4 micro-batches and 1 or 2 devices per
-stage. XLA:CPU compiles dominate the runtime, so trainers are built once per case and shared.
+stage. XLA:CPU compiles dominate the runtime (a model's initialiser alone takes seconds), so
+trainers are built once per case and shared, and the cases are the fewest that reach every path.
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ from tests.conftest import require_devices
 SMALL = {'d_model': 32, 'heads': 4, 'layers': 2, 'mlp': 64, 'seq_len': 16}
 BATCH = 16
 LR = 0.1
-# (stages, devices per stage, micro-batches): every stage count with 1 and 2 devices per stage
-# and with 1, 2 and 4 micro-batches; both schedules run in each case.
-CASES = [(2, 1, 1), (2, 2, 2), (2, 1, 4), (4, 2, 1), (4, 1, 2), (4, 2, 4)]
+# (stages, devices per stage, micro-batches); both schedules run in each case. The executor's
+# paths: stage 0, a middle stage (4 stages) and the last one; one device per stage or several
+# (data-parallel inside); several micro-batches accumulating and in flight at once, more than
+# the stages (1F1B's steady state) and fewer. (2, 2, 2) also serves the SGD test; one micro-batch
+# (both schedules are then one order) is the profile-split case's; a middle stage with several
+# micro-batches is also the MLP's.
+CASES = [(2, 2, 2), (2, 1, 4), (4, 2, 2)]
 
 
 @pytest.fixture(scope='module')
@@ -116,10 +121,23 @@ def test_gradients_equal_unpipelined(task, reference, trainers, stages, per, mic
   print(f'{stages} stages x {per} devices, {micro} micro-batches: max |diff| {max(diffs):.2e}')
 
 
-def test_default_init_equals_unpipelined(task, reference):
-  trainer = PipelineTrainer(task, optax.sgd(LR), BATCH, stages=2, devices=require_devices(2))
+@pytest.fixture(scope='module')
+def mlp():
+  """``(task, params, value_and_grad, 3-stage trainer with 2 micro-batches of 4)`` of a small
+  MLP, whose initialiser compiles in a fraction of the transformer's."""
+  task = models.make_task('mlp', hidden=16, width=8)
+  params, value_and_grad = _plain(task)
+  trainer = PipelineTrainer(task, optax.sgd(LR), 8, stages=3, micro_batches=2,
+                            devices=require_devices(3))
+  return task, params, value_and_grad, trainer
+
+
+def test_default_init_equals_unpipelined(mlp):
+  """Seeded init equals the plain model's (for the transformer across processes too: each
+  process initialises its own stages, tests/test_pipeline_multiprocess.py)."""
+  _, params, _, trainer = mlp
   state = trainer.init_state()
-  jax.tree.map(np.testing.assert_array_equal, trainer.merge_tree(state.params), reference[0])
+  jax.tree.map(np.testing.assert_array_equal, trainer.merge_tree(state.params), params)
 
 
 def test_two_sgd_steps_equal_unpipelined(task, reference, trainers):
@@ -139,30 +157,36 @@ def test_two_sgd_steps_equal_unpipelined(task, reference, trainers):
   _assert_close(trainer.merge_tree(state.params), plain)
 
 
-def test_mlp_chain_gradients_equal_unpipelined():
-  task = models.make_task('mlp', hidden=16, width=8)
-  params, value_and_grad = _plain(task)
+def test_mlp_chain_gradients_equal_unpipelined(mlp):
+  task, params, value_and_grad, trainer = mlp
   host = task.data.global_batch(0, 0, 8)
   ref_loss, ref_grads = value_and_grad(params, host)
-  trainer = PipelineTrainer(task, optax.sgd(LR), 8, stages=3, micro_batches=2,
-                            devices=require_devices(3))
   grads, loss = trainer.gradients(trainer.init_state(params), host)
   np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
   _assert_close(trainer.merge_tree(grads), ref_grads)
 
 
-def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, reference):
-  from hetjax.planner import profile_submodels
+def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, reference, monkeypatch):
+  import hetjax.planner
 
-  flops = [p.flops_per_example for p in profile_submodels(task)]
+  profiles = []  # what the planner measured for profile_split (profiling takes seconds)
+
+  def profile_submodels(*args, **kwargs):
+    profiles.append(real(*args, **kwargs))
+    return profiles[-1]
+
+  real = hetjax.planner.profile_submodels
+  monkeypatch.setattr(hetjax.planner, 'profile_submodels', profile_submodels)
   ranges = profile_split(task, 2)
+  assert len(profiles) == 1
+  flops = [p.flops_per_example for p in profiles[0]]
   assert ranges == split_stages(flops, 2)
   # The embedding and head cost unlike a block, so the split need not be 2 + 2 links.
   assert ranges[0][0] == 0 and ranges[-1][1] == len(flops)
   params, _, ref_loss, ref_grads = reference
-  trainer = PipelineTrainer(task, optax.sgd(LR), BATCH, stages=ranges, micro_batches=2,
+  trainer = PipelineTrainer(task, optax.sgd(LR), BATCH, stages=ranges,  # one micro-batch
                             devices=require_devices(2))
-  assert trainer.ranges == ranges
+  assert trainer.ranges == ranges and trainer.micro_batches == 1
   grads, loss = trainer.gradients(trainer.init_state(params), task.data.global_batch(0, 0, BATCH))
   np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
   _assert_close(trainer.merge_tree(grads), ref_grads)

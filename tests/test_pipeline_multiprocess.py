@@ -9,6 +9,7 @@ the tolerances of tests/test_pipeline_executor.py.
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import sys
 
@@ -26,16 +27,23 @@ from tests.workers.pipeline_stages import BATCH, LR, SCHEDULES, SMALL
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 120
+# Each launch costs ~20 s of start-up and compiles on 2 cores, so two cases cover it all.
 CASES = [  # workers, devices per worker, stages, micro-batches, SGD steps
-    (2, 1, 2, 4, 0),  # one stage per process
-    (2, 2, 2, 2, 2),  # two devices per stage (data-parallel inside), two SGD steps
-    (2, 2, 4, 2, 0),  # two stages per process: in-process and cross-process transfers
-    (4, 1, 4, 4, 2),  # four processes, one stage each: every transfer has two bystanders
+    # Two stages per process, each on two devices (data-parallel inside): in-process and
+    # cross-process transfers, more micro-batches than a process has stages, two SGD steps.
+    (2, 4, 4, 4, 2),
+    # Four processes, one stage each: every transfer has two bystanders; two SGD steps.
+    (4, 1, 4, 4, 2),
 ]
 
 
 @pytest.fixture(scope='module')
 def reference():
+  return _reference()
+
+
+@functools.cache  # once per test process, even if pytest-xdist tears the module fixture down
+def _reference():
   """``(params, losses, grads of step 0, params after two SGD steps)`` of the plain model."""
   task = models.make_task('transformer', **SMALL)
   with jax.default_device(require_devices(1)[0]), nnx.use_eager_sharding(False):
