@@ -78,6 +78,21 @@ def test_a_compute_past_the_target_is_an_overrun_and_not_padded():
   assert fake.sleeps == []
 
 
+def test_several_calls_a_step_carry_what_they_are_late_to_the_next():
+  """A token worker's host runs its calls back to back: a call past its time is made up by the
+  next one's padding (`TokenTrainer` passes ``measured_s + late``), so only what is still late
+  after the step's last call is an overrun."""
+  fake = FakeTime()
+  fast = host(StaticTrace((1, 3)), 0, fake)  # target 1.5 s a call of 4 rows
+  late = 0.0
+  for measured, expected in ((2.0, (0.0, 0.5)), (0.75, (0.25, 0.0)), (1.75, (0.0, 0.25)),
+                             (1.5, (0.0, 0.25))):
+    slept, late = fast.pad(0, rows=4, measured_s=measured + late)
+    assert (slept, late) == expected
+  # The host's call ends: 1.5, 3.0, 4.5 and 6.0 s; the real ones 2.0, 3.0, 4.75 and 6.25 s.
+  assert fake.sleeps == [0.25]
+
+
 def test_pad_really_sleeps_by_default():
   h = KnownSpeedHost(StaticTrace((1.0,)), 0, row_s=0.001)
   start = time.perf_counter()

@@ -102,6 +102,9 @@ class KnownSpeedHost:
 
     ``slept`` is the time actually slept, by ``clock`` (0.0 if none); ``overrun`` is how far
     ``measured_s`` went past the target (0.0 if it did not), in which case nothing is slept.
+    A worker that makes several calls a step (tokens) passes ``measured_s`` plus the overrun
+    the previous call returned: the host's clock runs over the step, so one slow call is made
+    up by the next one's padding, and only what is late after the last call is an overrun.
 
     Example::
 

@@ -219,7 +219,7 @@ class TokenTrainer(WorkerTrainer):
   def _pull(self, state: TrainState, work: Work, others: np.ndarray | None) -> _Pulled:
     """Pulls and computes tokens until the queue is empty or the end game says leave."""
     rules, key, step = self.tokens, f'tokens/{work.step}', work.step
-    packed, done, pulls, pull_s, compute_s, slept, overrun, compile_s, data_s = (
+    packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s = (
         None, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     own_s, overhead, left = 0.0, 0.0, 0
     while True:
@@ -243,13 +243,17 @@ class TokenTrainer(WorkerTrainer):
       grad = jax.block_until_ready(self.local_gradient(state, batch))
       compile_s += self.last_compile_s
       seconds = time.perf_counter() - computing - self.last_compile_s
-      sleep, over = self.host.pad(step, rules.token_rows, seconds) if self.host else (0.0, 0.0)
-      compute_s, slept, overrun = compute_s + seconds, slept + sleep, overrun + over
+      # The host's clock runs over the step, not per call: a token whose compute ran past its
+      # time is made up by the next one's padding (the host sleeps that much less). ``late`` is
+      # what is still owed; left after the last token, it is the step's overrun.
+      sleep, late = (self.host.pad(step, rules.token_rows, seconds + late) if self.host
+                     else (0.0, 0.0))
+      compute_s, slept = compute_s + seconds, slept + sleep
       packed = grad if packed is None else self.accumulate(packed, grad)
       done += 1
       own_s = time.perf_counter() - pulled - self.last_compile_s
       overhead = own_s - seconds - sleep  # the pull and placing the rows
-    return _Pulled(packed, done, pulls, pull_s, compute_s, slept, overrun, compile_s, data_s,
+    return _Pulled(packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s,
                    left)
 
   def step(self, state: TrainState, work: Work, decision: dict[str, Any] | None
