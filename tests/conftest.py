@@ -39,8 +39,6 @@ def _uses_module_fixture(item) -> bool:
   return any(d.scope == 'module' for name in item.fixturenames for d in defs.get(name, ()))
 
 
-
-
 def pytest_configure(config):
   """Refuses ``--dist loadgroup`` under a pytest whose node ids pytest-xdist cannot tag with
   their group (9.2 on; pytest-dev/pytest-xdist#1386): the groups would be dropped silently and
