@@ -17,6 +17,7 @@ import pathlib
 import signal
 import sys
 import tempfile
+import traceback
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
@@ -45,8 +46,11 @@ def _run(args: list[str], scratch: pathlib.Path) -> dict:
   if pid == 0:
     try:
       _child(args, str(out), str(err))
+    except BaseException:  # an escape from the entry point: keep its traceback for the test
+      traceback.print_exc()
+      sys.stderr.flush()
     finally:
-      os._exit(70)  # only reached if the child itself failed before exiting
+      os._exit(70)  # only reached if the child did not exit through the entry point
   signal.alarm(TIMEOUT_S)
   try:
     _, status = os.waitpid(pid, 0)
