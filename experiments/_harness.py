@@ -177,7 +177,13 @@ class JobRun:
     return (f'hosts {1e3 * self.info["host_row_s"]:.4f} ms/row + '
             f'{1e3 * self.info["host_fixed_s"]:.2f} ms/step; overruns: {int(late.sum())} of '
             f'{late.size} worker-steps{worst} (per worker '
-            f'{" ".join(str(int(n)) for n in late.sum(axis=0))})')
+            f'{" ".join(str(int(n)) for n in late.sum(axis=0))}{self._late_by_policy(late)})')
+
+  def _late_by_policy(self, late: np.ndarray) -> str:
+    if not all('policy' in b for b in self.schedule):
+      return ''
+    return '; per policy ' + ', '.join(f'{name} {int(late[self.rows(name)].sum())}'
+                                        for name in self.names())
 
 
 def network(info: Mapping) -> dict:

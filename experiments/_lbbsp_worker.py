@@ -58,10 +58,11 @@ class Bench:
     self.telemetry.record(info.stats.local)
 
 
-def set_up(ctx, out: pathlib.Path, channel_prefix: str) -> Bench:
-  """The benchmark MLP's trainer (bucketed), this job's slowdown trace, its calibrated host,
-  share rules, channel, all-reduce fit and telemetry; the ladder of piece programs compiled once
-  before the first step, its compile time reported on its own."""
+def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None = None) -> Bench:
+  """The benchmark MLP's trainer (bucketed), this job's slowdown trace, its calibrated host (on
+  token-sized calls with ``token_rows``), share rules, channel, all-reduce fit and telemetry;
+  the ladder of piece programs compiled once before the first step, its compile time reported
+  on its own."""
   import jax
   import optax
 
@@ -81,7 +82,7 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str) -> Bench:
   uniform = rules.uniform().values
   jax.block_until_ready(trainer.local_gradient(state, trainer.local_batch(0, uniform)))
   warmup_compile_s = trainer.compile_s
-  host = known_speed_host(ctx, trainer, trace, channel)
+  host = known_speed_host(ctx, trainer, trace, channel, token_rows)
   return Bench(trainer, trace, host, rules, channel, fit, telemetry, state, warmup_compile_s)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 from typing import Any
 
 import jax
@@ -233,6 +234,8 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
 
 
 MARGIN = 1.5  # host time over the calibrated compute: 1.25 left 10–30% of steps overrunning
+STREAM_CALLS = 24  # token-shaped calibration: calls per size, the sizes alternating
+TAIL = 0.9  # … and the quantile of its slow spells the host covers
 
 
 def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
@@ -242,9 +245,14 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   `MARGIN`) slowed by the trace. ``config.host_row_s`` given: that cost per row, nothing fixed.
 
   Every worker calibrates at once, so the timings carry the contention of a step in which all
-  of them compute: medians of `WorkerTrainer.time_gradient` at a uniform share and a quarter of
-  one. Four workers on two cores can time the larger no slower than the smaller (no cost per
-  row found): such a worker measures again, up to ``attempts`` times, before it publishes.
+  of them compute. Share steps (one call a step): medians of `WorkerTrainer.time_gradient` at
+  a uniform share and a quarter of one. Token steps (mode tokens: a stream of calls, one per
+  token): `STREAM_CALLS` single calls at the token size and at a uniform share, alternating,
+  and the line scaled to the `TAIL` quantile of the slow spells they meet
+  (`hetjax.emulation.calibrate_row_cost`'s ``tail``): a margin on medians left 14–38% of token
+  steps overrunning. Four workers on two cores can time the larger size no slower than the
+  smaller (no cost per row found): such a worker measures again, up to ``attempts`` times,
+  before it publishes.
   """
   if trace is None:
     return None
@@ -252,13 +260,17 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   if not row_s:
     degree = trainer.local_batch_degree
     rows = max(degree, config.global_batch // ctx.workers // degree * degree)
-    quarter = max(rows // 4 // degree * degree, degree)
     state = trainer.init_state()
+    if mode_of(config, ctx) is Mode.TOKENS:
+      tokens = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
+      sizes, measure = (tokens, rows), _one_call(trainer, state, (tokens, rows))
+      kwargs = {'repeats': STREAM_CALLS, 'tail': TAIL}
+    else:
+      sizes = (max(rows // 4 // degree * degree, degree), rows)
+      measure, kwargs = (lambda n: float(np.median(trainer.time_gradient(state, n)))), {}
     for attempt in range(1, attempts + 1):
       try:
-        cost = emulation.calibrate_row_cost(
-            lambda n: float(np.median(trainer.time_gradient(state, n))), (quarter, rows),
-            margin=MARGIN)
+        cost = emulation.calibrate_row_cost(measure, sizes, margin=MARGIN, **kwargs)
         break
       except ConfigError as e:
         if attempt == attempts:
@@ -273,3 +285,19 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s)
   trainer.host = host
   return host
+
+
+def _one_call(trainer, state, sizes):
+  """``measure(rows)``: the seconds of one local gradient of ``rows`` rows, each size's batch
+  placed and its program compiled beforehand."""
+  batches = {}
+  for n in sizes:
+    batches[n] = trainer.place(trainer.task.data.global_batch(trainer.seed, 0, n))
+    trainer.time_gradient(state, n, repeats=1)
+
+  def measure(rows: int) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(trainer.local_gradient(state, batches[rows]))
+    return time.perf_counter() - start
+
+  return measure

@@ -43,7 +43,7 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows:
   from hetjax.train import Hook, TokenRules, TokenTrainer
 
   out = pathlib.Path(out_dir)
-  bench = set_up(ctx, out, 'fela')
+  bench = set_up(ctx, out, 'fela', token_rows)  # one host for all, calibrated on token calls
   trainer, channel, fit = bench.trainer, bench.channel, bench.fit
   token_trainers = {
       name: TokenTrainer(trainer.task, trainer.optimizer, GLOBAL_BATCH,

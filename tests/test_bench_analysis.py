@@ -267,7 +267,8 @@ def test_a_job_by_block_its_fixed_cost_limit_and_its_rows(tmp_path):
   # The limit with fixed costs: T/1 + T/3 = 200 ms + 2 x 10 ms -> T = 0.165 s (X / Σv would
   # say 0.15); plus 5 ms sync.
   np.testing.assert_allclose(job.limit_s(idx), 0.165 + 0.005)
-  assert 'overruns: 1 of 18 worker-steps, max 2.0 ms (per worker 0 1)' in job.host_line()
+  assert ('overruns: 1 of 18 worker-steps, max 2.0 ms (per worker 0 1; per policy uniform 1, '
+          'lbbsp-ewma 0)') in job.host_line()
   rows = _harness.share_policy_rows(job, 'static')
   assert [tuple(r) for r in rows] == [_harness.SHARE_ROW_FIELDS] * 2
   u, b = rows

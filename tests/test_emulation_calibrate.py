@@ -84,3 +84,24 @@ def test_bad_calibrations_are_config_errors(kwargs, needle):
   with pytest.raises(ConfigError) as info:
     calibrate_row_cost(**args)
   assert needle in str(info.value) and '\n' not in str(info.value)
+
+
+def test_a_tail_quantile_scales_the_median_line_up_to_the_slow_spells():
+  # 20 rounds of (64, 256): rounds 16–19 run 3× slow, a slow spell that slows both sizes.
+  script = Script(spikes={i: 3.0 for i in range(32, 40)})
+  cost = calibrate_row_cost(script, rows=(64, 256), repeats=20, margin=1.25, tail=0.9)
+  # Medians keep the line's shape; the 0.9 quantile of measured / line over the 40 timings is
+  # the interpolated 36.1th of 32 ones and 8 threes: 3.0, above the margin.
+  assert cost.scale == pytest.approx(3.0)
+  assert (cost.row_s, cost.fixed_s) == pytest.approx((3 * ROW_S, 3 * FIXED_S), rel=1e-9)
+  calm = calibrate_row_cost(Script(), rows=(64, 256), repeats=20, margin=1.25, tail=0.9)
+  assert calm.scale == 1.25  # no spell: the margin
+  median = calibrate_row_cost(Script(spikes={i: 3.0 for i in range(32, 40)}), rows=(64, 256),
+                              repeats=20, margin=1.25, tail=0.5)
+  assert median.scale == 1.25
+
+
+@pytest.mark.parametrize('tail', [0, -0.1, 1.5, True, 'high', math.nan])
+def test_a_bad_tail_is_a_config_error(tail):
+  with pytest.raises(ConfigError, match=r'^tail must be a quantile in \(0, 1\] or None, got '):
+    calibrate_row_cost(line, rows=(64, 256), tail=tail)

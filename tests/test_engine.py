@@ -158,3 +158,33 @@ def test_the_oracle_under_train_py_knows_its_hosts_costs():
   assert isinstance(built.policy, balance.Oracle)
   assert built.host.row_s == 1e-4 and tuple(built.policy.row_s) == (1e-4,)  # one per worker
   assert built.policy.fixed_s == built.host.fixed_s
+
+
+def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch):
+  """Mode tokens: the host is fitted to single calls at the token size and a uniform share,
+  alternating, scaled to the tail of their slow spells (`_programs.TAIL`), not to medians."""
+  from experiments import configs
+  from hetjax import emulation, runtime
+
+  seen, calibrate = [], emulation.calibrate_row_cost
+
+  def spy(measure, rows, **kwargs):
+    cost = calibrate(measure, rows, **kwargs)
+    seen.append((tuple(rows), kwargs, cost))
+    return cost
+
+  monkeypatch.setattr(_programs.emulation, 'calibrate_row_cost', spy)
+  monkeypatch.setattr(_programs, 'STREAM_CALLS', 3)
+  ctx = runtime.WorkerContext(0, 1, None)
+  for mode, sizes, kwargs in [
+      ('tokens', (256, 2048), {'repeats': 3, 'tail': _programs.TAIL}),
+      ('shares', (512, 2048), {})]:
+    config = configs.override(configs.load('mlp'), [
+        f'mode={mode}', 'slowdown=static:2', 'mesh=8x1', 'global_batch=2048', 'token_rows=256'])
+    built = _programs.build(config, ctx, None)
+    rows, used, cost = seen.pop()
+    assert (rows, used) == (sizes, {'margin': _programs.MARGIN, **kwargs})
+    assert (built.host.row_s, built.host.fixed_s) == (cost.row_s, cost.fixed_s)
+    assert built.program.host is built.host and built.host.factor(0) == 2.0
+    assert len(cost.measured) == 2 * (3 if mode == 'tokens' else 5)
+    assert cost.scale >= _programs.MARGIN

@@ -6,6 +6,14 @@ median (a scheduler spike or a compile in one repeat does not move it), fits the
 squares and multiplies it by a margin, so that the real compute normally stays under the target
 it is padded to (an overrun is a step the emulation could not hold).
 
+Calls made in a stream (a token worker's 4–5 calls a step) meet the machine's slow spells in a
+way a margin on medians does not cover: on the 2-core development machine, four processes
+making the same 128-row call back to back took 10 ms a call for seconds, then 50–190 ms
+(3–4× the CPU time for the same work) for seconds. Such spells slow every call alike, so they
+scale the line rather than add a fixed cost per call: ``tail=q`` scales the fitted line by the
+q-quantile of measured / fitted over every timing when that exceeds the margin, leaving the
+line's shape (fixed cost against cost per row) to the medians.
+
 The circularity, stated once: the virtual clock's per-sample cost and the emulated hosts' row
 cost are this same calibration. When a virtual run and an emulated run agree, that checks the
 policies, the collectives and the model of a step against real ones; it does not check the
@@ -32,11 +40,13 @@ class RowCost:
     row_s: seconds per row (> 0).
     fixed_s: seconds per step whatever the rows (>= 0).
     measured: every timing taken, as (rows, seconds) pairs in the order measured.
+    scale: what the median line was multiplied by: the margin, or the tail quantile.
   """
 
   row_s: float
   fixed_s: float
   measured: tuple[tuple[int, float], ...]
+  scale: float = 1.0
 
   def seconds(self, rows: int) -> float:
     """The fitted cost of a step of ``rows`` rows."""
@@ -44,13 +54,15 @@ class RowCost:
 
 
 def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], repeats: int = 5,
-                       margin: float = 1.25) -> RowCost:
+                       margin: float = 1.25, tail: float | None = None) -> RowCost:
   """Fits fixed_s + rows × row_s to real timings, robustly, with a safety margin.
 
   The sizes are measured interleaved (every size once, ``repeats`` times over), so a slow spell
   of the machine hits all sizes alike. Each size's median is taken: with 5 repeats, two spikes
   per size leave it where it was. The margin, not a high quantile, covers the ordinary spread:
-  a higher quantile would follow the spikes as soon as two repeats of five are hit. A fitted
+  a higher quantile would follow the spikes as soon as two repeats of five are hit. Where
+  the spikes are what the host must cover (calls in a stream, many repeats), ``tail`` scales
+  the line up to them. A fitted
   fixed cost below 0 is clamped to 0 and the line refitted through the origin.
 
   Example::
@@ -65,6 +77,9 @@ def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], rep
     rows: the sizes to measure, at least two distinct ints >= 1; spread them (e.g. 1× and 4×).
     repeats: timings per size, >= 1.
     margin: both fitted costs are multiplied by this, >= 1.
+    tail: a quantile in (0, 1], or None: the fitted costs are multiplied by the larger of
+      ``margin`` and this quantile of every timing over the median line at its size
+      (module docstring); None: by ``margin`` alone.
 
   Returns:
     the fitted `RowCost`, with every timing in ``measured``.
@@ -79,6 +94,9 @@ def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], rep
   if isinstance(margin, bool) or not isinstance(margin, numbers.Real) \
       or not (math.isfinite(margin) and margin >= 1):
     raise ConfigError(f'margin must be a finite number >= 1, got {margin!r}')
+  if tail is not None and (isinstance(tail, bool) or not isinstance(tail, numbers.Real)
+                           or not 0 < tail <= 1):
+    raise ConfigError(f'tail must be a quantile in (0, 1] or None, got {tail!r}')
   measured = []
   for _ in range(repeats):
     for size in sizes:
@@ -95,7 +113,11 @@ def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], rep
   if not (row_s > 0 and y[np.argmax(x)] > y[np.argmin(x)]):
     medians = ', '.join(f'{int(r)}: {s:.3g} s' for r, s in zip(x, y, strict=True))
     raise ConfigError(f'calibration found no cost per row (medians {medians}); use larger rows')
-  return RowCost(float(margin * row_s), float(margin * fixed_s), tuple(measured))
+  scale = float(margin)
+  if tail is not None:
+    ratios = [s / (fixed_s + r * row_s) for r, s in measured]
+    scale = max(scale, float(np.quantile(ratios, tail)))
+  return RowCost(float(scale * row_s), float(scale * fixed_s), tuple(measured), scale)
 
 
 def _count(value: int, what: str, low: int) -> int:
