@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                       help='seconds for workers to join, passed on as HETJAX_INIT_TIMEOUT')
   parser.add_argument('--port-range', metavar='LOW-HIGH',
                       help='take the coordinator and transfer ports from this range')
+  parser.add_argument('--pin-cores', action='store_true',
+                      help='run each worker on one CPU, round robin (Linux): emulated hosts '
+                           'hold with more workers than cores')
   return parser
 
 
@@ -70,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = launch_local(argv[split + 1:], args.workers, args.devices_per_worker,
                           slowdown=args.slowdown, timeout=args.timeout,
                           init_timeout=args.init_timeout, port_range=port_range,
-                          validate_slowdown=lambda spec: parse_trace(spec, args.workers))
+                          validate_slowdown=lambda spec: parse_trace(spec, args.workers),
+                          pin_cores=args.pin_cores)
   except ConfigError as e:
     _fail(str(e))
   if result.returncode != 0:

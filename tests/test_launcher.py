@@ -133,6 +133,40 @@ def test_optional_variables_are_unset_and_ports_come_from_the_range():
       assert 24000 <= int(worker[key].split(':')[1]) <= 24999
 
 
+PRINT_CPUS = """
+    import os, threading
+    thread = threading.Thread(target=lambda: print('thread', sorted(os.sched_getaffinity(0))))
+    thread.start()
+    thread.join()
+    print('main', os.environ['HETJAX_WORKER_ID'], sorted(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, 'sched_setaffinity'), reason='Linux only')
+def test_pinned_workers_run_on_one_cpu_each_round_robin_and_the_launcher_keeps_its_own():
+  mine = sorted(os.sched_getaffinity(0))
+  result, lines, _ = _launch(PRINT_CPUS, 3, timeout=30, pin_cores=True)
+  assert result.returncode == 0
+  seen = [m[2].split(' ', 2) for m in map(LINE.fullmatch, lines) if m]
+  main = {int(w): cpus for tag, w, cpus in (x for x in seen if x[0] == 'main')}
+  assert main == {i: str([mine[i % len(mine)]]) for i in range(3)}
+  threads = sorted(' '.join(x[1:]) for x in seen if x[0] == 'thread')  # a worker's new threads
+  assert threads == sorted(str([mine[i % len(mine)]]) for i in range(3))
+  assert sorted(os.sched_getaffinity(0)) == mine
+  result, lines, _ = _launch(PRINT_CPUS, 2, timeout=30)  # not pinned: every CPU
+  assert sorted(m[2].split(' ', 2)[2] for m in map(LINE.fullmatch, lines)
+                if m and m[2].startswith('main')) == [str(mine)] * 2
+
+
+def test_pinning_where_the_platform_cannot_is_one_line(monkeypatch):
+  from hetjax.runtime import _affinity
+  monkeypatch.delattr(_affinity.os, 'sched_setaffinity', raising=False)
+  with pytest.raises(ConfigError, match=r'^pinning workers to cores needs os.sched_setaffinity'):
+    _affinity.worker_cpus(2)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_stdout_and_stderr_lines_are_prefixed_with_the_worker():
@@ -319,3 +353,12 @@ def test_bad_input_on_the_command_line_exits_2_without_a_traceback():
     with proc:
       out, err = proc.communicate(timeout=50)
     _check_usage_error(proc.returncode, out, err, BAD_INPUT[name][1])
+
+
+def test_the_command_line_passes_pin_cores_on(monkeypatch):
+  got = []
+  monkeypatch.setattr(launch, 'launch_local',
+                      lambda *a, **k: got.append(k) or LaunchResult(0, None, 'ok'))
+  assert launch.main(['--workers', '2', '--', 'true']) == 0
+  assert launch.main(['--workers', '2', '--pin-cores', '--', 'true']) == 0
+  assert [k['pin_cores'] for k in got] == [False, True]

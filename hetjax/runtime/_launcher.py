@@ -9,6 +9,9 @@ worker gets its base environment plus what `jax.distributed` and hetjax read::
   HETJAX_SLOWDOWN=spec  HETJAX_INIT_TIMEOUT=seconds   only when given
   HETJAX_LAUNCHER_PID=pid                 a worker exits when this process is gone
   JAX_NUM_CPU_DEVICES=D  JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo  PYTHONUNBUFFERED=1
+
+With ``pin_cores`` each worker process runs on one core, dealt round robin (`_affinity`): what
+emulated hosts need when the workers outnumber the cores.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TextIO
 
 from hetjax._errors import ConfigError
+from hetjax.runtime._affinity import affinity_for_children, worker_cpus
 
 MAX_WORKERS = 1024
 _POLL_SECONDS = 0.05
@@ -136,12 +140,14 @@ class _Workers:
     self._out, self._lock, self._readers = out, threading.Lock(), []
     self.live: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> process not yet reaped
 
-  def start(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+  def start(self, command: Sequence[str], env: Mapping[str, str],
+            cpus: frozenset[int] | None = None) -> None:
     i = len(self._readers)
     try:
-      proc = subprocess.Popen(list(command), env=dict(env), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+      with affinity_for_children(cpus):
+        proc = subprocess.Popen(list(command), env=dict(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     except OSError as e:
       raise ConfigError(f'cannot start worker {i}: {command[0]}: {e.strerror}') from None
     _LIVE_GROUPS.add(proc.pid)
@@ -179,7 +185,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
                  slowdown: str | None = None, timeout: float | None = None,
                  init_timeout: float | None = None, port_range: tuple[int, int] | None = None,
                  env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
-                 validate_slowdown: Callable[[str], object] | None = None) -> LaunchResult:
+                 validate_slowdown: Callable[[str], object] | None = None,
+                 pin_cores: bool = False) -> LaunchResult:
   """Runs ``command`` as ``workers`` local processes and waits for all of them.
 
   The job ends when every worker exited 0; when the first one fails (the others get SIGTERM, then
@@ -206,6 +213,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
     env: the workers' base environment; None: this process's environment.
     stdout: where the workers' ``[w{i}] ``-prefixed lines go; None: ``sys.stdout``.
     validate_slowdown: called with ``slowdown`` first; raises `ConfigError` if it is bad.
+    pin_cores: run worker i on CPU i mod (CPUs this process may use) only (Linux), so that
+      emulated hosts hold with more workers than cores (`hetjax.runtime._affinity`).
 
   Returns:
     A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.cause``).
@@ -223,6 +232,7 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
            'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo', 'HETJAX_LAUNCHER_PID': str(os.getpid())}
   optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
+  cpus = worker_cpus(workers) if pin_cores else [None] * workers
   # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
   received: list[int] = []
   main = threading.current_thread() is threading.main_thread()  # only it may set handlers
@@ -232,7 +242,7 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
   try:
     for i, port in enumerate(transfer):
       job.start(command, base | {'HETJAX_WORKER_ID': str(i),
-                                 'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'})
+                                 'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'}, cpus[i])
     return _supervise(job, timeout, received)
   finally:
     job.stop(signal.SIGKILL, 0.0)  # kills leftovers and flushes the output on every path
