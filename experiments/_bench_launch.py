@@ -24,9 +24,14 @@ from hetjax.core import Policy, StepStats
 
 def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], workers: int,
                    timeout: float, slowdown: str | None = None,
-                   cache: pathlib.Path | None = None, devices_per_worker: int = 1) -> dict:
+                   cache: pathlib.Path | None = None, devices_per_worker: int = 1,
+                   pin_cores: bool = False) -> dict:
   """Runs ``experiments/SCRIPT OUT ARGS…`` on ``workers`` local workers and returns the chief's
-  ``OUT/run.json``; each worker has ``devices_per_worker`` CPU devices.
+  ``OUT/run.json``; each worker has ``devices_per_worker`` CPU devices and, with ``pin_cores``,
+  one core, dealt round robin (`hetjax.runtime._affinity`): for jobs whose shapes stay fixed
+  (tokens). A job that compiles new share sizes in the background must not pin: the compile
+  thread would share the worker's one core (under Markov, pinned, 88 of 420 worker-steps ran
+  past their host's time, against at most 23 of 840 unpinned).
 
   The workers' output goes to ``OUT/workers.log``; ``cache`` (if given) is their persistent
   compilation cache (``HETJAX_COMPILATION_CACHE``), shared between the jobs of one bench run.
@@ -40,7 +45,8 @@ def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], worke
   with open(out / 'workers.log', 'w') as log:
     result = runtime.launch_local([sys.executable, str(worker), str(out), *map(str, args)],
                                   workers, slowdown=slowdown, timeout=timeout, init_timeout=120,
-                                  stdout=log, env=env, devices_per_worker=devices_per_worker)
+                                  stdout=log, env=env, devices_per_worker=devices_per_worker,
+                                  pin_cores=pin_cores)
   if result.returncode:
     where = f'{slowdown}: ' if slowdown else ''
     raise RuntimeError(f'{where}{result.cause} (see {out / "workers.log"})')

@@ -15,17 +15,14 @@ fixed cost per call.
 
 What decides the comparison here is what a gradient call costs: tokens make 16 calls a step
 where BSP and LB-BSP make 4. A host of known speed pads every call to its rows' cost plus the
-calibrated per-step cost ``fixed_s``, so every token pays ``fixed_s`` and a share pays it once
-a step: that cost is set by the calibration now, unless a call overruns its host's time. Under time
-dilation (before the hosts) a 128-row token call cost nearly what a 512-row BSP call did (per
-call, compute time undilated: 24 ms against 28 ms in one run), although the same calls made back
-to back by 4 workers without pulls or sleeps are close to proportional to their rows (4–12 ms
-against 16–30 ms). The calibrated model carries that cost as a fixed cost per call
-(``fixed_s``), so the virtual rows show it at scale too; with ``fixed_s`` 0 (the per-row cost of
-a 512-row call for every row) the same model puts tokens with the end game within 4% of LB-BSP
-under the static straggler and well ahead of it under Markov. On this 2-core machine the medians
-of one policy also moved up to 2.4x from one block to the next under time dilation (4 rounds of
-every policy in one job: uniform 239–585 ms), more than the differences between policies.
+calibrated per-call cost ``fixed_s``, so every token pays ``fixed_s`` and a share pays it once
+a step. The job's workers are pinned to cores (`hetjax.runtime._affinity`) and its host is
+calibrated on a stream of single calls at the token size and at a uniform share
+(`experiments._programs.emulated_host`, mode tokens), the same host for every policy of the
+job. Unpinned, the same 128-row call took 10–190 ms from one moment to the next and 14–38% of
+token worker-steps ran past their host's time, so token rows measured the machine's noise as
+much as the queue; pinned, 0–2 of 40 did in the quick runs. The virtual rows carry the fixed
+cost per call too; the ``virtual-nocall`` rows are the counterfactual without it.
 
   run_tokens(pathlib.Path('/tmp/ft'), quick=True)   # rows for experiments/bench_fela.py
 """
@@ -55,7 +52,7 @@ def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
             cache: pathlib.Path) -> dict:
   return launch_workers(out, '_tokens_worker.py',
                         [','.join(policies), rounds, block, TOKEN_ROWS], WORKERS, timeout=600,
-                        slowdown=spec, cache=cache)
+                        slowdown=spec, cache=cache, pin_cores=True)
 
 
 def measured_rows(job: _harness.JobRun, scenario: str) -> list[dict]:

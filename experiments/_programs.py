@@ -249,8 +249,8 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   a uniform share and a quarter of one. Token steps (mode tokens: a stream of calls, one per
   token): `STREAM_CALLS` single calls at the token size and at a uniform share, alternating,
   and the line scaled to the `TAIL` quantile of the slow spells they meet
-  (`hetjax.emulation.calibrate_row_cost`'s ``tail``): a margin on medians left 14–38% of token
-  steps overrunning. Four workers on two cores can time the larger size no slower than the
+  (`hetjax.emulation.calibrate_row_cost`'s ``tail``). With workers pinned to cores (what the
+  token benchmark does) the tail is close to the median and the margin decides. Four workers on two cores can time the larger size no slower than the
   smaller (no cost per row found): such a worker measures again, up to ``attempts`` times,
   before it publishes.
   """

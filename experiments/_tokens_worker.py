@@ -5,7 +5,9 @@
 POLICIES is a comma list of ``uniform`` (BSP, `balance.Uniform`), ``lbbsp`` (LB-BSP, default
 predictor), ``tokens`` (`TokenRules` with the end game) and ``tokens-greedy`` (Fela's plain
 greedy pulling). Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`),
-calibrated once for the job and slowed by the launcher's trace. All train one state through
+calibrated once for the job on token-sized calls and slowed by the launcher's trace, pinned to
+one core (the benchmark launches with ``pin_cores``); every share size is compiled before the
+first step. All train one state through
 `hetjax.train.training_steps`: the share policies on one bucketed `WorkerTrainer` (the piece
 ladder compiled before the first step), each token policy on a `TokenTrainer` of its own rules
 (the end game is the trainer's), on the same meshes and layout, so the state passes from one
@@ -57,6 +59,12 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows:
     token_trainer.time_gradient(bench.state, token_rows, repeats=1)
     zero = token_trainer.zero_gradient
     jax.block_until_ready(token_trainer.accumulate(zero(), zero()))
+  # The workers are pinned, one core each (`hetjax.runtime._affinity`): a share size compiled
+  # in the background would share that core with the steps. So every size a share policy can
+  # pick (the multiples of the bucket) is compiled now, and LB-BSP meets no compile.
+  if set(policies) - set(TOKEN_POLICIES) - {'uniform'}:
+    for rows in range(BUCKET, GLOBAL_BATCH + 1, BUCKET):
+      trainer.time_gradient(bench.state, rows, repeats=1)
   channel.barrier('tokens-warm')
   programs = {name: token_trainers.get(name, trainer) for name in policies}
   made = {name: token_trainers[name].tokens if name in token_trainers else bench.policy(name)
