@@ -2,6 +2,10 @@
 
   python -m hetjax.launch --workers 4 --devices-per-worker 2 --slowdown static:1,1,2,4 \\
       --timeout 600 -- python experiments/train.py --config=mlp
+  python -m hetjax.launch --devices 2,1,1 --timeout 600 -- python experiments/train.py ...
+
+``--devices 2,1,1`` gives each worker its own device count (a 2-device host beside two
+1-device hosts): it sets the number of workers too.
 
 Every worker line comes out on stdout as ``[w{i}] line``. If a worker fails, the others are
 stopped and the launcher exits with that worker's status after one line on stderr
@@ -45,10 +49,12 @@ def _parser() -> argparse.ArgumentParser:
   parser = _Parser(prog='python -m hetjax.launch',
                    usage='%(prog)s --workers N [options] -- COMMAND [ARG ...]',
                    description='Start N local hetjax worker processes running COMMAND.')
-  parser.add_argument('--workers', type=int, required=True, metavar='N',
+  parser.add_argument('--workers', type=int, metavar='N',
                       help='number of worker processes (1..1024)')
-  parser.add_argument('--devices-per-worker', type=int, default=1, metavar='D',
+  parser.add_argument('--devices-per-worker', type=int, metavar='D',
                       help='virtual CPU devices per worker (JAX_NUM_CPU_DEVICES; default 1)')
+  parser.add_argument('--devices', metavar='D0,D1,…',
+                      help='each worker\'s own device count, e.g. 2,1,1 (sets the workers)')
   parser.add_argument('--slowdown', metavar='SPEC',
                       help='slowdown spec, passed on as HETJAX_SLOWDOWN')
   parser.add_argument('--timeout', type=float, metavar='SECONDS',
@@ -63,17 +69,37 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _workers_and_devices(args) -> tuple[int, int | tuple[int, ...]]:
+  """(workers, devices per worker or per-worker counts) from ``--workers``,
+  ``--devices-per-worker`` and ``--devices``."""
+  if args.devices is None:
+    if args.workers is None:
+      raise ConfigError('give --workers N (or --devices D0,D1,… with one count per worker)')
+    return args.workers, 1 if args.devices_per_worker is None else args.devices_per_worker
+  if args.devices_per_worker is not None:
+    raise ConfigError('give --devices-per-worker or --devices, not both')
+  try:
+    counts = tuple(int(c) for c in args.devices.split(','))
+  except ValueError:
+    raise ConfigError(f'--devices {args.devices!r} is not comma-separated integers, '
+                      'e.g. 2,1,1') from None
+  if args.workers is not None and args.workers != len(counts):
+    raise ConfigError(f'--workers {args.workers} but --devices lists {len(counts)} workers')
+  return len(counts), counts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Parses ``argv`` (default: ``sys.argv[1:]``), runs the job and returns its exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)
   split = argv.index('--') if '--' in argv else len(argv)
   args = _parser().parse_args(argv[:split])
   try:
+    workers, devices = _workers_and_devices(args)
     port_range = None if args.port_range is None else parse_port_range(args.port_range)
-    result = launch_local(argv[split + 1:], args.workers, args.devices_per_worker,
+    result = launch_local(argv[split + 1:], workers, devices,
                           slowdown=args.slowdown, timeout=args.timeout,
                           init_timeout=args.init_timeout, port_range=port_range,
-                          validate_slowdown=lambda spec: parse_trace(spec, args.workers),
+                          validate_slowdown=lambda spec: parse_trace(spec, workers),
                           pin_cores=args.pin_cores)
   except ConfigError as e:
     _fail(str(e))

@@ -8,6 +8,7 @@ import optax
 from flax import nnx
 
 from hetjax import data as hdata
+from hetjax.pipeline import Link
 from hetjax.sharding import constrain, scope
 from hetjax.train import Task
 
@@ -98,6 +99,32 @@ class WideDeep(nnx.Module):
 
   def submodels(self) -> dict[str, nnx.Module]:
     return {'embedding': self.embedding, 'wide': self.wide, 'tower': self.tower}
+
+  def chain(self) -> tuple[Link, ...]:
+    """The `submodels` as a chain (`hetjax.pipeline.HasChain`), so a plan can put them on
+    different device groups: ``embedding`` looks up ``batch['ids']`` (carry ``{'emb'}``),
+    ``wide`` adds its term (``{'emb', 'wide'}``), ``tower`` returns the logits. The wide part
+    does not depend on the embedding; it rides in the carry to the tower's stage."""
+    return (Link('embedding', self.embedding, _embedding_link),
+            Link('wide', self.wide, _wide_link),
+            Link('tower', self.tower, _tower_link))
+
+  def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
+    """`loss` from the tower's logits (reads no parameters)."""
+    return optax.sigmoid_binary_cross_entropy(logits, batch['label'])
+
+
+def _embedding_link(embedding: Embedding, carry: None, batch: hdata.Batch) -> dict:
+  del carry  # the first link reads the batch
+  return {'emb': embedding(batch['ids'])}
+
+
+def _wide_link(wide: Wide, carry: dict, batch: hdata.Batch) -> dict:
+  return {'emb': carry['emb'], 'wide': wide(batch['ids'], batch['dense'])}
+
+
+def _tower_link(tower: Tower, carry: dict, batch: hdata.Batch) -> jax.Array:
+  return carry['wide'] + tower(carry['emb'], batch['dense'])
 
 
 def loss(model: WideDeep, batch: hdata.Batch) -> jax.Array:

@@ -124,11 +124,12 @@ def test_every_worker_gets_the_environment_contract():
 @pytest.mark.timeout(60)
 def test_optional_variables_are_unset_and_ports_come_from_the_range():
   env = {k: v for k, v in os.environ.items() if not k.startswith('HETJAX_')}
-  result, lines, _ = _launch(PRINT_ENV, 2, port_range=(24000, 24999), timeout=30, env=env)
+  result, lines, _ = _launch(PRINT_ENV, 2, port_range=(24000, 24999), timeout=30, env=env,
+                             devices_per_worker=(1, 3))  # unequal workers: a count each
   assert result.returncode == 0
-  for worker in _envs(lines).values():
+  for i, worker in _envs(lines).items():
     assert worker['HETJAX_SLOWDOWN'] is None and worker['HETJAX_INIT_TIMEOUT'] is None
-    assert worker['JAX_NUM_CPU_DEVICES'] == '1'
+    assert worker['JAX_NUM_CPU_DEVICES'] == ('1', '3')[i]
     for key in ['HETJAX_COORDINATOR', 'HETJAX_TRANSFER_ADDRESS']:
       assert 24000 <= int(worker[key].split(':')[1]) <= 24999
 
@@ -315,7 +316,16 @@ BAD_INPUT = {  # name: (arguments, the error line says); GPUS marks the one case
     'negative init timeout': ('--workers 2 --init-timeout -1 -- true',
                               'init timeout must be a positive number'),
     'workers not a number': ('--workers two -- true', "--workers: invalid int value: 'two'"),
-    'missing --workers': ('-- true', 'required: --workers'),
+    'missing --workers': ('-- true', 'give --workers N (or --devices D0,D1,… with one count'),
+    'devices not numbers': ('--devices 2,one -- true', "--devices '2,one' is not comma-separated"),
+    'devices and workers disagree': ('--workers 2 --devices 2,1,1 -- true',
+                                     '--workers 2 but --devices lists 3 workers'),
+    'devices twice': ('--devices 2,1 --devices-per-worker 2 -- true',
+                      'give --devices-per-worker or --devices, not both'),
+    'a worker without devices': ('--devices 2,0 -- true',
+                                 'every worker needs at least 1 device, got [2, 0]'),
+    'unequal workers than GPUs': (f'{GPUS} --devices 2,1 -- true',
+                                  "with [2, 1] devices need 3 GPUs"),
     'empty slowdown': ('--workers 1 --slowdown= -- true', 'slowdown spec is empty'),
     'more workers than GPUs': (f'{GPUS} --workers 2 --devices-per-worker 2 -- true',
                                "need 4 GPUs but CUDA_VISIBLE_DEVICES='0,1' lists 2"),
@@ -353,6 +363,15 @@ def test_bad_input_on_the_command_line_exits_2_without_a_traceback():
     with proc:
       out, err = proc.communicate(timeout=50)
     _check_usage_error(proc.returncode, out, err, BAD_INPUT[name][1])
+
+
+def test_the_command_line_passes_per_worker_device_counts_on(monkeypatch):
+  got = []
+  monkeypatch.setattr(launch, 'launch_local',
+                      lambda *a, **k: got.append(a) or LaunchResult(0, None, 'ok'))
+  assert launch.main(['--devices', '2,1,1', '--', 'true']) == 0
+  assert launch.main(['--workers', '2', '--devices-per-worker', '3', '--', 'true']) == 0
+  assert [a[1:3] for a in got] == [(3, (2, 1, 1)), (2, 3)]
 
 
 def test_the_command_line_passes_pin_cores_on(monkeypatch):

@@ -132,7 +132,8 @@ def test_compile_plan_checks_memory_before_training():
                  devices=require_devices(8))
 
 
-def test_subset_groups_round_trip_but_the_spmd_trainer_refuses_them():
+def test_subset_groups_round_trip_and_train_as_stages():
+  from hetjax.pipeline import PipelineTrainer
   from hetjax.planner import compile_plan
 
   data = {'name': 'g', 'devices': 8, 'workers': 2,
@@ -144,5 +145,31 @@ def test_subset_groups_round_trip_but_the_spmd_trainer_refuses_them():
     Plan.from_json({**data, 'submodels': {'*': {'tensor': 1, 'group': [2]}}},
                    ['embedding', 'wide', 'tower'])
   kwargs, batch = MODELS['wide_deep']
-  with pytest.raises(ConfigError, match=r"sub-model 'tower' runs on workers \[1\] only"):
-    compile_plan(plan, models.make_task('wide_deep', **kwargs), OPTIMIZER, batch)
+  compiled = compile_plan(plan, models.make_task('wide_deep', **kwargs), OPTIMIZER, batch,
+                          devices=require_devices(8))
+  assert isinstance(compiled.trainer, PipelineTrainer) and compiled.trainer.stages == 2
+
+
+def test_a_grouped_plan_needs_a_model_with_a_chain():
+  from flax import nnx
+
+  from hetjax.planner import compile_plan
+  from hetjax.train import Task
+
+  class TwoParts(nnx.Module):  # names its sub-models but is no chain
+    def __init__(self, rngs):
+      self.a, self.b = nnx.Linear(4, 4, rngs=rngs), nnx.Linear(4, 1, rngs=rngs)
+
+    def __call__(self, x):
+      return self.b(self.a(x))[:, 0]
+
+    def submodels(self):
+      return {'a': self.a, 'b': self.b}
+
+  task = Task('two', TwoParts, lambda m, b: (m(b['x']) - b['y']) ** 2,
+              models.make_task('mlp').data)
+  plan = Plan.from_json({'name': 'g', 'devices': 8, 'workers': 2,
+                         'submodels': {'a': {'tensor': 1}, 'b': {'tensor': 1, 'group': [0]}}},
+                        ['a', 'b'])
+  with pytest.raises(ConfigError, match=r"model 'two' has no chain\(\)"):
+    compile_plan(plan, task, OPTIMIZER, 8, devices=require_devices(8))

@@ -55,6 +55,8 @@ from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import time_schedule as time_schedule
 from hetjax.pipeline._split import profile_split as profile_split
 from hetjax.pipeline._split import split_stages as split_stages
+from hetjax.pipeline._stages import StageLayout as StageLayout
+from hetjax.pipeline._stages import equal_stages as equal_stages
 from hetjax.pipeline._sync_service import ServiceReport as ServiceReport
 from hetjax.pipeline._sync_service import SyncClient as SyncClient
 from hetjax.pipeline._sync_service import SyncService as SyncService
@@ -90,6 +92,7 @@ __all__ = [
     'ServiceReport',
     'ServiceThread',
     'SimResult',
+    'StageLayout',
     'StagePrograms',
     'SyncClient',
     'SyncGroup',
@@ -101,6 +104,7 @@ __all__ = [
     'Tick',
     'consensus_distance',
     'dispatch_order',
+    'equal_stages',
     'gpipe',
     'make_sync_policy',
     'one_f_one_b',

@@ -1,10 +1,11 @@
-"""`PipelineTrainer`: runs a GPipe or 1F1B schedule, one device group per stage, across processes.
+"""`PipelineTrainer`: runs a GPipe or 1F1B schedule over stages on device groups, across processes.
 
-Stages. The model's chain (`HasChain`) is cut into contiguous ranges of links (`split_stages` on
-equal costs unless ranges are given), and the devices into as many equal contiguous groups: stage
-s owns a 1-D mesh over its group (axis ``'batch'``). Its parameters and optimizer state live
-replicated on that mesh, and every micro-batch's rows are split over it, so a stage with several
-devices is data-parallel inside (XLA adds the gradient all-reduce).
+Stages. The model's chain (`HasChain`) is cut into contiguous ranges of links, each run by one
+stage on its own mesh under its own rules (`StageLayout`). Classic stages (``stages`` a count or
+link ranges, `equal_stages`) cut the devices into equal contiguous groups, a 1-D mesh
+``('batch',)`` each, parameters replicated on it: data parallel inside a stage. A plan's stages
+(`hetjax.planner.plan_stages`) put each run of sub-models on its device group, with a tensor
+degree and FSDP per sub-model; groups may differ in size, span processes and share devices.
 
 Programs, compiled once per stage and kept in ``programs[s]``:
 
@@ -16,23 +17,24 @@ Programs, compiled once per stage and kept in ``programs[s]``:
   ``Σ losses / global_batch``, so summing over micro-batches gives exactly the gradient of the
   mean loss over the global batch (and the loss itself accumulates to that mean). Its forward
   action therefore runs nothing: the stage keeps its input until the backward.
-* ``acc`` is the stage's gradient accumulator (donated, updated in place); ``update_s`` applies
-  the optimizer to the stage's own parameters once every micro-batch is done.
+* ``acc`` is the stage's gradient accumulator (donated, updated in place, laid out like the
+  parameters, so a stage with several data-parallel devices reduces its gradient in the
+  backward); ``update_s`` applies the optimizer to the stage's own parameters once every
+  micro-batch is done.
 
 Order. The schedule (`gpipe`, `one_f_one_b` or any valid `Schedule`) fixes each stage's order;
 actions are dispatched in the order of the schedule's simulated start times, which respects
 every dependency. JAX dispatch is asynchronous and each device runs its queue in order, so
 stages on different devices overlap as the schedule intends.
 
-Transfers. A carry crosses to stage s + 1 and a cotangent back to stage s − 1 with
-``jax.device_put(x, NamedSharding(next_mesh, P('batch')))``; micro-batch rows are placed on each
-stage that needs them. The devices may span processes (no stage's group may straddle two). Each
-process builds the same trainer, makes the same calls with the same global batch, and walks the
-same dispatch order, running only the programs of the stages it owns. A carry or cotangent that
-crosses processes is a `jax.device_put` on every process in that order: the sender's array, the
-others' shard-less placeholders shaped by `jax.eval_shape` (`hetjax.pipeline._transfer`).
-Parameters, optimizer state, gradients and updates stay on their stage's process: per-stage
-trees hold ``None`` for other processes' stages, and only the last stage's process gets the loss.
+Transfers (`hetjax.pipeline._transfer`). Micro-batch rows are placed on each stage that needs
+them; a carry crosses to stage s + 1 and a cotangent back to stage s − 1, split by rows as the
+receiving stage's compute rules say. Each process builds the same trainer, makes the same calls
+with the same global batch, and walks the same dispatch order, running only the programs of the
+stages it has devices in; every process takes part in every cross-process transfer.
+Parameters, optimizer state, gradients and updates stay on their stage's devices: per-stage
+trees hold ``None`` for stages this process has no device in, and only the last stage's
+processes get the loss (`step` brings it to process 0 too).
 
 The optimizer runs per stage, so it must act on each parameter on its own (SGD, Adam, AdamW):
 transformations that couple all parameters, such as global-norm clipping, would see one stage's
@@ -48,6 +50,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
@@ -65,13 +68,12 @@ from hetjax.pipeline._schedule import (
     positive_int,
 )
 from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
-from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, stage_meshes
-from hetjax.sharding import LogicalRules, activation_rules, scope
+from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
+from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
+from hetjax.sharding import abstract_model, activation_rules, param_shardings, scope
 from hetjax.train import Task
 
 PyTree = Any
-AXIS = 'batch'
-_RULES = LogicalRules.of({'batch': AXIS})  # inside a stage, only the batch is split
 
 
 @jax.tree_util.register_dataclass
@@ -116,7 +118,7 @@ def dispatch_order(schedule: Schedule) -> tuple[Action, ...]:
 
 
 class PipelineTrainer:
-  """Trains ``task``'s model as a pipeline of stages on disjoint device groups.
+  """Trains ``task``'s model as a pipeline of stages on device groups.
 
   The groups may span processes (module docstring); ``programs`` has ``local_stages`` only.
 
@@ -131,18 +133,20 @@ class PipelineTrainer:
     task: a task whose model implements `HasChain`.
     optimizer: an optax transformation that treats parameters independently (module docstring).
     global_batch: examples per step.
-    stages: a number of stages (links split evenly by count with `split_stages`) or explicit
-      ``(start, stop)`` link ranges, e.g. ``split_stages(costs, 2)``.
+    stages: a number of stages (links split evenly by count with `split_stages`), explicit
+      ``(start, stop)`` link ranges (e.g. ``split_stages(costs, 2)``), both on `equal_stages`
+      of ``devices``; or `StageLayout`s (e.g. `hetjax.planner.plan_stages` of a plan).
     micro_batches: micro-batches per step; each has ``global_batch / micro_batches`` rows.
     schedule: ``'gpipe'``, ``'1f1b'`` or a `Schedule` for the same stages and micro-batches.
-    devices: the devices, split into equal contiguous groups, one per stage (default: all, of
-      every process).
+    devices: for a count or ranges, the devices, split into equal contiguous groups, one per
+      stage (default: all, of every process); not with layouts, which carry their meshes.
     seed: initialises parameters (as the unpipelined model would) and selects the data.
 
   Raises:
-    ConfigError: a model without a chain, bad stage ranges, devices that do not divide evenly
-      over stages, a stage whose devices span processes, a global batch that does not divide
-      into micro-batches, or micro-batch rows that do not divide over a stage's devices.
+    ConfigError: a model without a chain, bad stage ranges or layouts, devices that do not
+      divide evenly over stages, a classic stage whose devices span processes, a global batch
+      that does not divide into micro-batches, micro-batch rows that do not divide over a
+      stage's row split, or a parameter its stage's rules split unevenly.
   """
 
   def __init__(
@@ -150,7 +154,7 @@ class PipelineTrainer:
       task: Task,
       optimizer: optax.GradientTransformation,
       global_batch: int,
-      stages: int | Sequence[tuple[int, int]] = 2,
+      stages: int | Sequence[tuple[int, int]] | Sequence[StageLayout] = 2,
       micro_batches: int = 1,
       schedule: str | Schedule = '1f1b',
       devices: Sequence[jax.Device] | None = None,
@@ -166,28 +170,40 @@ class PipelineTrainer:
     self.paths = {link.name: path for link, path in zip(links, paths, strict=True)}
     self.graphdefs = {link.name: nnx.graphdef(link.module) for link in links}
     self._chain_loss = model.chain_loss
-    self.ranges = stage_ranges(stages, len(links))
+    if not isinstance(stages, int) and any(isinstance(x, StageLayout) for x in stages):
+      if devices is not None:
+        raise ConfigError('stage layouts carry their meshes: give devices or layouts, not both')
+      self.layouts = check_layouts(stages, len(links))
+    else:
+      self.layouts = equal_stages(stage_ranges(stages, len(links)),
+                                  jax.devices() if devices is None else devices)
+    self.ranges = tuple(layout.links for layout in self.layouts)
     self.stage_links = tuple(tuple(link.name for link in links[a:b]) for a, b in self.ranges)
     n = len(self.ranges)
     self.schedule = checked_schedule(schedule, n, self.micro_batches)
     self._order = dispatch_order(self.schedule)
 
-    self.meshes, self.owners = stage_meshes(jax.devices() if devices is None else devices, n, AXIS)
-    per = self.meshes[0].size
+    self.meshes = tuple(layout.mesh for layout in self.layouts)
+    self.processes = tuple(layout.processes for layout in self.layouts)
     if self.global_batch % self.micro_batches:
       raise ConfigError(f'global batch {self.global_batch} does not divide into '
                         f'{self.micro_batches} micro-batches')
     self.micro_rows = self.global_batch // self.micro_batches
-    if self.micro_rows % per:
-      raise ConfigError(f'micro-batch of {self.micro_rows} rows does not divide over the '
-                        f'{per} devices of a stage')
+    for s, layout in enumerate(self.layouts):
+      if self.micro_rows % layout.row_ways:
+        raise ConfigError(f'micro-batch of {self.micro_rows} rows does not divide over the '
+                          f'{layout.row_ways} devices stage {s} splits rows over')
     self._replicated = tuple(NamedSharding(m, PartitionSpec()) for m in self.meshes)
-    self._rows = tuple(NamedSharding(m, PartitionSpec(AXIS)) for m in self.meshes)
-    self._abstract = tuple(
-        {name: nnx.to_pure_dict(nnx.state(self.links[name].module)) for name in names}
-        for names in self.stage_links)
-    self.local_stages = tuple(s for s in range(n) if self.owners[s] == jax.process_index())
-    crosses = len(set(self.owners)) > 1  # then placeholders need the carries' shapes
+    self._rows = tuple(NamedSharding(layout.mesh, layout.rules.compute.spec(('batch',)))
+                       for layout in self.layouts)
+    _, shapes, names = abstract_model(task.make_model, seed)
+    self._abstract = self.split_tree(shapes)
+    self._shardings = tuple(self._stage_shardings(s, names) for s in range(n))
+    me = jax.process_index()
+    self.local_stages = tuple(s for s in range(n) if me in self.processes[s])
+    # Placeholders and row pieces need the carries' shapes unless everything is one process's.
+    crosses = len(set().union(*self.processes)) > 1
+    self._lockstep = any(len(p) > 1 for p in self.processes)
     self._specs = CarrySpecs(self._apply, self._abstract, self.micro_rows) if crosses else None
     self.programs = {s: self._compile(s) for s in self.local_stages}
 
@@ -195,11 +211,32 @@ class PipelineTrainer:
   def stages(self) -> int:
     return len(self.ranges)
 
+  @property
+  def owners(self) -> tuple[int, ...]:
+    """Per stage, its one process (classic stages: a stage never spans processes)."""
+    if any(len(p) != 1 for p in self.processes):
+      raise ConfigError('a stage spans several processes: see processes')
+    return tuple(p[0] for p in self.processes)
+
+  def _stage_shardings(self, s: int, names: PyTree) -> tuple[PyTree, PyTree]:
+    """(parameter, optimizer state) shardings of stage ``s``: each link's parameters by its
+    scope's rules, the optimizer state following its parameters, counters replicated."""
+    mesh, rules = self.meshes[s], self.layouts[s].rules.params
+    stage_names = self.split_tree(names)[s]
+    params = {name: param_shardings(self._abstract[s][name], stage_names[name], mesh,
+                                    rules.in_scope(name)) for name in self.stage_links[s]}
+    opt = optax.tree_map_params(
+        self.optimizer, lambda _, sharding: sharding,
+        jax.eval_shape(self.optimizer.init, self._abstract[s]), params,
+        transform_non_params=lambda _: self._replicated[s],
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    return params, opt
+
   # -- programs ---------------------------------------------------------------------------------
 
   def _apply(self, s: int, params: PyTree, carry: PyTree, batch: Batch) -> PyTree:
     """Stage ``s``'s links on ``carry`` (traced inside the stage's programs)."""
-    with activation_rules(self.meshes[s], _RULES):
+    with activation_rules(self.meshes[s], self.layouts[s].rules.compute):
       for name in self.stage_links[s]:
         module = nnx.merge(self.graphdefs[name], params[name])
         with scope(name):
@@ -223,7 +260,7 @@ class PipelineTrainer:
 
     def partial_loss(p, c):
       out = self._apply(s, p, c, batch)
-      with activation_rules(self.meshes[s], _RULES):
+      with activation_rules(self.meshes[s], self.layouts[s].rules.compute):
         return jnp.sum(self._chain_loss(out, batch)) / self.global_batch
 
     if s == 0:
@@ -236,6 +273,7 @@ class PipelineTrainer:
 
   def _compile(self, s: int) -> StagePrograms:
     rep, rows = self._replicated[s], self._rows[s]
+    params_sh, opt_sh = self._shardings[s]
     abstract = self._abstract[s]
 
     def zeros():
@@ -247,15 +285,18 @@ class PipelineTrainer:
       return optax.apply_updates(params, updates), opt_state
 
     if s == self.stages - 1:
-      backward = jax.jit(self._backward_last, out_shardings=(rep, rep, rows), donate_argnums=1)
+      backward = jax.jit(self._backward_last, out_shardings=(rep, params_sh, rows),
+                         donate_argnums=1)
+      acc_sh = (rep, params_sh)
     else:
       backward = jax.jit(lambda p, acc, c, b, d: self._backward(s, p, acc, c, b, d),
-                         out_shardings=(rep, rows), donate_argnums=1)
+                         out_shardings=(params_sh, rows), donate_argnums=1)
+      acc_sh = params_sh
     return StagePrograms(
         forward=jax.jit(lambda p, c, b: self._apply(s, p, c, b), out_shardings=rows),
         backward=backward,
-        zeros=jax.jit(zeros, out_shardings=rep),
-        update=jax.jit(update, out_shardings=(rep, rep), donate_argnums=(0, 1)))
+        zeros=jax.jit(zeros, out_shardings=acc_sh),
+        update=jax.jit(update, out_shardings=(params_sh, opt_sh), donate_argnums=(0, 1)))
 
   # -- state ------------------------------------------------------------------------------------
 
@@ -270,15 +311,15 @@ class PipelineTrainer:
     """
     if params is not None:
       parts = self.split_tree(params, self.local_stages)
-    elif self.local_stages:  # XLA drops the other stages' initialisers: their outputs are unused
-      parts = jax.jit(lambda: self.split_tree(self._init_params(), self.local_stages),
-                      out_shardings=self._replicated[self.local_stages[0]])()
-    else:
-      parts = (None,) * self.stages
+    else:  # one program per stage: XLA drops the initialisers of the other stages' parameters
+      parts = tuple(jax.jit(lambda s=s: self.split_tree(self._init_params())[s],
+                            out_shardings=self._shardings[s][0])()
+                    if s in self.local_stages else None for s in range(self.stages))
     # The copy matters: device_put onto several devices may alias the caller's buffer on one of
     # them (even with may_alias=False), and train_step donates the parameters.
-    started = [(None, None) if p is None else jax.jit(self._start, out_shardings=rep)(
-        jax.device_put(p, rep)) for p, rep in zip(parts, self._replicated, strict=True)]
+    started = [(None, None) if p is None else
+               jax.jit(self._start, out_shardings=sh)(jax.device_put(p, sh[0]))
+               for p, sh in zip(parts, self._shardings, strict=True)]
     return PipelineState(0, *zip(*started, strict=True))
 
   def _init_params(self) -> PyTree:
@@ -333,7 +374,8 @@ class PipelineTrainer:
     grads, loss = self.gradients(state, host_batch, schedule)
     params, opt_state = list(state.params), list(state.opt_state)
     for s in self.local_stages:
-      params[s], opt_state[s] = self.programs[s].update(params[s], opt_state[s], grads[s])
+      params[s], opt_state[s] = self._settle(
+          self.programs[s].update(params[s], opt_state[s], grads[s]))
     return PipelineState(state.step + 1, tuple(params), tuple(opt_state)), loss
 
   def step(self, state: PipelineState, work: Work, decision: None = None
@@ -341,18 +383,74 @@ class PipelineTrainer:
     """One optimizer step on ``work`` (the `StepProgram` shape); ``state`` is donated.
 
     Like an SPMD step it does not wait for the devices: ``iter_s`` is the host time since the
-    previous step returned, not a speed sample. One process only (``stats.loss`` is on the
-    last stage's devices).
+    previous step returned, not a speed sample. ``stats.loss`` is on the last stage's devices,
+    and also on process 0 (moved there when it has no device of the last stage); other
+    processes get None.
     """
     if decision is not None:
       raise ConfigError(f'a pipeline step takes no decision, got {decision!r}')
     start = time.perf_counter()
     state, loss = self.train_step(state, work.batch)
+    loss = self._loss_on_chief(loss)
     end = time.perf_counter()
     last = getattr(self, '_last_return', None)
     iter_s, self._last_return = end - (start if last is None else last), end
     return state, StepStats(work.step, (self.global_batch,), (iter_s,), iter_s=iter_s,
                             sampled=(False,), loss=loss)
+
+  def abstract_params(self, s: int) -> PyTree:
+    """Stage ``s``'s parameters as `jax.ShapeDtypeStruct`s with their shardings."""
+    return jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+                        self._abstract[s], self._shardings[s][0])
+
+  def compile_stages(self, host_batch: Batch | None = None) -> dict[int, dict[str, Any]]:
+    """Every local stage's programs compiled ahead of time, without allocating anything:
+    ``{stage: {'forward', 'backward', 'update': jax.stages.Compiled}}`` (the last stage has
+    no forward program). What a plan check inspects (`memory_analysis()`, collectives)."""
+    host_batch = self.global_batch_at(0) if host_batch is None else host_batch
+    specs = (self._specs or CarrySpecs(self._apply, self._abstract, self.micro_rows))(host_batch)
+    part = {k: v[:self.micro_rows] for k, v in host_batch.items()}
+    out = {}
+    for s in self.local_stages:
+      rows = self._rows[s]
+      at = lambda tree, sh: jax.tree.map(  # noqa: E731
+          lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), tree)
+      params = self.abstract_params(s)
+      opt = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
+                         jax.eval_shape(self.optimizer.init, self._abstract[s]),
+                         self._shardings[s][1])
+      batch = at(jax.eval_shape(lambda: part), rows)
+      carry = None if s == 0 else at(specs[s], rows)
+      program, compiled = self.programs[s], {}
+      if s == self.stages - 1:
+        acc = (jax.ShapeDtypeStruct((), jnp.float32, sharding=self._replicated[s]), params)
+        compiled['backward'] = program.backward.lower(params, acc, carry, batch).compile()
+      else:
+        d_out = at(specs[s + 1], rows)
+        compiled['forward'] = program.forward.lower(params, carry, batch).compile()
+        compiled['backward'] = program.backward.lower(params, params, carry, batch,
+                                                      d_out).compile()
+      compiled['update'] = program.update.lower(params, opt, params).compile()
+      out[s] = compiled
+    return out
+
+  def _settle(self, value: PyTree) -> PyTree:
+    """``value``, waited for when a stage spans processes: every action (and every move between
+    stages) then runs to its end before the next is dispatched. On the CPU backend, programs
+    over overlapping sets of processes left in flight together deadlocked (4 processes × 2
+    devices, a stage over all of them and one over two: most runs hung; waiting for each, none
+    did in the runs since)."""
+    return jax.block_until_ready(value) if self._lockstep and value is not None else value
+
+  def _loss_on_chief(self, loss: jax.Array | None) -> jax.Array | None:
+    """``loss`` on process 0 as well, where the metrics are written (every process calls this:
+    the move may cross processes)."""
+    if self._specs is None or 0 in self.processes[-1]:
+      return loss
+    chief = jax.local_devices(process_index=0)[0]
+    there = NamedSharding(jax.sharding.Mesh(np.array([chief]), ('chief',)), PartitionSpec())
+    moved = move(loss, jax.ShapeDtypeStruct((), jnp.float32), self._replicated[-1], there)
+    return moved if jax.process_index() == 0 else loss
 
   def abstract_state(self, step: int = 0) -> PipelineState:
     """Shapes, dtypes and shardings of the state at ``step``: a checkpoint's restore target
@@ -368,15 +466,16 @@ class PipelineTrainer:
                         f'{self.global_batch}')
     last = self.stages - 1
     specs = self._specs(host_batch) if self._specs else (None,) * self.stages
-    step = StepTransfers(self._rows, self.owners, specs, host_batch, self.micro_rows)
-    acc = [self.programs[s].zeros() if s in self.programs else None for s in range(self.stages)]
+    step = StepTransfers(self._rows, specs, host_batch, self.micro_rows, self._settle)
+    acc = [self._settle(self.programs[s].zeros()) if s in self.programs else None
+           for s in range(self.stages)]
     for action in order:  # all processes walk all of it: the same cross-process puts, in order
       s, m, program = action.stage, action.micro, self.programs.get(action.stage)
       if action.kind == FORWARD:
         if s < last:
           out = program.forward(params[s], step.inputs.get((s, m)),
                                 step.batch(s, m)) if program else None
-          step.carry(out, s, m)
+          step.carry(self._settle(out), s, m)
         continue
       d_in = None
       if program:
@@ -387,7 +486,8 @@ class PipelineTrainer:
         else:
           acc[s], d_in = program.backward(params[s], acc[s], carry, part,
                                           step.cotangents.pop((s, m)))
+        self._settle(acc[s])
       if s > 0:
-        step.cotangent(d_in, s, m)
+        step.cotangent(self._settle(d_in), s, m)
     loss, acc[last] = (None, None) if acc[last] is None else acc[last]
     return tuple(acc), loss

@@ -1,22 +1,35 @@
-"""Where pipeline stages live, and moving carries and cotangents between them across processes.
+"""Moving micro-batches, carries and cotangents between pipeline stages, across processes too.
 
-A stage is owned by the process of its devices (a stage's device group never straddles
-processes). A value crossing between two stages of one process is a plain
-``jax.device_put(x, dst_sharding)`` on that process; the others skip it.
+Every value that crosses a stage boundary is split by rows only (its leading, ``'batch'``
+dimension, as the receiving stage's `StageLayout.rules` say), so a move is a matter of which
+rows go from which device to which. Three cases, from cheapest:
 
-A value crossing between two processes goes over the cross-host transfer socket
-(``jax_cross_host_transfer_socket_address``, set per process by `hetjax.runtime.initialize`),
-and *every* process calls `jax.device_put` for it, in the same order (all walk the same global
-dispatch order): the sender with the real array, every other process with a placeholder of the
-same shape and dtype on the *source* sharding that holds no local shards
-(`jax.make_array_from_single_device_arrays` with no arrays). The receiver gets the value; a
-bystander, owning neither stage, discards its shard-less result. Bystanders must take part
-because JAX keys each cross-host transfer by a per-process counter that every process advances
-on every such `jax.device_put` ("the transfer key must be incremented in all processes,
-regardless of whether they participate", XLA's ``PjRtTransferServer::CopyArraysForCrossHost``):
-with only the two ends calling, the keys of a process talking to two others drift apart and the
-transfers hang (seen with 4 processes). Source and destination use the same partition spec,
-``P('batch')`` on equally sized meshes, so the layouts match shard for shard.
+* **Within one process** (both stages' devices are this process's): ``jax.device_put(x,
+  dst_sharding)``, whatever the two layouts.
+* **Same layout, one process to another** (meshes of one shape, one partition spec, each
+  stage on one process): one ``jax.device_put`` over the cross-host transfer socket
+  (``jax_cross_host_transfer_socket_address``, set per process by `hetjax.runtime.initialize`),
+  shard for shard. This is the classic pipeline of one stage per process.
+* **Anything else** (groups of different sizes, stages that span processes or share some):
+  an exchange program. One jitted program over the devices of both stages (`_exchange`) takes
+  every device's block of rows stacked along a leading device axis (zeros on the devices that
+  hold none) and returns every destination device's rows the same way; which rows go where is
+  `piece_plan`, a pure function of the two shardings and the shape. XLA moves them with
+  collectives among those processes only, and each receiving process builds its shards of the
+  global array from its devices' blocks (``jax.make_array_from_single_device_arrays``).
+  Cross-host ``device_put`` of single-device pieces, the first way this was written, hung on
+  the CPU backend whenever a piece's receiver asked for it while its sender ran a
+  multi-device program (processes of 2 devices; processes of 1 device did not hang).
+
+The cross-host ``jax.device_put`` of the second case is called by *every* process, in the same
+order (all walk the same global dispatch order): the sender with the real array, every other
+process with a placeholder of the same shape and dtype on the *source* sharding that holds no
+local shards (`jax.make_array_from_single_device_arrays` with no arrays). JAX keys each
+cross-host transfer by a per-process counter that every process advances on every such call
+("the transfer key must be incremented in all processes, regardless of whether they
+participate", XLA's ``PjRtTransferServer::CopyArraysForCrossHost``): with only the two ends
+calling, the keys of a process talking to two others drift apart and the transfers hang (seen
+with 4 processes). An exchange program is called by the processes of its two stages only.
 
 Every process knows each value's shapes without any message: the carries' come from
 `jax.eval_shape` of the stage programs on abstract parameters and a micro-batch, the same on
@@ -25,39 +38,21 @@ every process; a cotangent has its carry's shape and dtype.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
 
 from hetjax._errors import ConfigError
-from hetjax.sharding import make_mesh
 
 PyTree = Any
-
-
-def stage_meshes(devices: Sequence[jax.Device], stages: int,
-                 axis: str) -> tuple[tuple[Mesh, ...], tuple[int, ...]]:
-  """Per stage, a 1-D mesh over ``axis`` on the next equal contiguous group of ``devices``, and
-  the index of the process owning that group.
-
-  Raises:
-    ConfigError: if the devices do not split evenly, or a group would span processes.
-  """
-  devices = list(devices)
-  if not devices or len(devices) % stages:
-    raise ConfigError(f'{len(devices)} devices do not split evenly over {stages} stages')
-  per = len(devices) // stages
-  groups = [devices[s * per:(s + 1) * per] for s in range(stages)]
-  owners = []
-  for s, group in enumerate(groups):
-    processes = sorted({d.process_index for d in group})
-    if len(processes) != 1:
-      raise ConfigError(f'stage {s} would span processes {processes}; a stage\'s devices must '
-                        'belong to one process')
-    owners.append(processes[0])
-  return tuple(make_mesh((per,), (axis,), g) for g in groups), tuple(owners)
 
 
 class CarrySpecs:
@@ -88,62 +83,209 @@ class CarrySpecs:
     return self._cache[key]
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+  """Rows that one source device sends to one destination device.
+
+  Attributes:
+    src: the device holding the rows.
+    dst: the device receiving them.
+    start: where the rows begin in the source device's shard.
+    offset: where they go in the destination device's shard.
+    rows: how many.
+  """
+
+  src: jax.Device
+  dst: jax.Device
+  start: int
+  offset: int
+  rows: int
+
+
+def _row_range(index: tuple[slice, ...], shape: tuple[int, ...], what: str) -> tuple[int, int]:
+  for dim, (s, size) in enumerate(zip(index[1:], shape[1:], strict=True), start=1):
+    if s.indices(size) != (0, size, 1):
+      raise ConfigError(f'{what} splits dimension {dim}; stages exchange values split by rows '
+                        'only')
+  start, stop, _ = index[0].indices(shape[0]) if index else (0, 1, 1)
+  return start, stop
+
+
+@functools.lru_cache(maxsize=1024)
+def piece_plan(shape: tuple[int, ...], src: NamedSharding, dst: NamedSharding
+               ) -> tuple[Piece, ...]:
+  """The pieces that move an array of ``shape`` from ``src`` to ``dst`` (module docstring).
+
+  Each row range the source holds is sent from the first device holding it (in mesh order);
+  every destination device receives the pieces of its rows, in row order.
+
+  Example: 8 rows from 2 devices (4 each) to 4 devices (2 each) are 4 pieces of 2 rows;
+  from 4 devices to 2, 4 pieces of 2 rows, two per destination.
+  """
+  def ranges(sharding: NamedSharding) -> dict[jax.Device, tuple[int, int]]:
+    index = sharding.devices_indices_map(shape)
+    return {d: _row_range(index[d], shape, str(sharding.spec)) for d in sharding.mesh.devices.flat}
+
+  holders: dict[tuple[int, int], jax.Device] = {}
+  for device, rows in ranges(src).items():
+    holders.setdefault(rows, device)
+  blocks = sorted(holders.items())
+  pieces = []
+  for device, (a, b) in ranges(dst).items():
+    for (c, e), holder in blocks:
+      lo, hi = max(a, c), min(b, e)
+      if lo < hi:
+        pieces.append(Piece(holder, device, lo - c, lo - a, hi - lo))
+  return tuple(pieces)
+
+
+def _same_layout(src: NamedSharding, dst: NamedSharding) -> bool:
+  """Whether JAX moves ``src`` → ``dst`` across hosts in one transfer: meshes of one shape and
+  axis names, one spec, each side on one process, not the same one (with a side spanning
+  processes jax 0.10 fails: "PjRtArray has different number of buffers than buffer_idxs")."""
+  processes = [{d.process_index for d in s.mesh.devices.flat} for s in (src, dst)]
+  return (src.mesh.axis_names == dst.mesh.axis_names and src.mesh.devices.shape ==
+          dst.mesh.devices.shape and src.spec == dst.spec and len(processes[0]) == 1 and
+          len(processes[1]) == 1 and processes[0] != processes[1])
+
+
+def _placeholder(spec: jax.ShapeDtypeStruct, sharding) -> jax.Array:
+  """An array of ``spec``'s shape on ``sharding`` with no local shards (module docstring)."""
+  return jax.make_array_from_single_device_arrays(spec.shape, sharding, [], dtype=spec.dtype)
+
+
+def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedSharding
+         ) -> PyTree | None:
+  """``value`` (held on ``src``; ``None`` on a process holding none of it) on ``dst``, or
+  ``None`` on a process with no device of ``dst``. Every process calls this for every move, in
+  the same order; ``spec`` (a tree of `jax.ShapeDtypeStruct`) is read for values held
+  elsewhere."""
+  me = jax.process_index()
+  src_processes = {d.process_index for d in src.mesh.devices.flat}
+  dst_processes = {d.process_index for d in dst.mesh.devices.flat}
+  if len(src_processes) == 1 and src_processes == dst_processes:
+    if me not in src_processes:  # both stages on one other process: nothing to do here
+      return None
+    return jax.device_put(value, dst)
+  if _same_layout(src, dst):
+    if me not in src_processes:
+      value = jax.tree.map(lambda a: _placeholder(a, src), spec)
+    moved = jax.device_put(value, dst)
+    return moved if me in dst_processes else None
+  leaves, tree = jax.tree.flatten(spec)
+  held = [None] * len(leaves) if me not in src_processes else tree.flatten_up_to(value)
+  out = [_exchange_rows(v, s, src, dst, me) for v, s in zip(held, leaves, strict=True)]
+  return tree.unflatten(out) if me in dst_processes else None
+
+
+@functools.lru_cache(maxsize=256)
+def _exchange(shape: tuple[int, ...], dtype: Any, src: NamedSharding, dst: NamedSharding):
+  """``(union mesh, its devices, source block rows, program)``: one jitted program over the
+  devices of both shardings that takes every device's block of rows (zeros where a device holds
+  none) stacked along a leading device axis, and returns every destination device's rows the
+  same way (module docstring). Its collectives run among the two stages' processes only."""
+  rows = shape[0] if shape else 1
+  rest = shape[1:]
+  pieces = piece_plan(shape, src, dst)
+  union = list(src.mesh.devices.flat) + [d for d in dst.mesh.devices.flat
+                                          if d not in set(src.mesh.devices.flat)]
+  mesh = jax.sharding.Mesh(np.array(union, dtype=object), ('exchange',))
+  src_block = rows // math.prod(src.mesh.shape[a] for a in _row_axes(src))
+  dst_block = rows // math.prod(dst.mesh.shape[a] for a in _row_axes(dst))
+  index = {d: i for i, d in enumerate(union)}
+  by_dst: dict[jax.Device, list[Piece]] = collections.defaultdict(list)
+  for piece in pieces:
+    by_dst[piece.dst].append(piece)
+
+  def run(stacked):
+    out = []
+    for device in union:
+      parts = [stacked[index[p.src], p.start:p.start + p.rows]
+               for p in sorted(by_dst.get(device, ()), key=lambda p: p.offset)]
+      out.append(jnp.concatenate(parts) if parts else jnp.zeros((dst_block, *rest), dtype))
+    return jnp.stack(out)
+
+  blocks = NamedSharding(mesh, jax.sharding.PartitionSpec('exchange'))
+  return mesh, union, src_block, jax.jit(run, out_shardings=blocks)
+
+
+def _row_axes(sharding: NamedSharding) -> tuple[str, ...]:
+  """The mesh axes a sharding splits its first dimension over (none for a scalar)."""
+  if not sharding.spec:
+    return ()
+  first = sharding.spec[0]
+  return () if first is None else (first,) if isinstance(first, str) else tuple(first)
+
+
+def _exchange_rows(value: jax.Array | None, spec: jax.ShapeDtypeStruct, src: NamedSharding,
+                   dst: NamedSharding, me: int) -> jax.Array | None:
+  """One array through `_exchange`'s program, by the processes of either stage."""
+  shape = tuple(spec.shape)
+  mesh, union, src_block, program = _exchange(shape, np.dtype(spec.dtype), src, dst)
+  if me not in {d.process_index for d in union}:
+    return None
+  rest = shape[1:]
+  shards = {} if value is None else {s.device: s.data for s in value.addressable_shards}
+  local = [d for d in union if d.process_index == me]
+  blocks = [(shards[d] if shape else shards[d].reshape(1))[None] if d in shards else
+            jnp.zeros((1, src_block, *rest), spec.dtype, device=d) for d in local]
+  stacked = jax.make_array_from_single_device_arrays(
+      (len(union), src_block, *rest), NamedSharding(mesh, jax.sharding.PartitionSpec('exchange')),
+      blocks)
+  out = program(stacked)
+  mine = {s.device: s.data for s in out.addressable_shards}
+  arrays = [mine[d][0] if shape else mine[d][0].reshape(())
+            for d in dst.mesh.devices.flat if d.process_index == me]
+  if not arrays:
+    return None
+  return jax.make_array_from_single_device_arrays(shape, dst, arrays)
+
+
 class StepTransfers:
   """What moves during one step: micro-batch rows from the host onto the stages that use them,
   carries forward and cotangents back (module docstring). Holds the values in flight on this
   process.
 
   Args:
-    rows: per stage, the sharding of its rows and carries (``NamedSharding(mesh, P('batch'))``).
-    owners: per stage, the owning process (`stage_meshes`).
+    rows: per stage, the sharding of its rows and carries.
     specs: per stage, the abstract carry it receives (`CarrySpecs`; read only for values that
-      another process sends).
-    host_batch: the step's global batch on the host.
+      another process holds).
+    host_batch: the step's global batch on the host (the same on every process).
     micro_rows: rows per micro-batch.
+    settle: applied to every value received (e.g. waiting for it to arrive).
   """
 
-  def __init__(self, rows: Sequence[NamedSharding], owners: Sequence[int],
-               specs: Sequence[PyTree], host_batch: Mapping[str, Any], micro_rows: int):
-    self.rows, self.owners, self.specs = tuple(rows), tuple(owners), tuple(specs)
-    self.host_batch, self.micro_rows = host_batch, micro_rows
-    self.process = jax.process_index()
+  def __init__(self, rows: Sequence[NamedSharding], specs: Sequence[PyTree],
+               host_batch: Mapping[str, Any], micro_rows: int,
+               settle: Callable[[PyTree], PyTree] = lambda value: value):
+    self.rows, self.specs = tuple(rows), tuple(specs)
+    self.host_batch, self.micro_rows, self.settle = host_batch, micro_rows, settle
     self.inputs: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → carry in, until backward
     self.cotangents: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → d carry out
     self._batches: dict[tuple[int, int], PyTree] = {}
 
-  def local(self, stage: int) -> bool:
-    """Whether this process owns ``stage``."""
-    return self.owners[stage] == self.process
-
   def batch(self, s: int, m: int, last_use: bool = False) -> PyTree:
-    """Micro-batch ``m``'s rows on stage ``s`` (placed once, dropped after ``last_use``)."""
+    """Micro-batch ``m``'s rows on stage ``s`` (placed once, dropped after ``last_use``);
+    called only by processes of stage ``s``."""
     if (s, m) not in self._batches:
       part = {k: v[m * self.micro_rows:(m + 1) * self.micro_rows]
               for k, v in self.host_batch.items()}
-      self._batches[s, m] = jax.device_put(part, self.rows[s])
+      sharding = self.rows[s]
+      if sharding.is_fully_addressable:
+        self._batches[s, m] = jax.device_put(part, sharding)
+      else:  # every process of the stage gives its own shards of the same host rows
+        self._batches[s, m] = {k: jax.make_array_from_callback(
+            v.shape, sharding, lambda index, v=v: np.asarray(v[index])) for k, v in part.items()}
     return self._batches.pop((s, m)) if last_use else self._batches[s, m]
 
   def carry(self, out: PyTree, s: int, m: int) -> None:
     """Stage ``s``'s output for micro-batch ``m`` becomes stage ``s + 1``'s input."""
-    received = self._move(out, s, s + 1, self.specs[s + 1])
+    received = move(out, self.specs[s + 1], self.rows[s], self.rows[s + 1])
     if received is not None:
-      self.inputs[s + 1, m] = received
+      self.inputs[s + 1, m] = self.settle(received)
 
   def cotangent(self, d_in: PyTree, s: int, m: int) -> None:
     """Stage ``s``'s input cotangent for micro-batch ``m`` goes back to stage ``s − 1``."""
-    received = self._move(d_in, s, s - 1, self.specs[s])
+    received = move(d_in, self.specs[s], self.rows[s], self.rows[s - 1])
     if received is not None:
-      self.cotangents[s - 1, m] = received
-
-  def _move(self, value: PyTree, src: int, dst: int, spec: PyTree) -> PyTree | None:
-    """``value`` (stage ``src``'s, read only when local) on ``dst``, or ``None`` if ``dst`` is
-    another process's. Every process calls this for every move, in the same order."""
-    if self.owners[src] == self.owners[dst]:  # within one process: only that one moves it
-      return jax.device_put(value, self.rows[dst]) if self.local(src) else None
-    if not self.local(src):  # the receiver or a bystander (module docstring)
-      source = self.rows[src]
-      value = jax.tree.map(
-          lambda a: jax.make_array_from_single_device_arrays(a.shape, source, [], dtype=a.dtype),
-          spec)
-    moved = jax.device_put(value, self.rows[dst])
-    return moved if self.local(dst) else None
+      self.cotangents[s - 1, m] = self.settle(received)

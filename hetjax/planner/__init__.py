@@ -11,6 +11,7 @@ from hetjax.planner._cost import feasible as feasible
 from hetjax.planner._hlo import CollectiveBytes as CollectiveBytes
 from hetjax.planner._hlo import collective_bytes as collective_bytes
 from hetjax.planner._layout import Layout as Layout
+from hetjax.planner._layout import group_factors as group_factors
 from hetjax.planner._layout import mesh_factors as mesh_factors
 from hetjax.planner._layout import tensor_degrees as tensor_degrees
 from hetjax.planner._measure import device_memory as device_memory
@@ -22,6 +23,8 @@ from hetjax.planner._profile_types import SubmodelProfile as SubmodelProfile
 from hetjax.planner._search import TIE_TOLERANCE as TIE_TOLERANCE
 from hetjax.planner._search import evaluate as evaluate
 from hetjax.planner._search import search as search
+from hetjax.planner._stages import plan_stages as plan_stages
+from hetjax.planner._stages import worker_devices as worker_devices
 
 __all__ = [
     'TIE_TOLERANCE',
@@ -41,9 +44,12 @@ __all__ = [
     'device_memory',
     'evaluate',
     'feasible',
+    'group_factors',
     'measure_cluster',
     'mesh_factors',
+    'plan_stages',
     'profile_submodels',
     'search',
     'tensor_degrees',
+    'worker_devices',
 ]

@@ -32,6 +32,22 @@ def mesh_factors(devices: int, workers: int = 1) -> tuple[int, ...]:
   return _primes(workers) + _primes(devices // workers)
 
 
+def group_factors(counts: tuple[int, ...]) -> tuple[int, ...]:
+  """The mesh factors of a device group whose workers hold ``counts`` devices each: workers'
+  factors first when the counts are equal (`mesh_factors`), else the prime factors of the total,
+  largest first (a worker's devices then need not line up with an axis; the small factors last
+  give the tensor degrees the most choice).
+
+  Example: ``group_factors((2, 2))`` is ``(2, 2)``; ``group_factors((2, 1, 1))`` is ``(2, 2)``;
+  ``group_factors((4, 2))`` is ``(3, 2)``.
+  """
+  if not counts or any(c < 1 for c in counts):
+    raise ConfigError(f'a device group needs workers with at least one device, got {counts}')
+  if len(set(counts)) == 1:
+    return mesh_factors(sum(counts), len(counts))
+  return tuple(sorted(_primes(sum(counts)), reverse=True))
+
+
 def _primes(n: int) -> tuple[int, ...]:
   out, p = [], 2
   while n > 1:

@@ -7,6 +7,11 @@ Hand-written format (``"*"`` is every sub-model not named)::
 
   {"name": "hybrid", "devices": 8,
    "submodels": {"*": {"data": 2, "tensor": 4}, "embedding": {"data": 1, "tensor": 8}}}
+
+A sub-model may run on a group of the workers (``"group": [0, 1]``, default all of them), and
+workers may hold different numbers of devices (``"worker_devices": [2, 1, 1]``, default equal):
+a plan whose sub-models use different groups trains as stages on those groups
+(`hetjax.planner.plan_stages`), an all-workers plan as one SPMD program.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from hetjax._errors import ConfigError
-from hetjax.planner._layout import Layout, axis_names, mesh_factors
+from hetjax.planner._layout import Layout, axis_names, group_factors
 from hetjax.sharding import LogicalRules, ShardingRules
 
 
@@ -57,6 +62,8 @@ class Plan:
     workers: processes the devices are spread over (mesh factors put workers first).
     submodels: in forward order.
     predicted_step_s: modelled seconds per step (None for a hand-written plan not yet costed).
+    worker_devices: each worker's device count when they differ; ``()``: ``devices / workers``
+      each.
   """
 
   name: str
@@ -64,10 +71,35 @@ class Plan:
   submodels: tuple[SubmodelPlan, ...]
   workers: int = 1
   predicted_step_s: float | None = None
+  worker_devices: tuple[int, ...] = ()
+
+  def __post_init__(self):
+    counts = self.counts  # checks them
+    if len(set(counts)) == 1:
+      object.__setattr__(self, 'worker_devices', ())
+
+  @property
+  def counts(self) -> tuple[int, ...]:
+    """Each worker's device count."""
+    return worker_counts(self.devices, self.workers, self.worker_devices)
 
   @property
   def factors(self) -> tuple[int, ...]:
-    return mesh_factors(self.devices, self.workers)
+    """The mesh factors of all the plan's devices (`group_factors`)."""
+    return group_factors(self.counts)
+
+  def members(self, submodel: SubmodelPlan) -> tuple[int, ...]:
+    """The workers running ``submodel`` (an empty group is all of them)."""
+    return submodel.group or tuple(range(self.workers))
+
+  def group_factors(self, submodel: SubmodelPlan) -> tuple[int, ...]:
+    """The mesh factors of ``submodel``'s device group."""
+    return group_factors(tuple(self.counts[w] for w in self.members(submodel)))
+
+  @property
+  def grouped(self) -> bool:
+    """Whether some sub-model runs on a subset of the workers (then it trains as stages)."""
+    return any(set(self.members(s)) != set(range(self.workers)) for s in self.submodels)
 
   def layout(self, submodel: str) -> Layout:
     for s in self.submodels:
@@ -78,9 +110,7 @@ class Plan:
 
   def group_devices(self, submodel: SubmodelPlan) -> int:
     """Devices of the workers running ``submodel`` (all, for an empty or full group)."""
-    if not submodel.group or len(submodel.group) == self.workers:
-      return self.devices
-    return self.devices // self.workers * len(submodel.group)
+    return sum(self.counts[w] for w in self.members(submodel))
 
   def mesh(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """The plan's mesh over ``devices`` (default: all devices, in process order)."""
@@ -91,18 +121,25 @@ class Plan:
     grid = np.array(devices, dtype=object).reshape(self.factors)
     return Mesh(grid, axis_names(self.factors), axis_types=(AxisType.Auto,) * grid.ndim)
 
-  def rules(self) -> ShardingRules:
-    """Scoped rules: each sub-model's layout inside its scope; the input batch over all axes."""
-    factors = self.factors
+  def rules(self, submodels: Sequence[SubmodelPlan] | None = None,
+            factors: tuple[int, ...] | None = None) -> ShardingRules:
+    """Scoped rules: each sub-model's layout inside its scope; the input batch over all axes.
+
+    Args:
+      submodels: the sub-models to give rules (default: all; a stage's, for its own mesh).
+      factors: the mesh the rules are for (default: the whole plan's).
+    """
+    factors = self.factors if factors is None else factors
+    parts = self.submodels if submodels is None else submodels
     every = axis_names(factors)
-    params = LogicalRules(scopes=tuple((s.name, s.layout.params_rules(factors))
-                                       for s in self.submodels))
+    params = LogicalRules(scopes=tuple((s.name, s.layout.params_rules(factors)) for s in parts))
     compute = LogicalRules((('batch', every),), scopes=tuple(
-        (s.name, s.layout.compute_rules(factors)) for s in self.submodels))
+        (s.name, s.layout.compute_rules(factors)) for s in parts))
     return ShardingRules(params=params, compute=compute)
 
   def to_json(self) -> dict:
     return {'name': self.name, 'devices': self.devices, 'workers': self.workers,
+            **({'worker_devices': list(self.worker_devices)} if self.worker_devices else {}),
             'predicted_step_s': self.predicted_step_s,
             'submodels': {s.name: {'data': self.group_devices(s) // s.layout.tensor,
                                    'tensor': s.layout.tensor, 'fsdp': s.layout.fsdp,
@@ -123,10 +160,11 @@ class Plan:
     try:
       devices, entries = int(data['devices']), dict(data['submodels'])
       workers = int(data.get('workers', 1))
+      counts = tuple(int(c) for c in data.get('worker_devices', ()))
     except (KeyError, TypeError, ValueError) as e:
       raise ConfigError(f'plan {name!r}: needs "devices" (an integer) and "submodels" (a '
                         f'mapping); {type(e).__name__}: {e}') from None
-    factors = mesh_factors(devices, workers)
+    counts = worker_counts(devices, workers, counts, name)
     default = entries.pop('*', None)
     order = list(submodels) if submodels is not None else list(entries)
     unknown = sorted(set(entries) - set(order))
@@ -138,9 +176,10 @@ class Plan:
       entry = entries.get(sub, default)
       if entry is None:
         raise ConfigError(f'plan {name!r}: sub-model {sub!r} has no layout (and no "*")')
-      parts.append(_submodel(name, sub, entry, devices, workers, factors))
+      parts.append(_submodel(name, sub, entry, counts))
     step = data.get('predicted_step_s')
-    return cls(name, devices, tuple(parts), workers, None if step is None else float(step))
+    return cls(name, devices, tuple(parts), workers, None if step is None else float(step),
+               counts)
 
   @classmethod
   def load(cls, path: str | os.PathLike, submodels: Sequence[str] | None = None) -> Plan:
@@ -155,8 +194,31 @@ class Plan:
     pathlib.Path(path).write_text(json.dumps(self.to_json(), indent=2) + '\n')
 
 
-def _submodel(plan: str, sub: str, entry: Mapping, devices: int, workers: int,
-              factors: tuple[int, ...]) -> SubmodelPlan:
+def worker_counts(devices: int, workers: int, counts: Sequence[int] = (),
+                  plan: str = 'plan') -> tuple[int, ...]:
+  """Each worker's device count: ``counts`` checked, or ``devices / workers`` each.
+
+  Raises:
+    ConfigError: counts that are not positive, not one per worker or not summing to
+      ``devices``; equal counts that do not divide ``devices``.
+  """
+  if workers < 1 or devices < 1:
+    raise ConfigError(f'plan {plan!r}: needs at least one worker and device, got {workers} '
+                      f'workers and {devices} devices')
+  if not counts:
+    if devices % workers:
+      raise ConfigError(f'plan {plan!r}: {devices} devices cannot be split evenly over '
+                        f'{workers} workers (give "worker_devices")')
+    return (devices // workers,) * workers
+  counts = tuple(counts)
+  if len(counts) != workers or any(c < 1 for c in counts) or sum(counts) != devices:
+    raise ConfigError(f'plan {plan!r}: worker_devices {list(counts)} must be {workers} '
+                      f'positive counts summing to {devices} devices')
+  return counts
+
+
+def _submodel(plan: str, sub: str, entry: Mapping, counts: tuple[int, ...]) -> SubmodelPlan:
+  workers, devices = len(counts), sum(counts)
   try:
     group = tuple(int(w) for w in entry.get('group', ()))
     tensor = int(entry.get('tensor', 1))
@@ -166,7 +228,8 @@ def _submodel(plan: str, sub: str, entry: Mapping, devices: int, workers: int,
   if any(not 0 <= w < workers for w in group) or len(set(group)) != len(group):
     raise ConfigError(f'plan {plan!r}: sub-model {sub!r} has group {list(group)}, not distinct '
                       f'workers among {workers}')
-  on = devices if not group or len(group) == workers else devices // workers * len(group)
+  group = tuple(sorted(group))
+  on = sum(counts[w] for w in group) if group else devices
   try:
     data = int(entry.get('data', on // max(tensor, 1)))
   except (TypeError, ValueError):
@@ -177,7 +240,7 @@ def _submodel(plan: str, sub: str, entry: Mapping, devices: int, workers: int,
                       f'{data * tensor}, not the {on} devices' + (
                           f' of its group {list(group)}' if on != devices else ''))
   layout = Layout(tensor, bool(entry.get('fsdp', False)))
-  if on == devices:
-    layout.split_axes(factors)  # a degree the mesh cannot form fails here, with the reason
+  # a degree the group's mesh cannot form fails here, with the reason
+  layout.split_axes(group_factors(tuple(counts[w] for w in (group or range(workers)))))
   return SubmodelPlan(sub, layout, group, float(entry.get('predicted_s', 0.0)),
                       float(entry.get('comm_bytes', 0.0)), float(entry.get('memory_bytes', 0.0)))

@@ -90,25 +90,40 @@ def find_free_ports(n: int, port_range: tuple[int, int] | None = None) -> list[i
     return ports
 
 
-def _check(command: Sequence[str], workers: int, devices_per_worker: int, slowdown: str | None,
+def device_counts(workers: int, devices: int | Sequence[int]) -> tuple[int, ...]:
+  """Each worker's device count: ``devices`` for every worker, or one count per worker.
+
+  Raises:
+    ConfigError: a count below 1, or a list whose length is not the worker count.
+  """
+  if isinstance(devices, int):
+    if devices < 1:
+      raise ConfigError(f'devices per worker must be at least 1, got {devices}')
+    return (devices,) * workers
+  counts = tuple(devices)
+  if len(counts) != workers:
+    raise ConfigError(f'{len(counts)} device counts {list(counts)} for {workers} workers: give '
+                      'one per worker')
+  if any(not isinstance(c, int) or c < 1 for c in counts):
+    raise ConfigError(f'every worker needs at least 1 device, got {list(counts)}')
+  return counts
+
+
+def _check(command: Sequence[str], workers: int, counts: tuple[int, ...], slowdown: str | None,
            timeout: float | None, init_timeout: float | None, env: Mapping[str, str]) -> None:
   if not command:
     raise ConfigError('no command given; put it after --, e.g. -- python train.py')
-  if not 1 <= workers <= MAX_WORKERS:
-    raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
-  if devices_per_worker < 1:
-    raise ConfigError(f'devices per worker must be at least 1, got {devices_per_worker}')
   for name, seconds in (('timeout', timeout), ('init timeout', init_timeout)):
     if seconds is not None and not seconds > 0:
       raise ConfigError(f'{name} must be a positive number of seconds, got {seconds}')
   if slowdown is not None and not slowdown.strip():
     raise ConfigError('slowdown spec is empty')
-  gpus, need = env.get('CUDA_VISIBLE_DEVICES', ''), workers * devices_per_worker
+  gpus, need = env.get('CUDA_VISIBLE_DEVICES', ''), sum(counts)
   # CUDA stops at the first invalid id ('-1'); an empty list hides all GPUs: a CPU job.
   visible = list(itertools.takewhile(lambda d: d and not d.startswith('-'),
                                      (d.strip() for d in gpus.split(','))))
   if visible and len(visible) < need:
-    raise ConfigError(f'{workers} workers x {devices_per_worker} devices need {need} GPUs but '
+    raise ConfigError(f'{workers} workers with {list(counts)} devices need {need} GPUs but '
                       f'CUDA_VISIBLE_DEVICES={gpus!r} lists {len(visible)}')
 
 
@@ -181,7 +196,7 @@ class _Workers:
       reader.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def launch_local(command: Sequence[str], workers: int, devices_per_worker: int = 1,
+def launch_local(command: Sequence[str], workers: int, devices_per_worker: int | Sequence[int] = 1,
                  slowdown: str | None = None, timeout: float | None = None,
                  init_timeout: float | None = None, port_range: tuple[int, int] | None = None,
                  env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
@@ -205,7 +220,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
   Args:
     command: the program and its arguments, run unchanged by every worker.
     workers: how many processes (1..1024).
-    devices_per_worker: virtual CPU devices per process (``JAX_NUM_CPU_DEVICES``).
+    devices_per_worker: virtual CPU devices per process (``JAX_NUM_CPU_DEVICES``), the same
+      for every worker or one count per worker (a job of unequal workers, e.g. ``(2, 1, 1)``).
     slowdown: passed on as ``HETJAX_SLOWDOWN``; must not be empty.
     timeout: seconds before the whole job is stopped (returncode 124); None: no limit.
     init_timeout: passed on as ``HETJAX_INIT_TIMEOUT``.
@@ -223,12 +239,15 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
     ConfigError: bad arguments, too few free ports or GPUs, or a command that cannot start.
   """
   base = dict(os.environ if env is None else env)
-  _check(command, workers, devices_per_worker, slowdown, timeout, init_timeout, base)
+  if not 1 <= workers <= MAX_WORKERS:
+    raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
+  counts = device_counts(workers, devices_per_worker)
+  _check(command, workers, counts, slowdown, timeout, init_timeout, base)
   if slowdown is not None and validate_slowdown is not None:
     validate_slowdown(slowdown)
   coordinator, *transfer = find_free_ports(workers + 1, port_range)
   base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}', 'HETJAX_NUM_WORKERS': str(workers),
-           'JAX_NUM_CPU_DEVICES': str(devices_per_worker), 'PYTHONUNBUFFERED': '1',
+           'PYTHONUNBUFFERED': '1',
            'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo', 'HETJAX_LAUNCHER_PID': str(os.getpid())}
   optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
@@ -241,7 +260,7 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int =
   job = _Workers(sys.stdout if stdout is None else stdout)
   try:
     for i, port in enumerate(transfer):
-      job.start(command, base | {'HETJAX_WORKER_ID': str(i),
+      job.start(command, base | {'HETJAX_WORKER_ID': str(i), 'JAX_NUM_CPU_DEVICES': str(counts[i]),
                                  'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'}, cpus[i])
     return _supervise(job, timeout, received)
   finally:
