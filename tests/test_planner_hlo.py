@@ -35,10 +35,14 @@ def _compiled(fn, mesh: Mesh, in_specs, out_specs, *arrays):
   return jax.jit(mapped).lower(*args).compile()
 
 
-def _only(counted: CollectiveBytes, kind: str, nbytes: float, count: int = 1) -> None:
+def _only(counted: CollectiveBytes, kind: str, nbytes: float, count: int = 1,
+          steps: int = 0) -> None:
+  """Only ``count`` ops of ``kind``, moving ``nbytes`` in ``steps`` ring steps in all."""
   assert getattr(counted, kind) == nbytes
   assert counted.total == nbytes
   assert counted.counts == {k: count if k == kind else 0 for k in KINDS}
+  assert counted.steps == {k: steps if k == kind else 0 for k in KINDS}
+  assert counted.total_steps == steps
   assert not counted.unknown_trip_counts
 
 
@@ -48,39 +52,39 @@ X = jax.ShapeDtypeStruct((128, 32), jnp.float32)
 def test_psum_is_an_all_reduce_over_eight():
   mesh = _mesh((8,), ('d',))
   counted = collective_bytes(_compiled(lambda a: lax.psum(a, 'd'), mesh, P('d'), P(), X))
-  _only(counted, 'all_reduce', 2 * 7 / 8 * BLOCK)  # 3584
+  _only(counted, 'all_reduce', 2 * 7 / 8 * BLOCK, steps=14)  # 3584, 2·7 steps
 
 
 def test_all_gather_charges_its_output():
   mesh = _mesh((8,), ('d',))
   compiled = _compiled(lambda a: lax.all_gather(a, 'd', tiled=True), mesh, P('d'), P(), X)
-  _only(collective_bytes(compiled), 'all_gather', 7 / 8 * GLOBAL)  # 14336
+  _only(collective_bytes(compiled), 'all_gather', 7 / 8 * GLOBAL, steps=7)  # 14336
 
 
 def test_psum_scatter_charges_its_input():
   mesh = _mesh((8,), ('d',))
   compiled = _compiled(lambda a: lax.psum_scatter(a, 'd', tiled=True), mesh, P(), P('d'), X)
-  _only(collective_bytes(compiled), 'reduce_scatter', 7 / 8 * GLOBAL)  # input f32[128, 32]
+  _only(collective_bytes(compiled), 'reduce_scatter', 7 / 8 * GLOBAL, steps=7)  # input f32[128, 32]
 
 
 def test_all_to_all_tuple_form_sums_its_slices():
   mesh = _mesh((8,), ('d',))
   compiled = _compiled(lambda a: lax.all_to_all(a, 'd', 0, 0, tiled=True), mesh, P('d'), P('d'), X)
   assert 'all-to-all' in compiled.as_text()
-  _only(collective_bytes(compiled), 'all_to_all', 7 / 8 * BLOCK)  # 8 × f32[2, 32] = 1792
+  _only(collective_bytes(compiled), 'all_to_all', 7 / 8 * BLOCK, steps=7)  # 8 × f32[2, 32]
 
 
 def test_ppermute_sends_its_block_once():
   mesh = _mesh((8,), ('d',))
   ring = [(i, (i + 1) % 8) for i in range(8)]
   compiled = _compiled(lambda a: lax.ppermute(a, 'd', ring), mesh, P('d'), P('d'), X)
-  _only(collective_bytes(compiled), 'collective_permute', BLOCK)
+  _only(collective_bytes(compiled), 'collective_permute', BLOCK, steps=1)
 
 
 def test_psum_over_a_four_device_sub_axis():
   mesh = _mesh((2, 4), ('a', 'b'))
   compiled = _compiled(lambda a: lax.psum(a, 'b'), mesh, P(('a', 'b')), P('a'), X)
-  _only(collective_bytes(compiled), 'all_reduce', 2 * 3 / 4 * BLOCK)  # 3072
+  _only(collective_bytes(compiled), 'all_reduce', 2 * 3 / 4 * BLOCK, steps=6)  # 3072
 
 
 def test_psum_in_fori_loop_counts_every_iteration():
@@ -88,7 +92,7 @@ def test_psum_in_fori_loop_counts_every_iteration():
   body = lambda i, c: lax.psum(c, 'd') * 0.5  # noqa: E731
   compiled = _compiled(lambda a: lax.fori_loop(0, 5, body, a), mesh, P('d'), P('d'), X)
   assert '"known_trip_count":{"n":"5"}' in compiled.as_text()
-  _only(collective_bytes(compiled), 'all_reduce', 5 * 2 * 7 / 8 * BLOCK, count=5)
+  _only(collective_bytes(compiled), 'all_reduce', 5 * 2 * 7 / 8 * BLOCK, count=5, steps=70)
 
 
 def test_nested_loops_multiply():
@@ -96,7 +100,8 @@ def test_nested_loops_multiply():
   inner = lambda j, d: lax.psum(d, 'd') * 0.5  # noqa: E731
   outer = lambda i, c: lax.fori_loop(0, 4, inner, c)  # noqa: E731
   compiled = _compiled(lambda a: lax.fori_loop(0, 3, outer, a), mesh, P('d'), P('d'), X)
-  _only(collective_bytes(compiled), 'all_reduce', 12 * 2 * 7 / 8 * BLOCK, count=12)
+  _only(collective_bytes(compiled), 'all_reduce', 12 * 2 * 7 / 8 * BLOCK, count=12,
+        steps=168)
 
 
 def test_psum_of_two_arrays_is_combined_into_one_tuple_all_reduce():
@@ -105,7 +110,7 @@ def test_psum_of_two_arrays_is_combined_into_one_tuple_all_reduce():
   compiled = _compiled(lambda a, b: lax.psum((a, b), 'd'), mesh, (P('d'), P('d')), (P(), P()),
                        X, small)
   # CPU XLA converts the bf16[4] block to f32 and all-reduces (f32[16,32], f32[4]) at once.
-  _only(collective_bytes(compiled), 'all_reduce', 2 * 7 / 8 * (BLOCK + 4 * 4))
+  _only(collective_bytes(compiled), 'all_reduce', 2 * 7 / 8 * (BLOCK + 4 * 4), steps=14)
 
 
 def test_data_dependent_loop_is_counted_once_and_flagged():
@@ -127,6 +132,17 @@ def test_gspmd_reductions_over_mesh_axes():
   counted = collective_bytes(step.lower(x, w).compile())
   assert counted.all_reduce == 2 * 3 / 4 * (32 * 32 * 4) + 2 * 1 / 2 * (32 * 4)
   assert counted.counts['all_reduce'] == 2
+  assert counted.steps['all_reduce'] == 2 * 3 + 2 * 1
+
+
+@pytest.mark.parametrize('k', [1, 3, 5])
+def test_k_all_gathers_are_k_ops_of_seven_steps(k):
+  """A program with k all-gathers of k different arrays over 8 devices: k ops (XLA:CPU neither
+  combines nor merges them), 7 ring steps and 7/8 of the output each."""
+  mesh = _mesh((8,), ('d',))
+  gather = lambda *arrays: tuple(lax.all_gather(a, 'd', tiled=True) for a in arrays)  # noqa: E731
+  compiled = _compiled(gather, mesh, (P('d'),) * k, (P(),) * k, *[X] * k)
+  _only(collective_bytes(compiled), 'all_gather', k * 7 / 8 * GLOBAL, count=k, steps=7 * k)
 
 
 def test_data_parallel_gradient_all_reduces_every_parameter_once():
@@ -230,6 +246,8 @@ def test_async_pairs_count_once():
   assert counted.reduce_scatter == 7 / 8 * GLOBAL
   assert counted.counts == {'all_reduce': 1, 'all_gather': 1, 'reduce_scatter': 1,
                             'all_to_all': 0, 'collective_permute': 1}
+  assert counted.steps == {'all_reduce': 14, 'all_gather': 7, 'reduce_scatter': 7,
+                           'all_to_all': 0, 'collective_permute': 1}
 
 
 def test_self_permute_and_single_device_groups_move_nothing():
@@ -238,6 +256,7 @@ def test_self_permute_and_single_device_groups_move_nothing():
   counted = collective_bytes(hlo)
   assert counted.total == 0
   assert counted.counts['collective_permute'] == counted.counts['all_gather'] == 1
+  assert counted.total_steps == 0  # ops that move nothing wait for no message
 
 
 _LOOP = """%body (t: (s32[], f32[16,32])) -> (s32[], f32[16,32]) {
@@ -260,6 +279,7 @@ def test_known_and_unknown_trip_counts():
       _WHILE.format(', backend_config={"known_trip_count":{"n":"7"}}'), extra=_LOOP))
   assert known.all_reduce == 7 * 2 * 7 / 8 * BLOCK
   assert known.counts['all_reduce'] == 7
+  assert known.steps['all_reduce'] == 7 * 2 * 7
   assert not known.unknown_trip_counts
   unknown = collective_bytes(_module(_WHILE.format(''), extra=_LOOP))
   assert unknown.all_reduce == 2 * 7 / 8 * BLOCK
@@ -286,7 +306,9 @@ def test_conditional_charges_its_busiest_branch_and_json():
       'all_reduce': 3072.0, 'all_gather': 0.0, 'reduce_scatter': 0.0, 'all_to_all': 0.0,
       'collective_permute': 0.0, 'total': 3072.0, 'unknown_trip_counts': False,
       'counts': {'all_reduce': 1, 'all_gather': 0, 'reduce_scatter': 0, 'all_to_all': 0,
-                 'collective_permute': 0}}
+                 'collective_permute': 0},
+      'steps': {'all_reduce': 6, 'all_gather': 0, 'reduce_scatter': 0, 'all_to_all': 0,
+                'collective_permute': 0}}
 
 
 def test_unreadable_text_is_an_error():

@@ -11,6 +11,12 @@ collective with the bandwidth-optimal (ring) factor, for ``S`` bytes and a group
 * collective-permute of ``S``: ``S`` once per op if some pair sends to another device (a device
   is the source of at most one pair; pairs ``{i,i}`` move nothing).
 
+Latency: each op also counts its ring *steps*, the messages a device sends one after another
+(what a per-message latency α multiplies): an all-reduce over ``n`` devices ``2(n−1)``, an
+all-gather, reduce-scatter or all-to-all ``n−1``, a collective-permute that moves data 1, an op
+over one device 0. Priced with the cluster's α and β, one execution's collectives take
+``steps · α + total / β``, the ring formulas' time for the ops XLA actually emits.
+
 ``S`` comes from the result shape (element count × element size: ``bf16`` 2 bytes, ``pred`` 1,
 ``s4`` ½ …); a tuple result, such as the combined all-reduce ``(f32[10], f32[20])`` XLA makes of
 several operands, sums its elements. A group of one device moves nothing.
@@ -71,6 +77,7 @@ class CollectiveBytes:
   Attributes:
     all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute: bytes per device.
     counts: ops of each kind executed per step (loop bodies times their trip counts).
+    steps: ring steps of each kind per step (module docstring): the α terms.
     unknown_trip_counts: some loop holding a collective has no known trip count; its body was
       counted once, so the totals are a lower bound.
   """
@@ -82,14 +89,20 @@ class CollectiveBytes:
   collective_permute: float = 0.0
   counts: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(KINDS, 0))
   unknown_trip_counts: bool = False
+  steps: Mapping[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(KINDS, 0))
 
   @property
   def total(self) -> float:
     return sum(getattr(self, kind) for kind in KINDS)
 
+  @property
+  def total_steps(self) -> int:
+    return sum(self.steps.values())
+
   def to_json(self) -> dict:
     return {**{kind: getattr(self, kind) for kind in KINDS}, 'total': self.total,
-            'counts': dict(self.counts), 'unknown_trip_counts': self.unknown_trip_counts}
+            'counts': dict(self.counts), 'steps': dict(self.steps),
+            'unknown_trip_counts': self.unknown_trip_counts}
 
 
 def collective_bytes(compiled_or_hlo_text: jax.stages.Compiled | str) -> CollectiveBytes:
@@ -100,7 +113,7 @@ def collective_bytes(compiled_or_hlo_text: jax.stages.Compiled | str) -> Collect
       HLO module.
 
   Returns:
-    Bytes per kind, op counts, and whether a loop's trip count was unknown.
+    Bytes per kind, op counts, ring steps, and whether a loop's trip count was unknown.
 
   Raises:
     ValueError: if the text defines no computation, or a shape or call cannot be read.
@@ -110,7 +123,8 @@ def collective_bytes(compiled_or_hlo_text: jax.stages.Compiled | str) -> Collect
     hlo = hlo.as_text()
   module = _Module.parse(hlo)
   tally = _Counter(module).computation(module.entry)
-  return CollectiveBytes(**tally.bytes, counts=tally.counts, unknown_trip_counts=tally.unknown)
+  return CollectiveBytes(**tally.bytes, counts=tally.counts, unknown_trip_counts=tally.unknown,
+                         steps=tally.steps)
 
 
 # --- Reading HLO text. -------------------------------------------------------------------------
@@ -269,18 +283,20 @@ class _Module:
 class _Tally:
   bytes: dict[str, float]
   counts: dict[str, int]
+  steps: dict[str, int]
   unknown: bool = False
 
   @staticmethod
-  def of(kind: str | None = None, nbytes: float = 0.0) -> _Tally:
-    tally = _Tally(dict.fromkeys(KINDS, 0.0), dict.fromkeys(KINDS, 0))
+  def of(kind: str | None = None, nbytes: float = 0.0, steps: int = 0) -> _Tally:
+    tally = _Tally(dict.fromkeys(KINDS, 0.0), dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0))
     if kind is not None:
-      tally.bytes[kind], tally.counts[kind] = nbytes, 1
+      tally.bytes[kind], tally.counts[kind], tally.steps[kind] = nbytes, 1, steps
     return tally
 
   def plus(self, other: _Tally, times: int = 1) -> _Tally:
     return _Tally({k: v + times * other.bytes[k] for k, v in self.bytes.items()},
                   {k: v + times * other.counts[k] for k, v in self.counts.items()},
+                  {k: v + times * other.steps[k] for k, v in self.steps.items()},
                   self.unknown or other.unknown)
 
   def flagged(self) -> _Tally:
@@ -313,7 +329,7 @@ class _Counter:
 
   def _instruction(self, op: _Instruction) -> _Tally:
     if op.opcode in _OPS:
-      return _Tally.of(_OPS[op.opcode], self._bytes(op, _OPS[op.opcode]))
+      return _Tally.of(_OPS[op.opcode], *self._charge(op, _OPS[op.opcode]))
     if op.opcode == 'while':
       body = self.computation(op.called('body')[0])
       condition = self.computation(op.called('condition')[0])
@@ -338,7 +354,8 @@ class _Counter:
       tally = tally.plus(self.computation(name))
     return tally
 
-  def _bytes(self, op: _Instruction, kind: str) -> float:
+  def _charge(self, op: _Instruction, kind: str) -> tuple[float, int]:
+    """(bytes a device sends, ring steps) of one collective op."""
     shape = op.shape
     if op.opcode == 'all-gather-start' and isinstance(shape, list):
       shape = shape[-1]
@@ -346,15 +363,16 @@ class _Counter:
       shape = shape[1]
     size = _shape_bytes(shape)
     if kind == 'collective_permute':
-      return float(size) if any(a != b for a, b in op.source_target_pairs()) else 0.0
+      moves = any(a != b for a, b in op.source_target_pairs())
+      return (float(size), 1) if moves else (0.0, 0)
     n = self._group_size(op, kind)
     if n <= 1:
-      return 0.0
+      return 0.0, 0
     if kind == 'all_reduce':
-      return 2 * (n - 1) / n * size
+      return 2 * (n - 1) / n * size, 2 * (n - 1)
     if kind == 'reduce_scatter':
-      return float((n - 1) * size)  # (n−1)/n of the input, which is n times the output
-    return (n - 1) / n * size
+      return float((n - 1) * size), n - 1  # (n−1)/n of the input, which is n times the output
+    return (n - 1) / n * size, n - 1
 
   def _group_size(self, op: _Instruction, kind: str) -> int:
     replicas, partitions = self.module.replica_count, self.module.num_partitions
