@@ -3,6 +3,8 @@
   python experiments/plan.py --config=wide_deep                       # this machine, measured
   python experiments/plan.py --config=transformer --cluster=cluster.json --json=plan.json
   python experiments/plan.py --config=wide_deep --plan=experiments/plans/hybrid.json  # cost one
+  python experiments/plan.py --config=wide_deep --worker_devices=2,2,2,2 \
+      --slowdown=static:1,1,3,3                    # this machine as 4 workers, two 3x slow
 
 The cluster is this job's devices, measured (`hetjax.planner.measure_cluster`; on a CPU-only
 machine ``--jax_num_cpu_devices`` devices, 8 by default), or a JSON file of workers with their
@@ -11,6 +13,13 @@ device count, per-device speed (FLOP/s) and memory (bytes) plus α and β::
   {"workers": [{"devices": 4, "speed": 2e12, "memory": 16e9},
                {"devices": 4, "speed": 1e12, "memory": 16e9}],
    "alpha_s": 2e-5, "beta_gbit_s": 10}
+
+``--worker_devices`` splits the measured devices into workers (a one-process measurement
+standing for a job of several), ``--slowdown`` (a static trace, one factor per worker, as
+`python -m hetjax.launch --slowdown` emulates) divides each worker's speed by its factor: the
+cluster the planner sees is then the emulated one. Each sub-model may run on all workers or on
+the k fastest (k dividing the worker count), and the plan printed says, per sub-model, what
+every other group would have cost (`hetjax.planner.explain`).
 
 Sub-model costs come from XLA's analyses of each sub-model compiled alone. Bad input (unknown
 config, malformed cluster file, a plan naming a missing sub-model or whose degrees do not
@@ -30,6 +39,7 @@ from absl import flags
 import models
 from experiments import _cli, configs
 from hetjax import ConfigError, planner
+from hetjax.emulation import StaticTrace, parse_trace
 from hetjax.sharding import submodel_names
 
 PLANS = pathlib.Path(__file__).with_name('plans')
@@ -44,6 +54,12 @@ _TIE = flags.DEFINE_float('tie_tolerance', planner.TIE_TOLERANCE,
                           'plans predicted within this fraction of the fastest are ties: the one '
                           'moving the fewest bytes wins (0: the fastest plan)')
 _JSON = flags.DEFINE_string('json', None, 'write the plan here')
+_WORKER_DEVICES = flags.DEFINE_list('worker_devices', None,
+                                    'split the measured devices into workers of these counts')
+_SLOWDOWN = flags.DEFINE_string('slowdown', None,
+                                'static:F0,F1,…: worker i\'s devices are Fi times slower')
+_MICRO = flags.DEFINE_integer('micro_batches', 1, 'micro-batches per step when the plan trains '
+                              'as stages (a group must split their rows evenly)')
 
 
 def _table(plan: planner.Plan, profiles, batch: int) -> str:
@@ -54,7 +70,7 @@ def _table(plan: planner.Plan, profiles, batch: int) -> str:
   for s in plan.submodels:
     p = by_name[s.name]
     group = 'all' if not s.group or len(s.group) == plan.workers else ','.join(map(str, s.group))
-    devices = plan.devices if not s.group else plan.devices * len(s.group) // plan.workers
+    devices = plan.group_devices(s)
     lines.append(
         f'{s.name:<12}{p.params:>11,}{p.flops_per_example * batch / 1e9:>11.3f}  '
         f'{s.layout.name(devices):<14}{f"{devices // s.layout.tensor}×{s.layout.tensor}":>7}'
@@ -62,6 +78,24 @@ def _table(plan: planner.Plan, profiles, batch: int) -> str:
         f'{s.memory_bytes / 1e6:>9.1f}')
   lines.append(f'predicted step: {1e3 * plan.predicted_step_s:.3f} ms ({plan.name})')
   return '\n'.join(lines)
+
+
+def _emulated(cluster: planner.ClusterSpec) -> planner.ClusterSpec:
+  """``cluster`` split into ``--worker_devices`` workers and slowed by ``--slowdown``."""
+  if _WORKER_DEVICES.value:
+    try:
+      counts = [int(c) for c in _WORKER_DEVICES.value]
+    except ValueError:
+      raise ConfigError(f'--worker_devices {",".join(_WORKER_DEVICES.value)} is not integers, '
+                        'e.g. 2,2,2,2') from None
+    cluster = cluster.regroup(counts)
+  if _SLOWDOWN.value:
+    trace = parse_trace(_SLOWDOWN.value, len(cluster.workers))
+    if not isinstance(trace, StaticTrace):
+      raise ConfigError(f'--slowdown {_SLOWDOWN.value!r}: the planner takes a static trace '
+                        '(static:F0,F1,…), one factor per worker')
+    cluster = cluster.with_slowdowns([trace.factor(w, 0) for w in range(len(cluster.workers))])
+  return cluster
 
 
 def run() -> planner.Plan:
@@ -74,6 +108,7 @@ def run() -> planner.Plan:
     raise ConfigError(f'--batch {batch} must be positive')
   cluster = (planner.ClusterSpec.load(_CLUSTER.value) if _CLUSTER.value
              else planner.measure_cluster())
+  cluster = _emulated(cluster)
   names = submodel_names(task.make_model)
   if not names:
     raise ConfigError(f'model {config.model!r} does not name its sub-models (no submodels())')
@@ -83,11 +118,15 @@ def run() -> planner.Plan:
     plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch)
   else:
     plan = planner.search(profiles, cluster, batch, memory_cap=cap,
-                          tie_tolerance=_TIE.value)
+                          tie_tolerance=_TIE.value, micro_batches=_MICRO.value)
   print(f'{config.model} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
   print(_table(plan, profiles, batch))
+  if len(cluster.workers) > 1:
+    print('why each sub-model went where it did (the rest of the plan as it is):')
+    for line in planner.explain(plan, profiles, cluster, batch, memory_cap=cap):
+      print(f'  {line}')
   if not _PLAN.value:
     for path in sorted(PLANS.glob('*.json')):
       try:

@@ -24,8 +24,6 @@ from hetjax.pipeline._chain import HasChain as HasChain
 from hetjax.pipeline._chain import Link as Link
 from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
-from hetjax.pipeline._executor import StagePrograms as StagePrograms
-from hetjax.pipeline._executor import dispatch_order as dispatch_order
 from hetjax.pipeline._groups import GroupRules as GroupRules
 from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
 from hetjax.pipeline._groups import SyncGroup as SyncGroup
@@ -55,6 +53,13 @@ from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import time_schedule as time_schedule
 from hetjax.pipeline._split import profile_split as profile_split
 from hetjax.pipeline._split import split_stages as split_stages
+from hetjax.pipeline._stage_checkpoint import StageCheckpointer as StageCheckpointer
+from hetjax.pipeline._stage_pace import ActionPace as ActionPace
+from hetjax.pipeline._stage_pace import ActionTimes as ActionTimes
+from hetjax.pipeline._stage_pace import StagePace as StagePace
+from hetjax.pipeline._stage_pace import calibrated_costs as calibrated_costs
+from hetjax.pipeline._stage_programs import StagePrograms as StagePrograms
+from hetjax.pipeline._stage_programs import dispatch_order as dispatch_order
 from hetjax.pipeline._stages import StageLayout as StageLayout
 from hetjax.pipeline._stages import equal_stages as equal_stages
 from hetjax.pipeline._sync_service import ServiceReport as ServiceReport
@@ -70,6 +75,8 @@ from hetjax.pipeline._virtual_sdpipe import simulate_sync as simulate_sync
 
 __all__ = [
     'Action',
+    'ActionPace',
+    'ActionTimes',
     'AllReducePolicy',
     'Arrive',
     'GroupAverager',
@@ -92,7 +99,9 @@ __all__ = [
     'ServiceReport',
     'ServiceThread',
     'SimResult',
+    'StageCheckpointer',
     'StageLayout',
+    'StagePace',
     'StagePrograms',
     'SyncClient',
     'SyncGroup',
@@ -102,6 +111,7 @@ __all__ = [
     'SyncService',
     'SyncValuePolicy',
     'Tick',
+    'calibrated_costs',
     'consensus_distance',
     'dispatch_order',
     'equal_stages',

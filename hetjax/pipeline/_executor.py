@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -60,17 +60,17 @@ from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.pipeline._chain import Path, assemble, check_chain
 from hetjax.pipeline._schedule import (
-    BACKWARD,
     FORWARD,
     Action,
     Schedule,
-    finish_times,
     positive_int,
 )
 from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
+from hetjax.pipeline._stage_pace import ActionPace
+from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order
 from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
-from hetjax.sharding import abstract_model, activation_rules, param_shardings, scope
+from hetjax.sharding import abstract_model, param_shardings
 from hetjax.train import Task
 
 PyTree = Any
@@ -93,31 +93,7 @@ class PipelineState:
   opt_state: tuple[PyTree, ...]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class StagePrograms:
-  """The jitted programs of one stage (see the module docstring)."""
-
-  forward: Callable[..., PyTree]
-  backward: Callable[..., tuple]
-  zeros: Callable[[], PyTree]
-  update: Callable[..., tuple[PyTree, PyTree]]
-
-
-def dispatch_order(schedule: Schedule) -> tuple[Action, ...]:
-  """Every action of ``schedule`` by simulated start time (forward 1, backward 2 time units),
-  ties by stage: an order in which each action comes after all it `Action.needs`.
-
-  Raises:
-    ConfigError: if the schedule is invalid or deadlocks.
-  """
-  schedule.validate()
-  cost = {FORWARD: 1.0, BACKWARD: 2.0}
-  finish = finish_times(schedule, (cost[FORWARD],) * schedule.stages,
-                         (cost[BACKWARD],) * schedule.stages)
-  return tuple(sorted(finish, key=lambda a: (finish[a] - cost[a.kind], a.stage)))
-
-
-class PipelineTrainer:
+class PipelineTrainer(StageProgramsMixin):
   """Trains ``task``'s model as a pipeline of stages on device groups.
 
   The groups may span processes (module docstring); ``programs`` has ``local_stages`` only.
@@ -206,6 +182,9 @@ class PipelineTrainer:
     self._lockstep = any(len(p) > 1 for p in self.processes)
     self._specs = CarrySpecs(self._apply, self._abstract, self.micro_rows) if crosses else None
     self.programs = {s: self._compile(s) for s in self.local_stages}
+    #: Called after each of this process's actions when a stage spans processes
+    #: (`ActionPace`: hosts of known speed, `hetjax.pipeline._stage_pace`); None: no padding.
+    self.pace: ActionPace | None = None
 
   @property
   def stages(self) -> int:
@@ -231,72 +210,6 @@ class PipelineTrainer:
         transform_non_params=lambda _: self._replicated[s],
         is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
     return params, opt
-
-  # -- programs ---------------------------------------------------------------------------------
-
-  def _apply(self, s: int, params: PyTree, carry: PyTree, batch: Batch) -> PyTree:
-    """Stage ``s``'s links on ``carry`` (traced inside the stage's programs)."""
-    with activation_rules(self.meshes[s], self.layouts[s].rules.compute):
-      for name in self.stage_links[s]:
-        module = nnx.merge(self.graphdefs[name], params[name])
-        with scope(name):
-          carry = self.links[name].apply(module, carry, batch)
-    return carry
-
-  def _backward(self, s: int, params, grads, carry, batch, d_out):
-    """``(grads + d_params, d_carry_in)``; stage 0 has no carry to differentiate."""
-    if s == 0:
-      _, vjp = jax.vjp(lambda p: self._apply(s, p, None, batch), params)
-      (d_params,), d_in = vjp(d_out), None
-    else:
-      _, vjp = jax.vjp(lambda p, c: self._apply(s, p, c, batch), params, carry)
-      d_params, d_in = vjp(d_out)
-    return jax.tree.map(jnp.add, grads, d_params), d_in
-
-  def _backward_last(self, params, acc, carry, batch):
-    """``(loss + Σ losses / X, grads + d_params, d_carry_in)`` for the last stage."""
-    s = self.stages - 1
-    loss, grads = acc
-
-    def partial_loss(p, c):
-      out = self._apply(s, p, c, batch)
-      with activation_rules(self.meshes[s], self.layouts[s].rules.compute):
-        return jnp.sum(self._chain_loss(out, batch)) / self.global_batch
-
-    if s == 0:
-      part, vjp = jax.vjp(lambda p: partial_loss(p, None), params)
-      (d_params,), d_in = vjp(jnp.ones_like(part)), None
-    else:
-      part, vjp = jax.vjp(partial_loss, params, carry)
-      d_params, d_in = vjp(jnp.ones_like(part))
-    return loss + part, jax.tree.map(jnp.add, grads, d_params), d_in
-
-  def _compile(self, s: int) -> StagePrograms:
-    rep, rows = self._replicated[s], self._rows[s]
-    params_sh, opt_sh = self._shardings[s]
-    abstract = self._abstract[s]
-
-    def zeros():
-      grads = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract)
-      return (jnp.zeros((), jnp.float32), grads) if s == self.stages - 1 else grads
-
-    def update(params, opt_state, grads):
-      updates, opt_state = self.optimizer.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state
-
-    if s == self.stages - 1:
-      backward = jax.jit(self._backward_last, out_shardings=(rep, params_sh, rows),
-                         donate_argnums=1)
-      acc_sh = (rep, params_sh)
-    else:
-      backward = jax.jit(lambda p, acc, c, b, d: self._backward(s, p, acc, c, b, d),
-                         out_shardings=(params_sh, rows), donate_argnums=1)
-      acc_sh = params_sh
-    return StagePrograms(
-        forward=jax.jit(lambda p, c, b: self._apply(s, p, c, b), out_shardings=rows),
-        backward=backward,
-        zeros=jax.jit(zeros, out_shardings=acc_sh),
-        update=jax.jit(update, out_shardings=(params_sh, opt_sh), donate_argnums=(0, 1)))
 
   # -- state ------------------------------------------------------------------------------------
 
@@ -365,7 +278,7 @@ class PipelineTrainer:
     """
     order = self._order if schedule is None else dispatch_order(
         checked_schedule(schedule, self.stages, self.micro_batches))
-    return self._run(state.params, host_batch, order)
+    return self._run(state.params, host_batch, order, state.step)
 
   def train_step(self, state: PipelineState, host_batch: Batch, schedule: Schedule | None = None
                  ) -> tuple[PipelineState, jax.Array | None]:
@@ -374,8 +287,10 @@ class PipelineTrainer:
     grads, loss = self.gradients(state, host_batch, schedule)
     params, opt_state = list(state.params), list(state.opt_state)
     for s in self.local_stages:
+      start = time.perf_counter()
       params[s], opt_state[s] = self._settle(
           self.programs[s].update(params[s], opt_state[s], grads[s]))
+      self._pace(state.step, s, 'update', start)
     return PipelineState(state.step + 1, tuple(params), tuple(opt_state)), loss
 
   def step(self, state: PipelineState, work: Work, decision: None = None
@@ -398,42 +313,6 @@ class PipelineTrainer:
     return state, StepStats(work.step, (self.global_batch,), (iter_s,), iter_s=iter_s,
                             sampled=(False,), loss=loss)
 
-  def abstract_params(self, s: int) -> PyTree:
-    """Stage ``s``'s parameters as `jax.ShapeDtypeStruct`s with their shardings."""
-    return jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
-                        self._abstract[s], self._shardings[s][0])
-
-  def compile_stages(self, host_batch: Batch | None = None) -> dict[int, dict[str, Any]]:
-    """Every local stage's programs compiled ahead of time, without allocating anything:
-    ``{stage: {'forward', 'backward', 'update': jax.stages.Compiled}}`` (the last stage has
-    no forward program). What a plan check inspects (`memory_analysis()`, collectives)."""
-    host_batch = self.global_batch_at(0) if host_batch is None else host_batch
-    specs = (self._specs or CarrySpecs(self._apply, self._abstract, self.micro_rows))(host_batch)
-    part = {k: v[:self.micro_rows] for k, v in host_batch.items()}
-    out = {}
-    for s in self.local_stages:
-      rows = self._rows[s]
-      at = lambda tree, sh: jax.tree.map(  # noqa: E731
-          lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), tree)
-      params = self.abstract_params(s)
-      opt = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
-                         jax.eval_shape(self.optimizer.init, self._abstract[s]),
-                         self._shardings[s][1])
-      batch = at(jax.eval_shape(lambda: part), rows)
-      carry = None if s == 0 else at(specs[s], rows)
-      program, compiled = self.programs[s], {}
-      if s == self.stages - 1:
-        acc = (jax.ShapeDtypeStruct((), jnp.float32, sharding=self._replicated[s]), params)
-        compiled['backward'] = program.backward.lower(params, acc, carry, batch).compile()
-      else:
-        d_out = at(specs[s + 1], rows)
-        compiled['forward'] = program.forward.lower(params, carry, batch).compile()
-        compiled['backward'] = program.backward.lower(params, params, carry, batch,
-                                                      d_out).compile()
-      compiled['update'] = program.update.lower(params, opt, params).compile()
-      out[s] = compiled
-    return out
-
   def _settle(self, value: PyTree) -> PyTree:
     """``value``, waited for when a stage spans processes: every action (and every move between
     stages) then runs to its end before the next is dispatched. On the CPU backend, programs
@@ -441,6 +320,11 @@ class PipelineTrainer:
     devices, a stage over all of them and one over two: most runs hung; waiting for each, none
     did in the runs since)."""
     return jax.block_until_ready(value) if self._lockstep and value is not None else value
+
+  def _pace(self, step: int, s: int, kind: str, start: float) -> None:
+    """Pads the action that began at ``start`` to this worker's host (`pace`)."""
+    if self.pace is not None and self._lockstep:
+      self.pace.pad(step, s, kind, time.perf_counter() - start)
 
   def _loss_on_chief(self, loss: jax.Array | None) -> jax.Array | None:
     """``loss`` on process 0 as well, where the metrics are written (every process calls this:
@@ -459,23 +343,29 @@ class PipelineTrainer:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
                         dataclasses.replace(fresh, step=step))
 
-  def _run(self, params: tuple[PyTree, ...], host_batch: Batch, order: Sequence[Action]):
+  def _run(self, params: tuple[PyTree, ...], host_batch: Batch, order: Sequence[Action],
+           step_index: int = 0):
     rows = {len(v) for v in host_batch.values()}
     if rows != {self.global_batch}:
       raise ConfigError(f'batch has {sorted(rows)} rows, the pipeline takes global batch '
                         f'{self.global_batch}')
     last = self.stages - 1
     specs = self._specs(host_batch) if self._specs else (None,) * self.stages
-    step = StepTransfers(self._rows, specs, host_batch, self.micro_rows, self._settle)
+    step = StepTransfers(self._rows, specs, host_batch, self.micro_rows, self._settle,
+                         direct=not self._lockstep)
     acc = [self._settle(self.programs[s].zeros()) if s in self.programs else None
            for s in range(self.stages)]
     for action in order:  # all processes walk all of it: the same cross-process puts, in order
       s, m, program = action.stage, action.micro, self.programs.get(action.stage)
+      start = time.perf_counter()
       if action.kind == FORWARD:
         if s < last:
           out = program.forward(params[s], step.inputs.get((s, m)),
                                 step.batch(s, m)) if program else None
-          step.carry(self._settle(out), s, m)
+          if program:
+            self._settle(out)
+            self._pace(step_index, s, 'forward', start)
+          step.carry(out, s, m)
         continue
       d_in = None
       if program:
@@ -487,7 +377,8 @@ class PipelineTrainer:
           acc[s], d_in = program.backward(params[s], acc[s], carry, part,
                                           step.cotangents.pop((s, m)))
         self._settle(acc[s])
+        self._pace(step_index, s, 'backward', start)
       if s > 0:
-        step.cotangent(self._settle(d_in), s, m)
+        step.cotangent(d_in, s, m)
     loss, acc[last] = (None, None) if acc[last] is None else acc[last]
     return tuple(acc), loss

@@ -17,9 +17,10 @@ rows go from which device to which. Three cases, from cheapest:
   `piece_plan`, a pure function of the two shardings and the shape. XLA moves them with
   collectives among those processes only, and each receiving process builds its shards of the
   global array from its devices' blocks (``jax.make_array_from_single_device_arrays``).
-  Cross-host ``device_put`` of single-device pieces, the first way this was written, hung on
-  the CPU backend whenever a piece's receiver asked for it while its sender ran a
-  multi-device program (processes of 2 devices; processes of 1 device did not hang).
+  Cross-host ``device_put``, of single-device pieces or of whole same-layout values, hangs on
+  the CPU backend when its receiver asks for a value while the sender runs a multi-device
+  program spanning processes (processes of 2 devices; of 1 device it did not hang), so a
+  pipeline with such a stage moves every value between processes this way.
 
 The cross-host ``jax.device_put`` of the second case is called by *every* process, in the same
 order (all walk the same global dispatch order): the sender with the real array, every other
@@ -154,12 +155,13 @@ def _placeholder(spec: jax.ShapeDtypeStruct, sharding) -> jax.Array:
   return jax.make_array_from_single_device_arrays(spec.shape, sharding, [], dtype=spec.dtype)
 
 
-def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedSharding
-         ) -> PyTree | None:
+def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedSharding,
+         direct: bool = True) -> PyTree | None:
   """``value`` (held on ``src``; ``None`` on a process holding none of it) on ``dst``, or
   ``None`` on a process with no device of ``dst``. Every process calls this for every move, in
   the same order; ``spec`` (a tree of `jax.ShapeDtypeStruct`) is read for values held
-  elsewhere."""
+  elsewhere. ``direct=False`` never uses a cross-host ``device_put`` (a pipeline with stages
+  spanning processes: module docstring)."""
   me = jax.process_index()
   src_processes = {d.process_index for d in src.mesh.devices.flat}
   dst_processes = {d.process_index for d in dst.mesh.devices.flat}
@@ -167,7 +169,7 @@ def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedShard
     if me not in src_processes:  # both stages on one other process: nothing to do here
       return None
     return jax.device_put(value, dst)
-  if _same_layout(src, dst):
+  if direct and _same_layout(src, dst):
     if me not in src_processes:
       value = jax.tree.map(lambda a: _placeholder(a, src), spec)
     moved = jax.device_put(value, dst)
@@ -253,13 +255,16 @@ class StepTransfers:
     host_batch: the step's global batch on the host (the same on every process).
     micro_rows: rows per micro-batch.
     settle: applied to every value received (e.g. waiting for it to arrive).
+    direct: whether a move between stages of one process each may be a cross-host
+      ``device_put`` (`move`).
   """
 
   def __init__(self, rows: Sequence[NamedSharding], specs: Sequence[PyTree],
                host_batch: Mapping[str, Any], micro_rows: int,
-               settle: Callable[[PyTree], PyTree] = lambda value: value):
+               settle: Callable[[PyTree], PyTree] = lambda value: value, direct: bool = True):
     self.rows, self.specs = tuple(rows), tuple(specs)
     self.host_batch, self.micro_rows, self.settle = host_batch, micro_rows, settle
+    self.direct = direct
     self.inputs: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → carry in, until backward
     self.cotangents: dict[tuple[int, int], PyTree] = {}  # (stage, micro) → d carry out
     self._batches: dict[tuple[int, int], PyTree] = {}
@@ -280,12 +285,12 @@ class StepTransfers:
 
   def carry(self, out: PyTree, s: int, m: int) -> None:
     """Stage ``s``'s output for micro-batch ``m`` becomes stage ``s + 1``'s input."""
-    received = move(out, self.specs[s + 1], self.rows[s], self.rows[s + 1])
+    received = move(out, self.specs[s + 1], self.rows[s], self.rows[s + 1], self.direct)
     if received is not None:
       self.inputs[s + 1, m] = self.settle(received)
 
   def cotangent(self, d_in: PyTree, s: int, m: int) -> None:
     """Stage ``s``'s input cotangent for micro-batch ``m`` goes back to stage ``s − 1``."""
-    received = move(d_in, self.specs[s], self.rows[s], self.rows[s - 1])
+    received = move(d_in, self.specs[s], self.rows[s], self.rows[s - 1], self.direct)
     if received is not None:
       self.cotangents[s - 1, m] = self.settle(received)

@@ -8,6 +8,9 @@ from hetjax.planner._cost import AnalyticCost as AnalyticCost
 from hetjax.planner._cost import Cost as Cost
 from hetjax.planner._cost import CostModel as CostModel
 from hetjax.planner._cost import feasible as feasible
+from hetjax.planner._explain import Alternative as Alternative
+from hetjax.planner._explain import alternatives as alternatives
+from hetjax.planner._explain import explain as explain
 from hetjax.planner._hlo import CollectiveBytes as CollectiveBytes
 from hetjax.planner._hlo import collective_bytes as collective_bytes
 from hetjax.planner._layout import Layout as Layout
@@ -28,6 +31,7 @@ from hetjax.planner._stages import worker_devices as worker_devices
 
 __all__ = [
     'TIE_TOLERANCE',
+    'Alternative',
     'AnalyticCost',
     'ClusterSpec',
     'CollectiveBytes',
@@ -39,10 +43,12 @@ __all__ = [
     'SubmodelPlan',
     'SubmodelProfile',
     'WorkerSpec',
+    'alternatives',
     'collective_bytes',
     'compile_plan',
     'device_memory',
     'evaluate',
+    'explain',
     'feasible',
     'group_factors',
     'measure_cluster',

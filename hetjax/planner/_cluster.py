@@ -21,7 +21,7 @@ import json
 import math
 import os
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from hetjax._errors import ConfigError
 
@@ -82,6 +82,11 @@ class ClusterSpec:
     return sum(w.devices for w in self.workers)
 
   @functools.cached_property
+  def counts(self) -> tuple[int, ...]:
+    """Each worker's device count."""
+    return tuple(w.devices for w in self.workers)
+
+  @functools.cached_property
   def devices_per_worker(self) -> int | None:
     """The workers' common device count, or None if they differ."""
     counts = {w.devices for w in self.workers}
@@ -105,6 +110,39 @@ class ClusterSpec:
     """The same cluster with every link at ``beta_bytes_per_s`` (α unchanged): what a plan
     would cost on another network."""
     return dataclasses.replace(self, beta_bytes_per_s=beta_bytes_per_s, intra_beta_bytes_per_s=None)
+
+  def with_slowdowns(self, factors: Sequence[float]) -> ClusterSpec:
+    """The same cluster with worker i's devices ``factors[i]`` times slower (speed and memory
+    bandwidth divided by it): what the planner should know of emulated hosts of known speed
+    (`hetjax.emulation`) or of hosts another job slows down.
+
+    Example: ``measured.with_slowdowns((1, 1, 3, 3))`` — workers 2 and 3 at a third the speed.
+    """
+    factors = tuple(float(f) for f in factors)
+    if len(factors) != len(self.workers) or not all(math.isfinite(f) and f > 0 for f in factors):
+      raise ConfigError(f'slowdowns {list(factors)} must be {len(self.workers)} positive finite '
+                        'factors, one per worker')
+    workers = tuple(dataclasses.replace(
+        w, flops_per_s=w.flops_per_s / f,
+        memory_bytes_per_s=None if w.memory_bytes_per_s is None else w.memory_bytes_per_s / f)
+        for w, f in zip(self.workers, factors, strict=True))
+    return dataclasses.replace(self, workers=workers)
+
+  def regroup(self, counts: Sequence[int]) -> ClusterSpec:
+    """The same devices as workers of ``counts`` devices each (their per-device speed, memory and
+    bandwidth those of the first worker): a one-process measurement of this machine's devices
+    standing for a job of several workers. Links keep their measured α and β.
+
+    Raises:
+      ConfigError: counts that do not add up to the cluster's devices.
+    """
+    counts = tuple(int(c) for c in counts)
+    if sum(counts) != self.devices or any(c < 1 for c in counts):
+      raise ConfigError(f'worker device counts {list(counts)} must be positive and add up to '
+                        f'the {self.devices} devices measured')
+    first = self.workers[0]
+    return dataclasses.replace(self, workers=tuple(dataclasses.replace(first, devices=c)
+                                                   for c in counts))
 
   @classmethod
   def uniform(cls, workers: int, devices_per_worker: int, flops_per_s: float,

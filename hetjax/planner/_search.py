@@ -46,7 +46,7 @@ from hetjax.planner._cost import (
   infeasibility,
   members,
 )
-from hetjax.planner._layout import Layout, mesh_factors, tensor_degrees
+from hetjax.planner._layout import Layout, group_factors, tensor_degrees
 from hetjax.planner._plan import Plan, SubmodelPlan
 from hetjax.planner._profile_types import SubmodelProfile
 from hetjax.planner._solver import Tables, least_memory, solve_chain
@@ -70,10 +70,12 @@ def candidate_groups(cluster: ClusterSpec) -> tuple[Group, ...]:
 
 
 def group_layouts(cluster: ClusterSpec, group: Group) -> tuple[Layout, ...]:
-  """Every tensor degree the group's mesh can form (suffix products of its factors), each
-  without and (when the data-parallel degree exceeds 1) with FSDP."""
-  n, k = group_devices(cluster, group), len(group)
-  degrees = tensor_degrees(mesh_factors(n, k) if n % k == 0 else mesh_factors(n))
+  """Every tensor degree the group's mesh can form (suffix products of its factors: workers'
+  factors first when their device counts are equal, `group_factors`), each without and (when
+  the data-parallel degree exceeds 1) with FSDP."""
+  members_ = members(cluster, group)
+  n = group_devices(cluster, members_)
+  degrees = tensor_degrees(group_factors(tuple(cluster.workers[w].devices for w in members_)))
   return tuple(Layout(t, fsdp) for t in degrees for fsdp in (False, True)
                if not fsdp or n // t > 1)
 
@@ -82,7 +84,7 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
            cost: CostModel = ANALYTIC, memory_cap: float | None = None,
            layouts: Sequence[Layout] | None = None,
            groups: Sequence[Sequence[int]] | None = None,
-           tie_tolerance: float = TIE_TOLERANCE) -> Plan:
+           tie_tolerance: float = TIE_TOLERANCE, micro_batches: int | None = None) -> Plan:
   """The plan of least modelled step time whose memory fits every device; among plans within
   ``tie_tolerance`` of that time, the one that communicates the fewest bytes.
 
@@ -105,6 +107,10 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
     tie_tolerance: relative slack on the least time within which plans count as ties (0: the
       fastest plan, whatever its bytes). The default, 3%, is below the model's resolution: the
       same compiled step measured twice in one run differs by up to 4% on the development machine.
+    micro_batches: micro-batches per step as the plan will be trained (1 for one SPMD step):
+      a group is then a candidate only if a micro-batch's rows split evenly over its devices,
+      as the trainer splits them, so the plan returned can be trained. None (pure cost
+      searches, e.g. over made-up clusters) skips that check.
 
   Returns:
     ``Plan(name='planner', …)`` with each sub-model's predicted seconds (its node plus the
@@ -118,6 +124,8 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
   if not (np.isfinite(tie_tolerance) and tie_tolerance >= 0):
     raise ConfigError(f'tie_tolerance must be finite and >= 0, got {tie_tolerance!r}')
   groups = _check_groups(cluster, groups) if groups is not None else candidate_groups(cluster)
+  if micro_batches is not None:
+    groups = _trainable_groups(cluster, groups, batch, micro_batches)
   options = [_options(p, cluster, groups, layouts) for p in profiles]
   costs = [[cost.node(p, o.layout, batch, cluster, o.group) for o in opts]
            for p, opts in zip(profiles, options, strict=True)]
@@ -149,7 +157,23 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
     opt = options[i][o]
     parts.append(SubmodelPlan(profile.name, opt.layout, opt.group, c.time_s, c.comm_bytes,
                               c.memory_bytes))
-  return Plan('planner', cluster.devices, tuple(parts), len(cluster.workers), total)
+  return Plan('planner', cluster.devices, tuple(parts), len(cluster.workers), total,
+              cluster.counts)
+
+
+def _trainable_groups(cluster: ClusterSpec, groups: Sequence[Group], batch: int,
+                      micro_batches: int) -> tuple[Group, ...]:
+  """The groups a micro-batch's rows split evenly over (the trainer needs that), or one line."""
+  if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1 \
+      or batch % micro_batches:
+    raise ConfigError(f'micro_batches must be a positive divisor of the batch {batch}, got '
+                      f'{micro_batches!r}')
+  rows = batch // micro_batches
+  kept = tuple(g for g in groups if rows % group_devices(cluster, g) == 0)
+  if not kept:
+    raise ConfigError(f'no device group splits a micro-batch of {rows} rows evenly: groups of '
+                      f'{sorted({group_devices(cluster, g) for g in groups})} devices')
+  return kept
 
 
 def evaluate(plan: Plan, profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int,
@@ -193,7 +217,7 @@ def evaluate(plan: Plan, profiles: Sequence[SubmodelProfile], cluster: ClusterSp
                                      memory_bytes=c.memory_bytes))
     prev = (profile, s.layout, group)
   return dataclasses.replace(plan, submodels=tuple(parts), workers=len(cluster.workers),
-                             predicted_step_s=total)
+                             predicted_step_s=total, worker_devices=cluster.counts)
 
 
 def _fewest_bytes(tables: Tables, caps: np.ndarray, node_bytes: list[np.ndarray],
