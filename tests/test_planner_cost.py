@@ -114,6 +114,26 @@ def test_node_formulas_on_one_worker():
   assert sgd.memory_bytes == pytest.approx(8e6 / 8 + 4096 * 256)
 
 
+def test_node_adds_up_its_terms():
+  """`terms` names the parts `node` sums: a model replacing one part (the FSDP sync) keeps the
+  others exactly."""
+  cluster = ClusterSpec.uniform(1, 8, 1e12, 16e9, alpha_s=1e-5, beta_bytes_per_s=1e9)
+  p = SubmodelProfile('tower', 2_000_000, 8e6, 1e6, output_bytes_per_example=1024,
+                      activation_bytes_per_example=4096, split_sizes={'mlp': 512},
+                      shard_sizes={'embed': 64})
+  for layout in (Layout(1), Layout(1, fsdp=True), Layout(4), Layout(4, fsdp=True), Layout(8)):
+    node = COST.node(p, layout, 256, cluster, (0,))
+    terms = COST.terms(p, layout, 256, cluster, (0,))
+    assert node.time_s == terms.compute_s + terms.data_sync.time_s + terms.tensor.time_s
+    assert node.comm_bytes == terms.data_sync.comm_bytes + terms.tensor.comm_bytes
+    assert node.memory_bytes == terms.memory_bytes
+  hybrid = COST.terms(p, Layout(4), 256, cluster, (0,))  # d = 2, t = 4
+  assert hybrid.compute_s == pytest.approx(1e6 * 256 / (8 * 1e12))
+  assert hybrid.data_sync.comm_bytes == pytest.approx(2 * 1 / 2 * 8e6 / 4)
+  assert hybrid.tensor.comm_bytes == pytest.approx(2 * 2 * 3 / 4 * 1024 * 256 / 2)
+  assert COST.terms(p, Layout(8), 256, cluster, (0,)).data_sync == Cost()
+
+
 def test_slowest_device_sets_the_pace_and_links_follow_the_mesh():
   p = SubmodelProfile('tower', 10, 4e6, 1e9, output_bytes_per_example=4096,
                       split_sizes={'mlp': 64})

@@ -36,6 +36,25 @@ class Cost:
                 self.memory_bytes + other.memory_bytes)
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeTerms:
+  """`AnalyticCost.node`'s parts: its time is ``compute_s + data_sync.time_s +
+  tensor.time_s``, its bytes ``data_sync.comm_bytes + tensor.comm_bytes``.
+
+  Attributes:
+    compute_s: compute, or the memory-traffic roofline when bandwidth is known (including the
+      optimizer update's traffic).
+    data_sync: the data-parallel gradient sync (and FSDP's all-gathers): time and bytes.
+    tensor: the tensor-parallel activation all-reduces: time and bytes.
+    memory_bytes: bytes each device holds.
+  """
+
+  compute_s: float
+  data_sync: Cost
+  tensor: Cost
+  memory_bytes: float
+
+
 @runtime_checkable
 class CostModel(Protocol):
   """Costs of sub-models under layouts on device groups; `search` sums them along the chain.
@@ -176,6 +195,16 @@ class AnalyticCost:
 
   def node(self, profile: SubmodelProfile, layout: Layout, batch: int, cluster: ClusterSpec,
            group: Group) -> Cost:
+    terms = self.terms(profile, layout, batch, cluster, group)
+    time = terms.compute_s + terms.data_sync.time_s + terms.tensor.time_s
+    comm = 0.0 + terms.data_sync.comm_bytes + terms.tensor.comm_bytes
+    return Cost(time, comm, terms.memory_bytes)
+
+  def terms(self, profile: SubmodelProfile, layout: Layout, batch: int, cluster: ClusterSpec,
+            group: Group) -> NodeTerms:
+    """The parts `node` adds up (class docstring), for a model that replaces some of them
+    (`hetjax.planner.CompiledCost` prices FSDP's data-parallel sync and sharded update from
+    the compiled program and keeps the rest)."""
     group = members(cluster, group)
     n = group_devices(cluster, group)
     t = layout.tensor
@@ -183,28 +212,26 @@ class AnalyticCost:
     split = t if profile.split_sizes else 1
     speed = min(cluster.workers[w].flops_per_s for w in group)
     time = profile.flops_per_example * batch / (d * split * speed)
-    comm = 0.0
     held = profile.param_bytes / split
     sharded = bool(fsdp_axes(profile, layout))
     bandwidths = [cluster.workers[w].memory_bytes_per_s for w in group]
     if all(bandwidths):
       time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
+    data_sync = tensor = Cost()
     if d > 1:
       alpha, beta = cluster.link(len(group) == 1)
       rounds = 3 if sharded else 2  # bytes: the reduction (2) plus all-gathering P (1)
       messages = 2 + profile.fsdp_arrays if sharded else 2  # one all-gather per array
       moved = rounds * (d - 1) / d * held
-      time += messages * (d - 1) * alpha + moved / beta
-      comm += moved
+      data_sync = Cost(messages * (d - 1) * alpha + moved / beta, moved)
     if split > 1:
       alpha, beta = cluster.link(_inside_one_worker(cluster, group, t))
       passes = 2 * profile.tensor_reductions  # forward and backward
       moved = passes * 2 * (t - 1) / t * profile.output_bytes_per_example * batch / d
-      time += passes * 2 * (t - 1) * alpha + moved / beta
-      comm += moved
+      tensor = Cost(passes * 2 * (t - 1) * alpha + moved / beta, moved)
     state = (held / d if sharded else held) * (1 + self.optimizer_slots)
     memory = state + profile.activation_bytes_per_example * batch / d
-    return Cost(time, comm, memory)
+    return NodeTerms(time, data_sync, tensor, memory)
 
   def traffic(self, profile: SubmodelProfile, batch: int, d: int, split: int,
               sharded: bool) -> float:
