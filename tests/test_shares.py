@@ -55,3 +55,15 @@ def test_shares_check_themselves():
   with pytest.raises(ConfigError, match='share 32 of worker 0 is not a multiple of 64'):
     Shares((32, 224), rules)
   assert list(Shares((128, 128), rules)) == [128, 128] and len(Shares((64, 192), rules)) == 2
+
+
+def test_uniform_shares_of_workers_of_different_device_counts_are_equal_per_device():
+  rules = ShareRules(64, 3, 4, devices=(2, 1, 1))
+  assert rules.uniform().values == (32, 16, 16)
+  assert rules.from_weights([0, 0, 0]) == rules.uniform()  # nothing to go by: uniform
+  assert rules.from_weights([1, 1, 1]).values in {(24, 20, 20), (20, 24, 20), (20, 20, 24)}
+  assert ShareRules(64, 2, 4, devices=(3, 3)).uniform() == ShareRules(64, 2, 4).uniform()
+  with pytest.raises(ConfigError, match=r'devices \(2, 1\) must be 3 positive integers'):
+    ShareRules(64, 3, 4, devices=(2, 1))
+  with pytest.raises(ConfigError, match=r'devices \(2, 0\) must be 2 positive integers'):
+    ShareRules(64, 2, 4, devices=(2, 0))

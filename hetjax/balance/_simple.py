@@ -40,7 +40,9 @@ class Uniform:
   """Plain BSP: ``rules.uniform()`` at every step, whatever happened.
 
   With bucket 1 that is X // n rows each and the remainder one each to the first workers:
-  ``Uniform(ShareRules(10, 4))`` runs (3, 3, 2, 2).
+  ``Uniform(ShareRules(10, 4))`` runs (3, 3, 2, 2). Workers of different device counts
+  (``rules.devices``) get equal rows per device: ``Uniform(ShareRules(64, 3, 4, devices=(2, 1,
+  1)))`` runs (32, 16, 16), data parallelism over all four devices.
   """
 
   rules: ShareRules

@@ -19,9 +19,14 @@ class ShareRules:
     global_batch: X; shares sum to it.
     workers: n.
     bucket: every share is a multiple of it, so a worker compiles at most X / bucket programs
-      (and the local data-parallel degree divides every share).
+      (and every worker's local data-parallel degree divides it: with workers of different
+      degrees, a multiple of their least common multiple).
     minimum: per-worker lower bounds (default: one bucket each, so no worker is dropped).
     maximum: per-worker upper bounds, e.g. memory caps (default: none).
+    devices: each worker's device count (default: all equal). `uniform` gives every device
+      the same rows, so a worker of 2 devices gets twice the rows of a worker of 1: data
+      parallelism over all devices, which is what BSP over workers of different device counts
+      means. Only `uniform` reads it; policies that measure speeds see the devices in them.
 
   Raises:
     ConfigError: at construction, when no shares can satisfy the rules: a global batch smaller
@@ -33,11 +38,17 @@ class ShareRules:
   bucket: int = 1
   minimum: tuple[int, ...] | None = None
   maximum: tuple[int, ...] | None = None
+  devices: tuple[int, ...] | None = None
 
   def __post_init__(self):
     x, n, b = self.global_batch, self.workers, self.bucket
     if n < 1 or b < 1:
       raise ConfigError(f'workers ({n}) and bucket ({b}) must be positive')
+    if self.devices is not None:
+      if len(self.devices) != n or any(int(k) != k or k < 1 for k in self.devices):
+        raise ConfigError(f'devices {tuple(self.devices)} must be {n} positive integers, one a '
+                          'worker')
+      object.__setattr__(self, 'devices', tuple(int(k) for k in self.devices))
     if x % b:
       raise ConfigError(f'global batch {x} is not a multiple of the bucket {b}')
     lo = self.lower
@@ -65,8 +76,15 @@ class ShareRules:
     return self.maximum if self.maximum is not None else (math.inf,) * self.workers
 
   def uniform(self) -> Shares:
-    """Equal shares (BSP), rounded to buckets, within the bounds."""
-    return self.from_weights(np.ones(self.workers))
+    """Equal shares (BSP), rounded to buckets, within the bounds: equal per worker, or, given
+    ``devices``, equal per device.
+
+    Example::
+
+      >>> ShareRules(global_batch=64, workers=3, bucket=4, devices=(2, 1, 1)).uniform().values
+      (32, 16, 16)
+    """
+    return self.from_weights(np.ones(self.workers) if self.devices is None else self.devices)
 
   def from_weights(self, weights: Sequence[float]) -> Shares:
     """Shares proportional to ``weights`` (e.g. predicted speeds), in buckets, within bounds.
@@ -76,7 +94,7 @@ class ShareRules:
     worker that would finish soonest with one more ((units + 1) / weight smallest). For BSP this
     beats largest-remainder rounding: with weights (1, 1, 1, 1/3) and 64 buckets, the leftover
     bucket goes to a fast worker (20 units, time 20) rather than the slow one (7 units, time 21).
-    Non-finite or negative weights count as 0.
+    Non-finite or negative weights count as 0; all of them 0 gives `uniform`.
 
     Example::
 
@@ -87,8 +105,8 @@ class ShareRules:
     w = np.maximum(w, 0.0)
     if len(w) != self.workers:
       raise ConfigError(f'{len(w)} weights for {self.workers} workers')
-    if w.sum() <= 0:
-      w = np.ones(self.workers)
+    if w.sum() <= 0:  # nothing to go by: uniform
+      w = np.ones(self.workers) if self.devices is None else np.asarray(self.devices, np.float64)
     b = self.bucket
     units = self.global_batch // b
     lo = np.asarray(self.lower, dtype=np.float64) / b

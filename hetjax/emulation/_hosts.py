@@ -6,10 +6,14 @@ compute) inherits that noise, multiplied by s: four processes on two cores swung
 time up to 2.4× between blocks. A `KnownSpeedHost` instead defines the host: a step of ``rows``
 rows takes
 
-  target = factor(step) × (fixed_s + rows × row_s) + delay(step) × (fixed_s + rows × row_s)
+  target = factor(step) × (fixed_s + rows × row_s / speed) + delay(step) × (the same)
 
 seconds, from the calibrated per-row cost (`calibrate_row_cost`) and the worker's `SlowdownTrace`
-(a factor, and SDPipe's transient delay in units of the nominal step). The worker computes for
+(a factor, and SDPipe's transient delay in units of the nominal step). ``speed`` is how many
+times as fast per row this host is as one of ``row_s``: 1 when workers are alike; a worker of k
+devices among workers of 1 runs at speed k (its devices as fast as theirs, rows split over
+them), so that a host stands for what its devices would do, not for how this machine's cores
+happen to be shared out among them. The worker computes for
 real, then sleeps until the target. Compute, collectives, compiles and the policies' decisions
 stay real; only the host's speed is defined rather than left to whoever shares the cores. A
 compute that takes longer than the target is not padded and is reported as an overrun, so a
@@ -61,8 +65,12 @@ class KnownSpeedHost:
   Attributes:
     trace: the slowdowns of all workers; this host uses row ``worker``.
     worker: this worker's id in ``trace``.
-    row_s: seconds per row of this model on an undisturbed host (calibrated, margin included).
+    row_s: seconds per row of this model on an undisturbed host of speed 1 (calibrated,
+      margin included).
     fixed_s: seconds per step whatever the rows (dispatch, the step's own overhead).
+    speed: how many times as fast per row as a host of ``row_s``, > 0: a worker's device
+      count over the fewest any worker has (devices of equal speed), 1 when workers are alike.
+      The per-row cost is ``row_s / speed``; ``fixed_s`` is not scaled.
     sleep: sleeps that many seconds (`time.sleep`; injectable for tests).
     clock: seconds, monotonic (`time.perf_counter`; injectable for tests).
   """
@@ -71,6 +79,7 @@ class KnownSpeedHost:
   worker: int
   row_s: float
   fixed_s: float = 0.0
+  speed: float = 1.0
   sleep: Callable[[float], None] = time.sleep
   clock: Callable[[], float] = time.perf_counter
 
@@ -83,14 +92,24 @@ class KnownSpeedHost:
       raise ConfigError('row_s must be > 0, got 0')
     object.__setattr__(self, 'row_s', float(self.row_s))
     object.__setattr__(self, 'fixed_s', _seconds(self.fixed_s, 'fixed_s'))
+    if isinstance(self.speed, bool) or not isinstance(self.speed, numbers.Real) \
+        or not (math.isfinite(self.speed) and self.speed > 0):
+      raise ConfigError(f'speed must be a finite number > 0, got {self.speed!r}')
+    object.__setattr__(self, 'speed', float(self.speed))
 
   def factor(self, step: int) -> float:
     """This host's multiplicative slowdown at ``step`` (1.0 = the calibrated speed)."""
     return self.trace.factor(self.worker, step)
 
   def nominal_s(self, rows: int) -> float:
-    """An undisturbed host's seconds for a step of ``rows`` rows: fixed_s + rows × row_s."""
-    return self.fixed_s + _count(rows, 'rows') * self.row_s
+    """An undisturbed host's seconds for a step of ``rows`` rows: fixed_s + rows × row_s / speed.
+
+    Example::
+
+      >>> KnownSpeedHost(StaticTrace((1, 1)), 0, row_s=0.002, fixed_s=0.01, speed=2).nominal_s(20)
+      0.03
+    """
+    return self.fixed_s + _count(rows, 'rows') * self.row_s / self.speed
 
   def target_s(self, step: int, rows: int) -> float:
     """Seconds step ``step`` of ``rows`` rows takes on this host: (factor + delay) × nominal."""
