@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import time
 from typing import Any
 
@@ -67,16 +68,26 @@ def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
   return Mode.SHARES if several else Mode.SPMD
 
 
-def default_bucket(global_batch: int, workers: int, degree: int) -> int:
+def default_bucket(global_batch: int, workers: int, degree: int,
+                   devices: tuple[int, ...] | None = None) -> int:
   """The largest divisor of the global batch that is a multiple of the local degree and at
   most 1/16 of a uniform share (so a worker compiles few share sizes).
+
+  Workers of different device counts (``devices``, one count a worker): ``degree`` is the
+  least common multiple of their local degrees, and the share is the smallest worker's
+  (uniform shares are equal per device, `ShareRules.devices`).
 
   Example::
 
     >>> default_bucket(256, 3, 1)  # 1/16 of 85.3 rows is 5.3: 4 divides 256
     4
+    >>> default_bucket(256, 3, 2, devices=(2, 1, 1))  # 1/16 of 64 rows is 4
+    4
   """
-  return _divisor_at_most(global_batch, global_batch // (16 * workers), degree)
+  if devices is None:
+    return _divisor_at_most(global_batch, global_batch // (16 * workers), degree)
+  return _divisor_at_most(global_batch, global_batch * min(devices) // (16 * sum(devices)),
+                          degree)
 
 
 def default_token_rows(global_batch: int, workers: int, degree: int) -> int:
@@ -150,18 +161,23 @@ def _caps(config) -> tuple[int, ...] | None:
   return None if config.memory_caps is None else tuple(config.memory_caps)
 
 
-def _share_policy(config, ctx, degree: int, trace) -> tuple[Any, int | None]:
-  """(the share policy, its bucket — None when shares never change)."""
+def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
+                  ) -> tuple[Any, int | None]:
+  """(the share policy, its bucket — None when shares never change). ``degree``: the least
+  common multiple of the workers' local degrees; ``devices``: each worker's device count
+  (uniform shares are equal per device)."""
+  unequal = devices if len(set(devices)) > 1 else None
   if config.shares is not None:
     shares = tuple(config.shares)
     rules = ShareRules(config.global_batch, ctx.workers, degree,
                        minimum=(0,) * ctx.workers)
     return balance.Fixed(rules, shares), None
-  bucket = config.bucket or default_bucket(config.global_batch, ctx.workers, degree)
+  bucket = config.bucket or default_bucket(config.global_batch, ctx.workers, degree, unequal)
   if bucket % degree:
     raise ConfigError(f'bucket {bucket} is not a multiple of the local data-parallel degree '
-                      f'{degree}')
-  rules = ShareRules(config.global_batch, ctx.workers, bucket, maximum=_caps(config))
+                      f'{degree}' + (f' (of workers of {devices} devices)' if unequal else ''))
+  rules = ShareRules(config.global_batch, ctx.workers, bucket, maximum=_caps(config),
+                     devices=unequal)
   policy = balance.make_policy(config.policy, rules, trace)
   return policy, None if isinstance(policy, balance.Uniform) else bucket
 
@@ -223,13 +239,21 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
     trainer = train.TokenTrainer(task, optimizer, config.global_batch, rules, channel,
                                  mesh_shape, strategy.rules(), config.seed)
     return Built(trainer, rules, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
-  policy, bucket = _share_policy(config, ctx, degree, trace)
+  # Workers of different device counts: shares are multiples of every worker's degree.
+  counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
+  degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
+                      for w in range(ctx.workers)))
+  if len(set(counts)) > 1:
+    devices = f'{ctx.workers} workers of {",".join(map(str, counts))} ' \
+              f'{jax.devices()[0].platform} devices'
+  policy, bucket = _share_policy(config, ctx, degree, trace, counts)
   trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
                                 strategy.rules(), config.seed, bucket=bucket)
   trainer.check_shares(policy.update(policy.init(), None)[0])
   host = emulated_host(config, ctx, trainer, trace, channel)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
-    policy = dataclasses.replace(policy, row_s=host.row_s, fixed_s=host.fixed_s)
+    policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
+        host.row_s * min(counts) / k for k in counts))
   return Built(trainer, policy, devices, mode, host)
 
 
@@ -244,6 +268,13 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   worker runs as a host of one calibrated cost (the largest any worker measured, times
   `MARGIN`) slowed by the trace. ``config.host_row_s`` given: that cost per row, nothing fixed.
 
+  Workers of different device counts: a worker of k devices, where the fewest any worker has
+  is k₀, is a host of speed k / k₀ (`KnownSpeedHost.speed`: its per-row cost divided by it; its
+  devices as fast as the others'), so a 2-device worker among 1-device ones is twice as fast
+  per row at the same slowdown. The common cost (and ``host_row_s``) is then that of a k₀-device
+  worker; each worker calibrates at its uniform share (equal rows per device) and publishes its
+  per-row cost times its speed, so the largest holds for every worker.
+
   Every worker calibrates at once, so the timings carry the contention of a step in which all
   of them compute. Share steps (one call a step): medians of `WorkerTrainer.time_gradient` at
   a uniform share and a quarter of one. Token steps (mode tokens: a stream of calls, one per
@@ -256,10 +287,13 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   """
   if trace is None:
     return None
+  counts = [math.prod(shape) for shape in trainer.local_shapes]
+  speed = counts[ctx.worker] / min(counts)
   row_s, fixed_s = config.host_row_s, 0.0
   if not row_s:
     degree = trainer.local_batch_degree
-    rows = max(degree, config.global_batch // ctx.workers // degree * degree)
+    share = config.global_batch * counts[ctx.worker] // sum(counts)
+    rows = max(degree, share // degree * degree)
     state = trainer.init_state()
     if mode_of(config, ctx) is Mode.TOKENS:
       tokens = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
@@ -277,12 +311,12 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
           raise
         print(f'worker {ctx.worker}: host calibration {attempt} of {attempts} failed ({e}); '
               'measuring again', flush=True)
-    row_s, fixed_s = cost.row_s, cost.fixed_s
+    row_s, fixed_s = cost.row_s * speed, cost.fixed_s
     if channel is not None and ctx.workers > 1:  # one host model for all: the slowest probe
       channel.set(f'calibrate/{ctx.worker}', [row_s, fixed_s])
       costs = [channel.get(f'calibrate/{w}') for w in range(ctx.workers)]
       row_s, fixed_s = max(c[0] for c in costs), max(c[1] for c in costs)
-  host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s)
+  host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s, speed=speed)
   trainer.host = host
   return host
 

@@ -6,7 +6,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
+from absl import flags
 
 from hetjax._errors import ConfigError
 from hetjax.core import decode_state, encode_state
@@ -33,6 +35,7 @@ class Checkpointer:
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
     self.directory = os.fspath(directory)
+    _barriers_for_unequal_workers()
     self._manager = ocp.CheckpointManager(
         os.path.abspath(self.directory),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
@@ -111,3 +114,15 @@ class Checkpointer:
       raise ConfigError(f'no complete checkpoint{"" if step is None else f" at step {step}"} '
                         f'in {self.directory}')
     return step
+
+
+def _barriers_for_unequal_workers() -> None:
+  """Orbax's default barrier is a JAX collective that lays the devices out as a (processes x
+  local devices) grid (`jax.experimental.multihost_utils`), which fails for workers of different
+  device counts (``launch --devices 2,1,1``: "cannot reshape array of size 4 into shape (3,2)").
+  Its barrier on the coordination service does not, so such a job turns that one on (set as if
+  given on the command line: orbax reads it as an absl flag, parsed or not)."""
+  counts = {sum(d.process_index == p for d in jax.devices()) for p in range(jax.process_count())}
+  if len(counts) > 1:
+    flag = flags.FLAGS['experimental_orbax_use_distributed_barrier']
+    flag.value, flag.present = True, max(flag.present, 1)

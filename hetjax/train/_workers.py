@@ -15,10 +15,20 @@ Tensor fusion: every gradient that is replicated inside a worker (all of them un
 parallelism), and the loss, travel in one flat buffer, so a step costs one all-reduce instead of
 one per parameter. With gloo on CPU a 7-tensor all-reduce over 4 workers took 30.6 ms and the
 same bytes fused took 5.2 ms (measured on the 2-core development machine).
+
+Workers of different device counts (``launch --devices 2,1,1``) cannot form that grid. Their
+parameters must be replicated inside each worker (data parallel; `replicated_layout` names the
+first one a layout would split), the state lives replicated on a 1-D mesh ``('devices',)`` over
+every device of every worker, and the fused buffer is stacked over all devices with each
+worker's buffer on its first local device and zeros on its others: the ``psum`` over
+``'devices'`` adds every worker exactly once (adding zeros is exact; nothing is divided).
+Worker ``i``'s share must be a multiple of its own local data-parallel degree; the bucket, of
+every worker's (their least common multiple, `share_degree`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -41,7 +51,14 @@ from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
-from hetjax.train._worker_mesh import PROC, local_batch_degree, stacked_spec, worker_meshes
+from hetjax.train._worker_mesh import (
+  PROC,
+  batch_degrees,
+  local_shapes,
+  replicated_layout,
+  stacked_spec,
+  worker_meshes,
+)
 
 PyTree = Any
 
@@ -56,18 +73,25 @@ class WorkerTrainer:
     for info in training_steps(trainer, trainer.init_state(), 100, policy=policy):
       pass                                            # info.stats.rows: the shares it ran
 
+  Workers of different device counts: give the rules ``devices=`` (each worker's count), so that
+  uniform shares are equal per device, and a bucket that is a multiple of `share_degree`.
+
   Args:
     task: the model, loss and data.
     optimizer: an optax transformation, applied identically on every worker.
     global_batch: examples per step over all workers; shares sum to it.
     local_shape: this worker's local mesh shape over ``('data', 'model')`` (default: all local
-      devices on ``'data'``); the same on every worker.
+      devices on ``'data'``); the same on every worker. Workers of different device counts
+      keep its model size and put the rest of their devices on ``'data'`` (`local_shapes`).
     rules: how parameters and compute are laid out inside a worker (default: data parallel).
+      Workers of different device counts need rules that replicate every parameter inside a
+      worker (`replicated_layout`).
     seed: initialises parameters and selects the data.
-    bucket: the granularity of share sizes when shares change (LB-BSP). Given, a share size
-      seen for the first time runs as a sum of already compiled pieces while its own program
-      compiles on a background thread (see `SharePrograms`), so no step waits for a compile
-      after the first. None (fixed shares): each size is compiled when first needed.
+    bucket: the granularity of share sizes when shares change (LB-BSP), a multiple of
+      `share_degree`. Given, a share size seen for the first time runs as a sum of already
+      compiled pieces while its own program compiles on a background thread (see
+      `SharePrograms`), so no step waits for a compile after the first. None (fixed shares):
+      each size is compiled when first needed.
     host: the emulated host this worker runs as (`hetjax.emulation.KnownSpeedHost`): each
       step's compute is padded by sleep to the host's time. None: this machine's own speed.
   """
@@ -87,14 +111,25 @@ class WorkerTrainer:
     self.host = host
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
     self.worker, self.workers = jax.process_index(), jax.process_count()
-    self.local_mesh, self.mesh = worker_meshes(local_shape or (jax.local_device_count(), 1))
-    self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
+    self.local_shapes = local_shapes(local_shape)
+    self.local_mesh, self.mesh = worker_meshes(local_shape)
+    # 'proc' over a grid of equal workers; 'devices' over all devices of unequal ones.
+    self._axis = self.mesh.axis_names[0]
+    if self._axis == PROC:
+      self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
+    else:
+      self.layout = replicated_layout(task, optimizer, self.mesh, self.rules, self.local_shapes,
+                                      _strategy_name(self.rules), seed)
     self.graphdef = self.layout.graphdef
-    self.local_batch_degree = local_batch_degree(self.rules, local_shape)
+    self.batch_degrees = batch_degrees(self.rules, local_shape)
+    self.local_batch_degree = self.batch_degrees[self.worker]
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
-    if bucket is not None and (bucket <= 0 or bucket % self.local_batch_degree):
+    if bucket is not None and (bucket <= 0 or bucket % self.share_degree):
       raise ConfigError(f'bucket {bucket} must be a positive multiple of the local data-parallel '
-                        f'degree {self.local_batch_degree}')
+                        f'degree {self.share_degree}' + (
+                            '' if len(set(self.batch_degrees)) == 1 else
+                            f' (the least common multiple of the workers\' degrees '
+                            f'{self.batch_degrees})'))
 
     # Gradient leaves in flat order; replicated ones are fused into one buffer with the loss.
     leaves, self._treedef = jax.tree.flatten(self.layout.abstract.params)
@@ -113,7 +148,12 @@ class WorkerTrainer:
     self._separate_stacked = [
         NamedSharding(self.mesh, stacked_spec(specs[i], len(self._shapes[i])))
         for i in self._separate]
-    self._fused_stacked = NamedSharding(self.mesh, PartitionSpec(PROC))
+    self._fused_stacked = NamedSharding(self.mesh, PartitionSpec(self._axis))
+    # Unequal workers: each worker's buffer on its first local device, zeros on the others.
+    self._first = self.local_mesh.devices.flat[0]
+    self._zeros = {} if self._axis == PROC else {
+        d: jax.device_put(np.zeros((self._fused_size,), np.float32), d)
+        for d in self.local_mesh.devices.flat[1:]}
     local_separate = [NamedSharding(self.local_mesh, specs[i]) for i in self._separate]
     local_out = (self._local_replicated, local_separate)
     self._grad = jax.jit(self._local_grad, out_shardings=local_out)
@@ -149,6 +189,12 @@ class WorkerTrainer:
     return self.programs.last_compile_s
 
   @property
+  def share_degree(self) -> int:
+    """What every share of a policy's rules must be a multiple of: the least common multiple of
+    the workers' local data-parallel degrees (e.g. 2 for workers of 2, 1 and 1 devices)."""
+    return math.lcm(*self.batch_degrees)
+
+  @property
   def fused_size(self) -> int:
     """Float32 elements in the fused buffer each step's all-reduce carries (loss included)."""
     return self._fused_size
@@ -156,7 +202,7 @@ class WorkerTrainer:
   # -- state -------------------------------------------------------------------------------------
 
   def init_state(self) -> TrainState:
-    """Fresh state on the global mesh, replicated over workers (identical on every worker)."""
+    """Fresh state on the job mesh, replicated over workers (identical on every worker)."""
     return init_state(self.task, self.optimizer, self.layout, self.seed)
 
   def abstract_state(self) -> TrainState:
@@ -203,14 +249,14 @@ class WorkerTrainer:
 
   def _combine_and_update(self, state: TrainState, fused: jax.Array, separate: list[jax.Array]):
     def total(fused_parts, separate_parts):
-      return (lax.psum(fused_parts, PROC),
+      return (lax.psum(fused_parts, self._axis),
               [lax.psum(x, PROC) if x.ndim == len(shape) else lax.psum(x, PROC)[0]
                for x, shape in zip(separate_parts, [self._shapes[i] for i in self._separate],
                                    strict=True)])
 
     stacked_specs = [s.spec for s in self._separate_stacked]
     fused, separate = jax.shard_map(
-        total, mesh=self.mesh, in_specs=(PartitionSpec(PROC), stacked_specs),
+        total, mesh=self.mesh, in_specs=(PartitionSpec(self._axis), stacked_specs),
         out_specs=(PartitionSpec(), self._separate_specs))(fused, separate)
     head, grads = self._unpack(fused, separate)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
@@ -223,16 +269,26 @@ class WorkerTrainer:
     shape = (self.workers * (local.shape[0] if local.ndim else 1), *local.shape[1:])
     return jax.make_array_from_single_device_arrays(shape, sharding, shards)
 
+  def _stack_fused(self, fused: jax.Array) -> jax.Array:
+    """Every worker's fused buffer stacked for the combine's ``psum``: once per worker over
+    ``'proc'``, or on the first of its devices (zeros on its others) over ``'devices'``."""
+    if self._axis == PROC:
+      return self._stack(fused, self._fused_stacked)
+    shards = [s.data if s.device == self._first else self._zeros[s.device]
+              for s in fused.addressable_shards]
+    shape = (self.mesh.size * self._fused_size,)
+    return jax.make_array_from_single_device_arrays(shape, self._fused_stacked, shards)
+
   # -- one step, in pieces, so a runtime can time each --------------------------------------------
 
   def check_shares(self, shares: tuple[int, ...]) -> None:
     if len(shares) != self.workers or sum(shares) != self.global_batch or min(shares) < 0:
       raise ConfigError(f'shares {tuple(shares)} must be {self.workers} non-negative integers '
                         f'summing to the global batch {self.global_batch}')
-    for i, s in enumerate(shares):
-      if s % self.local_batch_degree:
-        raise ConfigError(f'share {s} of worker {i} is not divisible by the local '
-                          f'data-parallel degree {self.local_batch_degree}')
+    for i, (s, degree) in enumerate(zip(shares, self.batch_degrees, strict=True)):
+      if s % degree:
+        raise ConfigError(f'share {s} of worker {i} is not divisible by its local '
+                          f'data-parallel degree {degree}')
 
   def global_batch_at(self, step: int) -> Batch:
     """The host global batch of ``step`` (a function of the seed and the step only)."""
@@ -284,7 +340,7 @@ class WorkerTrainer:
     fused, separate = packed
     fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows], np.float32))
     stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
-    return self._update(state, self._stack(fused, self._fused_stacked), stacked)
+    return self._update(state, self._stack_fused(fused), stacked)
 
   def read_head(self, head) -> dict[str, np.ndarray]:
     """The summed head of `combine` as named host arrays (waits for the combine)."""
@@ -361,3 +417,8 @@ class WorkerTrainer:
     best = min(self.time_gradient(state, rows, repeats))
     slept = self.host.pad(0, rows, best)[0] if self.host else 0.0
     return rows / (best + slept)
+
+
+def _strategy_name(rules: ShardingRules) -> str:
+  """The `Strategy` whose rules ``rules`` are, for an error message."""
+  return next((f'strategy {s.value}' for s in Strategy if s.rules() == rules), 'these rules')
