@@ -4,6 +4,9 @@ from hetjax.planner._check import CompiledPlan as CompiledPlan
 from hetjax.planner._check import compile_plan as compile_plan
 from hetjax.planner._cluster import ClusterSpec as ClusterSpec
 from hetjax.planner._cluster import WorkerSpec as WorkerSpec
+from hetjax.planner._compiled_cost import CompiledCost as CompiledCost
+from hetjax.planner._compiled_cost import PricedBy as PricedBy
+from hetjax.planner._compiled_cost import Pricing as Pricing
 from hetjax.planner._cost import AnalyticCost as AnalyticCost
 from hetjax.planner._cost import Cost as Cost
 from hetjax.planner._cost import CostModel as CostModel
@@ -35,11 +38,14 @@ __all__ = [
     'AnalyticCost',
     'ClusterSpec',
     'CollectiveBytes',
+    'CompiledCost',
     'CompiledPlan',
     'Cost',
     'CostModel',
     'Layout',
     'Plan',
+    'PricedBy',
+    'Pricing',
     'SubmodelPlan',
     'SubmodelProfile',
     'WorkerSpec',

@@ -26,6 +26,7 @@ as fast.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -68,11 +69,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
   """
   if batch_size < 1:
     raise ConfigError(f'batch_size must be positive, got {batch_size}')
-  with nnx.use_eager_sharding(False):
-    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
-  if not isinstance(model, HasSubmodels):
-    raise ConfigError(f'model {task.name!r} has no submodels(), so it cannot be profiled per '
-                      'sub-model')
+  model = _abstract_model(task, seed)
   calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
   # Bytes accessed at two batch sizes separate what grows with the rows from what does not
   # (a dense embedding gradient touches the whole table whatever the batch).
@@ -104,6 +101,53 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
         tensor_reductions=_tensor_reductions(params),
         fsdp_arrays=_fsdp_arrays(params)))
   return tuple(profiles)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmodelCall:
+  """One sub-model of an abstract model and its first call in the task's loss.
+
+  Attributes:
+    module: the sub-model (abstract: its parameters are `jax.ShapeDtypeStruct`).
+    args, kwargs: the call's arguments, as `jax.ShapeDtypeStruct`.
+    out: its output, as `jax.ShapeDtypeStruct`.
+  """
+
+  module: nnx.Module
+  args: tuple
+  kwargs: dict
+  out: Any
+
+
+def submodel_calls(task: Task, batch_size: int, seed: int = 0) -> dict[str, SubmodelCall]:
+  """Every sub-model of ``task``'s (abstract) model with the shapes it sees in a step of
+  ``batch_size`` rows, in forward order: what compiling a sub-model alone needs.
+
+  Example: for the transformer at batch 64, ``calls['block_0'].args`` is one
+  ``float32[64, 63, d_model]`` (the residual stream of 63 input positions).
+
+  Raises:
+    ConfigError: as `profile_submodels`.
+  """
+  if batch_size < 1:
+    raise ConfigError(f'batch_size must be positive, got {batch_size}')
+  model = _abstract_model(task, seed)
+  calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
+  out = {}
+  for name, module in model.submodels().items():
+    if name not in calls:
+      raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
+    out[name] = SubmodelCall(module, *calls[name])
+  return out
+
+
+def _abstract_model(task: Task, seed: int) -> nnx.Module:
+  with nnx.use_eager_sharding(False):
+    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
+  if not isinstance(model, HasSubmodels):
+    raise ConfigError(f'model {task.name!r} has no submodels(), so it cannot be profiled per '
+                      'sub-model')
+  return model
 
 
 class _Recorder(nnx.Module):
