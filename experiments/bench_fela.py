@@ -10,7 +10,10 @@ model-parallel, uniform hybrid). Per plan:
 * ``measured ms``: median train-step time, plans interleaved (R rounds × N steps each after one
   untimed step, the order rotating by round) so machine drift hits all alike;
 * ``predicted ms``: the cost model at the measured α and β; ``@1/10/100 Gbit/s``: the same
-  model with β replaced, what the plan would cost on such a network (modelled, not measured);
+  model with β replaced, what the plan would cost on such a network (modelled, not measured).
+  ``--cost=compiled`` (default): FSDP options priced from each sub-model's compiled step and its
+  update timed on the mesh (`hetjax.planner.CompiledCost`; each FSDP option is printed with its
+  evidence, or why it fell back to the formulas); ``--cost=analytic``: `AnalyticCost`;
 * the Spearman rank correlation of predicted and measured times (average ranks for ties), per
   model and over all, with plans that compile to one program (same layouts, e.g. the planner's
   choosing pure data parallelism) counted once, their measured times averaged; ``n`` is the
@@ -59,13 +62,17 @@ _ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (de
 _STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 2)')
 _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(MODELS)}')
 _TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
+_COST = flags.DEFINE_enum('cost', 'compiled', ['compiled', 'analytic'],
+                          'cost model of part 1: compiled (FSDP options from each sub-model\'s '
+                          'compiled step and timed update, hetjax.planner.CompiledCost) or '
+                          'analytic (every option from the formulas)')
 
 
-def _plans(task, profiles, cluster, batch) -> list[planner.Plan]:
+def _plans(task, profiles, cluster, batch, cost) -> list[planner.Plan]:
   names = submodel_names(task.make_model)
-  plans = [planner.search(profiles, cluster, batch)]
+  plans = [planner.search(profiles, cluster, batch, cost)]
   for path in sorted(PLANS.glob('*.json')):
-    plans.append(planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch))
+    plans.append(planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch, cost))
   return plans
 
 
@@ -83,8 +90,15 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   task = models.make_task(model, **kwargs)
   profiles = planner.profile_submodels(task)
   optimizer = optax.adam(1e-3)
+  cost = (planner.CompiledCost(task, optimizer) if _COST.value == 'compiled'
+          else planner.AnalyticCost())
   compiled, states, batches = {}, {}, {}
-  for plan in _plans(task, profiles, cluster, batch):
+  plans = _plans(task, profiles, cluster, batch, cost)
+  if isinstance(cost, planner.CompiledCost):  # how each FSDP option was priced, at the measured β
+    for pricing in cost.pricings:
+      if pricing.source is not planner.PricedBy.ANALYTIC:
+        print(f'{key}: {pricing.describe()}', flush=True)
+  for plan in plans:
     try:
       c = planner.compile_plan(plan, task, optimizer, batch)
     except ConfigError as e:
@@ -110,9 +124,11 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
     row = {'model': key, 'plan': name, 'layouts': {s.name: s.layout.name(DEVICES)
                                                    for s in c.plan.submodels},
            'bytes_per_device': float(moved.total), 'measured_step_s': float(np.median(times[name])),
-           'predicted_step_s': float(c.plan.predicted_step_s), 'memory_bytes': c.memory_bytes}
+           'predicted_step_s': float(c.plan.predicted_step_s), 'memory_bytes': c.memory_bytes,
+           'cost': _COST.value}
     for gbit in BETAS_GBIT:
-      at = planner.evaluate(c.plan, profiles, cluster.with_bandwidth(gbit * 1e9 / 8), batch)
+      at = planner.evaluate(c.plan, profiles, cluster.with_bandwidth(gbit * 1e9 / 8), batch,
+                            cost)
       row[f'predicted_step_s_at_{gbit}gbit'] = float(at.predicted_step_s)
     rows.append(row)
   rho, n = _analysis.rank_correlation_of_programs(rows, 'predicted_step_s', 'measured_step_s')

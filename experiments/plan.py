@@ -21,9 +21,12 @@ cluster the planner sees is then the emulated one. Each sub-model may run on all
 the k fastest (k dividing the worker count), and the plan printed says, per sub-model, what
 every other group would have cost (`hetjax.planner.explain`).
 
-Sub-model costs come from XLA's analyses of each sub-model compiled alone. Bad input (unknown
-config, malformed cluster file, a plan naming a missing sub-model or whose degrees do not
-multiply to the device count) prints one line and exits with 2.
+Sub-model costs come from XLA's analyses of each sub-model compiled alone; with
+``--cost=compiled`` (the default) FSDP options are priced from each sub-model's FSDP step
+compiled on this job's devices and its optimizer update timed there
+(`hetjax.planner.CompiledCost`: its measurements describe this machine, not a ``--cluster``
+file's). Bad input (unknown config, malformed cluster file, a plan naming a missing sub-model
+or whose degrees do not multiply to the device count) prints one line and exits with 2.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ _SLOWDOWN = flags.DEFINE_string('slowdown', None,
                                 'static:F0,F1,…: worker i\'s devices are Fi times slower')
 _MICRO = flags.DEFINE_integer('micro_batches', 1, 'micro-batches per step when the plan trains '
                               'as stages (a group must split their rows evenly)')
+_COST = flags.DEFINE_enum('cost', 'compiled', ['compiled', 'analytic'],
+                          'compiled: FSDP options priced from each sub-model\'s compiled step and '
+                          'its update timed on this job\'s devices (hetjax.planner.CompiledCost); '
+                          'analytic: every option from the formulas (AnalyticCost)')
 
 
 def _table(plan: planner.Plan, profiles, batch: int) -> str:
@@ -114,23 +121,32 @@ def run() -> planner.Plan:
     raise ConfigError(f'model {config.model!r} does not name its sub-models (no submodels())')
   profiles = planner.profile_submodels(task)
   cap = _MEMORY_CAP.value
+  cost = planner.CompiledCost(task) if _COST.value == 'compiled' else planner.AnalyticCost()
   if _PLAN.value:
-    plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch)
+    plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch,
+                            cost)
   else:
-    plan = planner.search(profiles, cluster, batch, memory_cap=cap,
+    plan = planner.search(profiles, cluster, batch, cost, memory_cap=cap,
                           tie_tolerance=_TIE.value, micro_batches=_MICRO.value)
   print(f'{config.model} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
   print(_table(plan, profiles, batch))
+  if isinstance(cost, planner.CompiledCost):
+    print('FSDP options priced (compiled: from the sub-model\'s compiled step and timed update; '
+          'fallback: the formulas):')
+    for pricing in cost.pricings:
+      if pricing.source is not planner.PricedBy.ANALYTIC:
+        print(f'  {pricing.describe()}')
   if len(cluster.workers) > 1:
     print('why each sub-model went where it did (the rest of the plan as it is):')
-    for line in planner.explain(plan, profiles, cluster, batch, memory_cap=cap):
+    for line in planner.explain(plan, profiles, cluster, batch, cost, memory_cap=cap):
       print(f'  {line}')
   if not _PLAN.value:
     for path in sorted(PLANS.glob('*.json')):
       try:
-        baseline = planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch)
+        baseline = planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch,
+                                    cost)
       except ConfigError as e:  # e.g. a baseline for another device count
         print(f'  baseline {path.stem}: not applicable ({e})')
         continue
