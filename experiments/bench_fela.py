@@ -13,7 +13,10 @@ model-parallel, uniform hybrid). Per plan:
   model with β replaced, what the plan would cost on such a network (modelled, not measured).
   ``--cost=compiled`` (default): FSDP options priced from each sub-model's compiled step and its
   update timed on the mesh (`hetjax.planner.CompiledCost`; each FSDP option is printed with its
-  evidence, or why it fell back to the formulas); ``--cost=analytic``: `AnalyticCost`;
+  evidence, or why it fell back to the formulas), and the analytic model's own plan (``analytic``)
+  is measured beside the others when it is none of them; ``analytic_predicted_step_s`` in the JSON
+  rows is every plan priced by `AnalyticCost`, for comparison. ``--cost=analytic``: every price
+  from `AnalyticCost`;
 * the Spearman rank correlation of predicted and measured times (average ranks for ties), per
   model and over all, with plans that compile to one program (same layouts, e.g. the planner's
   choosing pure data parallelism) counted once, their measured times averaged; ``n`` is the
@@ -28,6 +31,7 @@ clock.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 import time
@@ -73,7 +77,16 @@ def _plans(task, profiles, cluster, batch, cost) -> list[planner.Plan]:
   plans = [planner.search(profiles, cluster, batch, cost)]
   for path in sorted(PLANS.glob('*.json')):
     plans.append(planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch, cost))
+  if not isinstance(cost, planner.AnalyticCost):
+    # The analytic model's own choice, measured beside the others when it is none of them.
+    analytic = dataclasses.replace(planner.search(profiles, cluster, batch), name='analytic')
+    if all(_placements(analytic) != _placements(p) for p in plans):
+      plans.insert(1, planner.evaluate(analytic, profiles, cluster, batch, cost))
   return plans
+
+
+def _placements(plan: planner.Plan) -> list:
+  return [(s.layout, s.group) for s in plan.submodels]
 
 
 def _time_steps(compiled_plan, state, batches, steps: int):
@@ -125,7 +138,8 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
                                                    for s in c.plan.submodels},
            'bytes_per_device': float(moved.total), 'measured_step_s': float(np.median(times[name])),
            'predicted_step_s': float(c.plan.predicted_step_s), 'memory_bytes': c.memory_bytes,
-           'cost': _COST.value}
+           'cost': _COST.value, 'analytic_predicted_step_s': float(planner.evaluate(
+               c.plan, profiles, cluster, batch).predicted_step_s)}
     for gbit in BETAS_GBIT:
       at = planner.evaluate(c.plan, profiles, cluster.with_bandwidth(gbit * 1e9 / 8), batch,
                             cost)
@@ -134,6 +148,11 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   rho, n = _analysis.rank_correlation_of_programs(rows, 'predicted_step_s', 'measured_step_s')
   for r in rows:
     r['rank_correlation'], r['rank_correlation_n'] = rho, n
+  if _COST.value != 'analytic':
+    before, _ = _analysis.rank_correlation_of_programs(rows, 'analytic_predicted_step_s',
+                                                       'measured_step_s')
+    print(f'{key}: the analytic model\'s predictions (analytic_predicted_step_s) rank the same '
+          f'programs with rho {before:.2f}', flush=True)
   return rows
 
 

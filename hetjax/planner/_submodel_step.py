@@ -19,9 +19,10 @@ HLO, so the backend is compiled at ``xla_backend_optimization_level=0``.
 
 Example::
 
-  call = submodel_calls(task, 64)['block_0']
+  call = submodel_calls(task, 64)['block_0']           # lm_small, batch 64
   mesh = layout_mesh(jax.devices(), (2, 2, 2))
-  step_collectives(call, Layout(1, fsdp=True), mesh, optax.adam(1e-3)).counts['all_gather']  # 13
+  moved = step_collectives(call, Layout(1, fsdp=True), mesh, optax.adam(1e-3), 64)
+  moved.counts['all_gather'], moved.total_steps       # (13, 105): 13·7 + one all-reduce's 2·7
 """
 
 from __future__ import annotations
