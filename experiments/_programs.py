@@ -18,7 +18,7 @@ import numpy as np
 
 import models
 from experiments import _replicas, configs
-from hetjax import ConfigError, balance, emulation, planner, runtime, sharding, train
+from hetjax import ConfigError, balance, emulation, pipeline, planner, runtime, sharding, train
 from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
@@ -58,9 +58,12 @@ def make_task(config: configs.Config) -> train.Task:
 
 
 def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
-  """``auto``: per-worker shares when there are several workers (or anything only shares
-  use: fixed shares, a policy, a slowdown), else one SPMD step."""
+  """``auto``: the plan's program when a plan is given; per-worker shares when there are
+  several workers (or anything only shares use: fixed shares, a policy, a slowdown), else one
+  SPMD step."""
   mode = parse_choice(Mode, config.mode, 'mode')
+  if mode is Mode.AUTO and config.plan:
+    return Mode.PLAN
   if mode is not Mode.AUTO:
     return mode
   several = ctx.workers > 1 or config.shares or config.slowdown or ctx.slowdown \
@@ -119,20 +122,37 @@ def _trace(config: configs.Config, ctx: runtime.WorkerContext):
 
 
 def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
-  if config.plan:
-    plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
-    cap = planner.device_memory(jax.devices())
-    trainer = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
-                                   seed=config.seed).trainer
-    devices = f'plan {plan.name!r}: {plan.devices} {jax.devices()[0].platform} devices'
-  else:
-    mesh = sharding.make_mesh(mesh_shape)
-    trainer = train.Trainer(task, optimizer, config.global_batch, mesh, strategy.rules(),
-                            config.seed)
-    devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
-    if strategy is train.Strategy.FSDP and (notice := fsdp_notice(trainer)):
-      print(notice, flush=True)
+  mesh = sharding.make_mesh(mesh_shape)
+  trainer = train.Trainer(task, optimizer, config.global_batch, mesh, strategy.rules(),
+                          config.seed)
+  devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
+  if strategy is train.Strategy.FSDP and (notice := fsdp_notice(trainer)):
+    print(notice, flush=True)
   return Built(trainer, None, devices, Mode.SPMD)
+
+
+def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
+  """The plan's program: one SPMD step on one process's devices, or stages on its groups."""
+  if trace is not None and ctx.workers == 1:
+    raise ConfigError('a slowdown emulates workers of known speed, and this plan runs on one '
+                      'process: launch several workers (python -m hetjax.launch)')
+  plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
+  cap = planner.device_memory(jax.local_devices())
+  compiled = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
+                                  seed=config.seed, micro_batches=config.micro_batches,
+                                  schedule=config.schedule)
+  trainer, platform = compiled.trainer, jax.devices()[0].platform
+  if isinstance(trainer, train.Trainer):
+    return Built(trainer, None, f'plan {plan.name!r}: {plan.devices} {platform} devices',
+                 Mode.PLAN)
+  groups = ', '.join(f'{"+".join(names)} on {len(mesh.devices.flat)}'
+                     for names, mesh in zip(trainer.stage_links, trainer.meshes, strict=True))
+  devices = (f'plan {plan.name!r}: {trainer.stages} stages ({groups} {platform} devices), '
+             f'{config.micro_batches} micro-batches, {config.schedule}')
+  host = None
+  if trace is not None:
+    host = stage_host(trainer, compiled.programs, trace, ctx, channel)
+  return Built(trainer, None, devices, Mode.PLAN, host)
 
 
 def fsdp_notice(trainer: train.Trainer) -> str | None:
@@ -194,12 +214,16 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   strategy = train.Strategy.parse(config.strategy)
   mesh_shape = sharding.parse_mesh_shape(config.mesh)
   mode = mode_of(config, ctx)
-  if config.plan and mode is not Mode.SPMD:
-    raise ConfigError(f'plan runs in spmd mode on the devices of one process; mode {mode.value} '
-                      'takes strategy and mesh per worker')
+  if config.plan and mode is not Mode.PLAN:
+    raise ConfigError(f'a plan runs in mode plan (or auto); mode {mode.value} takes strategy '
+                      'and mesh instead')
+  if mode is Mode.PLAN and not config.plan:
+    raise ConfigError('mode plan needs a plan: --plan=PATH (experiments/plan.py --json writes '
+                      'one; experiments/plans/ has hand-written ones)')
   replicas = mode is Mode.PIPELINE and ctx.workers > 1
-  if mode in (Mode.SPMD, Mode.PIPELINE):
-    unused = [f for f, v in (('slowdown', not replicas and (config.slowdown or ctx.slowdown)),
+  if mode in (Mode.SPMD, Mode.PIPELINE, Mode.PLAN):
+    slowed = replicas or mode is Mode.PLAN
+    unused = [f for f, v in (('slowdown', not slowed and (config.slowdown or ctx.slowdown)),
                              ('policy', config.policy != 'uniform' and config.policy),
                              ('shares', config.shares)) if v]
     if unused:
@@ -214,8 +238,10 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   if mode is Mode.SPMD:
     if ctx.workers > 1:
       raise ConfigError(f'mode spmd runs on one process, but this job has {ctx.workers} '
-                        'workers: use mode shares or tokens (or auto)')
+                        'workers: use mode shares or tokens (or auto), or a plan')
     return _spmd(config, task, optimizer, strategy, mesh_shape)
+  if mode is Mode.PLAN:
+    return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
   if mode is Mode.PIPELINE:
     trainer = PipelineTrainer(task, optimizer, config.global_batch, config.stages,
                               config.micro_batches, config.schedule, jax.local_devices(),
@@ -231,7 +257,12 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   degree = train.local_batch_degree(strategy.rules(), mesh_shape)
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
             'devices'
+  counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
   if mode is Mode.TOKENS:
+    if len(set(counts)) > 1:
+      raise ConfigError(f'mode tokens needs workers of equal device counts (every token is one '
+                        f'program shape on every worker); these have {list(counts)}: use mode '
+                        'shares (LB-BSP sizes each worker\'s share) or a plan')
     if channel is None:
       channel = runtime.LocalChannel()
     rows = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
@@ -240,7 +271,6 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
                                  mesh_shape, strategy.rules(), config.seed)
     return Built(trainer, rules, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
   # Workers of different device counts: shares are multiples of every worker's degree.
-  counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
   degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
                       for w in range(ctx.workers)))
   if len(set(counts)) > 1:
@@ -319,6 +349,25 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
   host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s, speed=speed)
   trainer.host = host
   return host
+
+
+def stage_host(trainer, programs, trace, ctx, channel, margin: float = MARGIN
+               ) -> pipeline.StagePace:
+  """This worker's host of known speed for a plan's stages (`hetjax.pipeline.StagePace`),
+  attached to ``trainer``: each action of its stages takes ``margin`` × its compiled program's
+  roofline at one device's FLOP/s and memory bandwidth, measured with every device of the job
+  busy (`hetjax.planner.measure_cluster`, worker 0's numbers for all) — the same hosts for any
+  plan (`hetjax.pipeline.roofline_costs` says why) — times the trace's slowdown."""
+  measured = planner.measure_cluster().workers[0]  # a collective: every worker takes part
+  rates = [measured.flops_per_s, measured.memory_bytes_per_s or measured.flops_per_s]
+  if channel is not None and ctx.workers > 1:
+    if ctx.is_chief:
+      channel.set('stage-host/rates', rates)
+    rates = channel.get('stage-host/rates')
+  pace = pipeline.StagePace(trace, ctx.worker,
+                            pipeline.roofline_costs(programs, rates[0], rates[1], margin))
+  trainer.pace = pace
+  return pace
 
 
 def _one_call(trainer, state, sizes):

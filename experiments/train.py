@@ -8,8 +8,10 @@ Every option of a run is a field of `experiments.configs.Config`, set with ``--s
 below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
 ``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
 (stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
-``sync`` policy); ``auto`` is spmd on one process and shares under several workers. All of them
-run in one loop with the same checkpoints, metrics and telemetry.
+``sync`` policy), ``plan`` (a Fela plan: each sub-model on its group of workers with its own
+layout; one SPMD step, or stages on the groups); ``auto`` is plan given a plan, else spmd on
+one process and shares under several workers. All of them run in one loop with the same
+checkpoints, metrics and telemetry.
 
 Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
 one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
@@ -47,6 +49,7 @@ from absl import flags
 
 from experiments import _cli, _programs, configs
 from hetjax import ConfigError, checkpoint, pipeline, runtime, train
+from hetjax.pipeline import PipelineTrainer
 from hetjax.report import summary_fields
 
 _CONFIG = flags.DEFINE_string(
@@ -59,7 +62,7 @@ _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoin
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
 # Shorthands for config fields (each is the same as --set FIELD=VALUE).
 _SHORTHANDS = {
-    'mode': flags.DEFINE_string('mode', None, 'spmd, shares, tokens, pipeline or auto'),
+    'mode': flags.DEFINE_string('mode', None, 'spmd, shares, tokens, pipeline, plan or auto'),
     'strategy': flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)'),
     'mesh': flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2'),
     'plan': flags.DEFINE_string('plan', None, 'a plan JSON (experiments/plan.py --json)'),
@@ -116,7 +119,8 @@ def _restore(ckpt, built, meta, step=None):
   saved = ckpt.read_meta(step)
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))
   # A pipeline's step is a host int, not an array: its restore target carries the saved one.
-  abstract = (program.abstract_state(saved['step']) if built.mode is configs.Mode.PIPELINE
+  abstract = (program.abstract_state(saved['step'])
+              if isinstance(program, PipelineTrainer | pipeline.ReplicaDriver)
               else program.abstract_state())
   state, saved = ckpt.restore(abstract, step)
   if policy is None or 'policy' not in saved:
@@ -184,6 +188,9 @@ def run() -> dict | None:
   replicas = isinstance(program, pipeline.ReplicaDriver)
   if replicas:
     ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel)
+  elif isinstance(program, PipelineTrainer) and ctx.workers > 1:  # stages on their processes
+    ckpt, resume_step = pipeline.StageCheckpointer(workdir / 'checkpoints', program,
+                                                   channel.barrier), None
   else:
     ckpt, resume_step = checkpoint.Checkpointer(workdir / 'checkpoints'), None
   logger = telemetry = None
@@ -206,7 +213,7 @@ def run() -> dict | None:
                   'slowdown': config.slowdown or ctx.slowdown,
                   'policy': None if policy is None or replicas else policy.name,
                   'sync': config.sync if replicas else None,
-                  'host_row_s': built.host.row_s if built.host else None}
+                  'host_row_s': getattr(built.host, 'row_s', None)}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       layout = f'plan {config.plan}' if config.plan else f'{config.strategy} on mesh {config.mesh}'
       print(f'{task.name}: {built.mode.value}, {layout} ({built.devices}), global batch '

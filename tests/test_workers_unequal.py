@@ -9,6 +9,7 @@ and a host of k devices running k times as fast per row.
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 import sys
@@ -116,6 +117,15 @@ def test_train_py_runs_lbbsp_on_workers_of_2_1_and_1_devices(tmp_path):
   assert len(summary['last_shares']) == 3 and summary['last_shares'][2] < 16
   cluster = json.loads((tmp_path / 'cluster.json').read_text())
   assert [len(w['devices']) for w in cluster] == list(DEVICES)
+  # Tokens need one program shape on every worker: a one-line refusal, exit 2.
+  out = io.StringIO()
+  tokens = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',
+            '--strategy=data_parallel', '--mesh=2x1', '--mode=tokens', '--steps=1',
+            f'--workdir={tmp_path / "tokens"}', '--set', 'global_batch=64']
+  result = launch_local(tokens, workers=3, devices_per_worker=DEVICES, timeout=LAUNCH_TIMEOUT,
+                        init_timeout=60, stdout=out)
+  assert result.returncode == 2, (result, out.getvalue())
+  assert 'mode tokens needs workers of equal device counts' in out.getvalue()
 
 
 def test_worker_meshes_keep_the_model_size_and_put_the_rest_on_data():

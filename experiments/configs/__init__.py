@@ -27,7 +27,8 @@ from hetjax.pipeline._policies import parse_sync_name
 class Mode(enum.Enum):
   """How a step runs (`Config.mode`).
 
-  ``auto`` is ``spmd`` on one process and ``shares`` under several workers.
+  ``auto`` is ``plan`` when a plan is given, else ``spmd`` on one process and ``shares`` under
+  several workers.
   """
 
   AUTO = 'auto'
@@ -35,6 +36,7 @@ class Mode(enum.Enum):
   SHARES = 'shares'      # per-worker batch shares, re-sized by a policy (LB-BSP)
   TOKENS = 'tokens'      # Fela's tokens: workers pull fixed-size pieces of the batch
   PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
+  PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +57,9 @@ class Config:
     mesh: mesh shape over ``('data', 'model')``, e.g. ``'4x2'``; per worker in the
       multi-worker modes.
     plan: a plan JSON (`experiments/plan.py --json`, `experiments/plans/`) replacing strategy
-      and mesh (spmd only); compiled and memory-checked first.
+      and mesh (mode plan): a layout and a group of workers per sub-model, compiled and
+      memory-checked first; one SPMD step when every sub-model runs on all devices of one
+      process, else pipeline stages on the groups (``micro_batches``, ``schedule``).
     policy: the share policy (shares mode): uniform, proportional, lbbsp[-last|-ewma|-ar|-narx],
       lbbsp-gpu, oracle.
     shares: fixed per-worker shares instead of a policy, e.g. ``(192, 64)``.
@@ -68,8 +72,8 @@ class Config:
     token_rows: rows per token (tokens mode); 0 picks X / (4 × workers) rounded to a divisor.
     endgame: tokens mode: a slow worker leaves the last tokens to faster ones.
     stages: pipeline stages (pipeline mode).
-    micro_batches: micro-batches per step (pipeline mode).
-    schedule: the pipeline schedule: ``'1f1b'`` or ``'gpipe'``.
+    micro_batches: micro-batches per step (pipeline mode, and plans that train as stages).
+    schedule: the pipeline schedule: ``'1f1b'`` or ``'gpipe'`` (likewise).
     sync: pipeline mode under several workers (one replica each): the sync policy that groups
       the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
       ``'periodic-average'`` (`hetjax.pipeline.make_sync_policy`).

@@ -55,9 +55,8 @@ from hetjax.pipeline._split import profile_split as profile_split
 from hetjax.pipeline._split import split_stages as split_stages
 from hetjax.pipeline._stage_checkpoint import StageCheckpointer as StageCheckpointer
 from hetjax.pipeline._stage_pace import ActionPace as ActionPace
-from hetjax.pipeline._stage_pace import ActionTimes as ActionTimes
 from hetjax.pipeline._stage_pace import StagePace as StagePace
-from hetjax.pipeline._stage_pace import calibrated_costs as calibrated_costs
+from hetjax.pipeline._stage_pace import roofline_costs as roofline_costs
 from hetjax.pipeline._stage_programs import StagePrograms as StagePrograms
 from hetjax.pipeline._stage_programs import dispatch_order as dispatch_order
 from hetjax.pipeline._stages import StageLayout as StageLayout
@@ -76,7 +75,6 @@ from hetjax.pipeline._virtual_sdpipe import simulate_sync as simulate_sync
 __all__ = [
     'Action',
     'ActionPace',
-    'ActionTimes',
     'AllReducePolicy',
     'Arrive',
     'GroupAverager',
@@ -111,7 +109,6 @@ __all__ = [
     'SyncService',
     'SyncValuePolicy',
     'Tick',
-    'calibrated_costs',
     'consensus_distance',
     'dispatch_order',
     'equal_stages',
@@ -122,6 +119,7 @@ __all__ = [
     'profile_split',
     'replica_trace',
     'resume_state',
+    'roofline_costs',
     'simulate_sync',
     'split_stages',
     'start_service',

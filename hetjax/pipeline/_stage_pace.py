@@ -5,7 +5,7 @@ worker's slowdown. A pipeline whose stages span workers (a grouped plan) has no 
 worker: a worker runs the forward and backward of every stage it has devices in, once per
 micro-batch, and each stage's update. So its host is defined per action: stage s's ``kind``
 (``'forward'``, ``'backward'``, ``'update'``) takes ``nominal_s[s, kind]`` on an undisturbed
-host — calibrated by timing the real actions (`ActionTimes`, `calibrated_costs`) — and
+host — its compiled program's work at measured rates (`roofline_costs`) — and
 ``(factor + delay) × nominal`` on this worker's host at that step (its `SlowdownTrace` row).
 The worker runs the action for real (the pipeline waits for each action when a stage spans
 processes) and sleeps the rest; the collectives of the next action make the other members of
@@ -21,13 +21,10 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
-
-import numpy as np
 
 from hetjax._errors import ConfigError
 
@@ -40,22 +37,6 @@ class ActionPace(Protocol):
   def pad(self, step: int, stage: int, kind: str, measured_s: float) -> tuple[float, float]:
     """Sleeps as the host says after an action of ``measured_s``; (slept, overrun) seconds."""
     ...
-
-
-@dataclasses.dataclass
-class ActionTimes:
-  """Records every action's measured seconds and sleeps nothing (calibration)."""
-
-  seconds: dict[Action, list[float]] = dataclasses.field(
-      default_factory=lambda: collections.defaultdict(list))
-
-  def pad(self, step: int, stage: int, kind: str, measured_s: float) -> tuple[float, float]:
-    del step
-    self.seconds[stage, kind].append(measured_s)
-    return 0.0, 0.0
-
-  def medians(self) -> dict[Action, float]:
-    return {action: float(np.median(times)) for action, times in self.seconds.items()}
 
 
 @dataclasses.dataclass
@@ -101,19 +82,33 @@ class StagePace:
     return slept, 0.0
 
 
-def calibrated_costs(local: Mapping[Action, float], everyone: list[Mapping[str, float]],
-                     margin: float) -> dict[Action, float]:
-  """One nominal cost per action for every worker: the largest median any worker measured for
-  it (the workers of a stage run it together, so they share its cost), times ``margin``.
+def roofline_costs(programs: Mapping[str, object], flops_per_s: float, bytes_per_s: float,
+                   margin: float) -> dict[Action, float]:
+  """Nominal costs from each compiled stage program's own work: ``margin × max(FLOPs /
+  flops_per_s, bytes accessed / bytes_per_s)`` per device (XLA's ``cost_analysis()`` of the
+  partitioned program is per device), with rates measured while every device of the job was
+  busy (`hetjax.planner.measure_cluster`).
+
+  Why not time the actions: on a machine whose cores every worker shares, an action runs
+  faster while other workers idle. A plan that leaves some workers idle would
+  calibrate cheaper hosts than one that keeps all busy, and the comparison between plans would
+  measure the machine's sharing, not the plans. Priced from their work at one set of rates,
+  every plan's hosts are equally fast. The price is circularity: the planner's cost model uses
+  the same FLOPs, bytes and rates, so the padded compute agrees with its predictions by
+  construction; what stays measured is everything else (collectives, moves between groups,
+  dispatch) and any action that runs past its time.
 
   Args:
-    local: this worker's medians (only to name the actions it needs).
-    everyone: every worker's medians, keyed ``'stage/kind'`` (as they travel as JSON).
-    margin: how much slower than the slowest measurement the host is (> 1 leaves room for
-      noise; an action past its host's time is an overrun).
+    programs: ``{'s<stage>/<kind>': jax.stages.Compiled}`` (`hetjax.planner.CompiledPlan`).
+    flops_per_s, bytes_per_s: one device's rates.
+    margin: > 1 leaves room for what the roofline does not see (dispatch, small kernels).
   """
   out = {}
-  for stage, kind in local:
-    seen = [m[f'{stage}/{kind}'] for m in everyone if f'{stage}/{kind}' in m]
-    out[stage, kind] = margin * max(seen)
+  for key, compiled in programs.items():
+    stage, kind = key.split('/')
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    work = max(analysis.get('flops', 0.0) / flops_per_s,
+               analysis.get('bytes accessed', 0.0) / bytes_per_s)
+    out[int(stage.removeprefix('s')), kind] = margin * work
   return out

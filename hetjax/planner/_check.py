@@ -39,8 +39,10 @@ class CompiledPlan:
       `hetjax.pipeline.PipelineTrainer` over its stages; ready to train.
     programs: the compiled programs: ``{'step': …}`` for one SPMD step; per local stage
       ``{'s0/forward': …, 's0/backward': …, 's0/update': …, …}`` for stages.
-    memory_bytes: the most any device needs (module docstring).
-    stage_memory: per stage, the most one of its devices needs (empty for one SPMD step).
+    memory_bytes: the most any device needs (module docstring); across processes, of this
+      process's devices.
+    stage_memory: per stage, the most one of its devices needs (empty for one SPMD step; 0
+      for a stage on other processes, which check their own).
   """
 
   plan: Plan
@@ -148,7 +150,7 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
             f'on workers {group}) needs {worst:,} bytes on one of its devices (its parameters, '
             f'optimizer state and gradients {resident:,}, temporaries {transient:,}, with the '
             f'other stages on those devices), the cap is {int(memory_cap):,}')
-  totals = tuple(max((used[d] for d in trainer.meshes[s].devices.flat), default=0)
+  totals = tuple(max((used[d] for d in trainer.meshes[s].devices.flat if d in used), default=0)
                  for s in range(trainer.stages))
   return CompiledPlan(plan, trainer, programs, max(used.values(), default=0), totals)
 

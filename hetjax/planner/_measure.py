@@ -58,8 +58,10 @@ def _bandwidth_per_device(mesh: Mesh, repeats: int) -> float:
 
 
 def device_memory(devices) -> float:
-  """Bytes one of ``devices`` can hold: the accelerator's limit, or the host's RAM shared out."""
-  stats = devices[0].memory_stats() if hasattr(devices[0], 'memory_stats') else None
+  """Bytes one of ``devices`` can hold: the accelerator's limit, or the host's RAM shared out.
+  Another process's devices cannot be asked: they are taken to be like this process's."""
+  local = devices[0].process_index == jax.process_index()
+  stats = devices[0].memory_stats() if local and hasattr(devices[0], 'memory_stats') else None
   if stats and stats.get('bytes_limit'):
     return float(stats['bytes_limit'])
   try:
