@@ -173,10 +173,10 @@ def test_small_lm_keeps_data_parallel_blocks():
   """bench_fela's small LM on this job's measured cluster: the search keeps its blocks
   data-parallel, as measured best (BUILD_NOTES: FSDP blocks 4–9% slower), where the analytic
   model chose FSDP blocks, predicted 9% faster. The evidence behind it: 13 all-gathers per block
-  (105 ring steps against data parallelism's 14) outweigh the update sharding saves (1–2.6 ms
-  per block on the 2-core machine, depending on what else runs on it; the extra collectives
-  2.9–4.2 ms). FSDP then prices at least as slow as data parallelism, by 0.3–3 ms per block of a
-  ~65 ms step, so the plan is decided with the search's default tie rule (as bench_fela and
+  (105 ring steps against data parallelism's 14; 2.4–4.2 ms more) against the update sharding
+  saves (1.0–2.8 ms per block on the 2-core machine, depending on what else runs on it). FSDP
+  then prices from 0.1 ms faster to 3 ms slower than data parallelism per block of a step of
+  65 ms or more, so the plan is decided with the search's default tie rule (as bench_fela and
   plan.py run it): plans within 3% are ties and the one moving fewer bytes, data parallelism,
   wins. Tensor-parallel layouts are left out to keep the test short: they lose by about 2x
   measured (BUILD_NOTES, bench_fela)."""

@@ -5,7 +5,7 @@ parameter array) and its sharded optimizer update from a memory-traffic formula.
 LM (bench_fela's ``lm_small``, 8 virtual CPU devices) both were wrong in the direction that
 mattered: it predicted FSDP blocks 9% faster than data parallelism, measured 4–9% slower. The
 compiled FSDP step has 13 all-gathers per block, not 2, and sharding Adam's update saves
-1.2–2.4 ms per block (measured: it depends on what else runs on the 2 cores), not the 4 ms the
+1.0–2.8 ms per block (measured: it depends on what else runs on the 2 cores), not the 4 ms the
 formula said. This model keeps the analytic model for everything the formulas get right and
 replaces the two terms they got wrong with evidence.
 
