@@ -22,6 +22,13 @@ model-parallel, uniform hybrid). Per plan:
   choosing pure data parallelism) counted once, their measured times averaged; ``n`` is the
   number of distinct programs (`experiments._analysis.rank_correlation_of_programs`).
 
+Part 1's rows have ``cluster='equal'``: 8 equal devices in one process.
+
+Part 3, the unequal cluster (`experiments/_fela_unequal.py`, rows with ``cluster='unequal'``): 4
+launched workers of 2 devices, workers 2 and 3 emulated 3x slow (hosts of known speed per stage
+action); the planner's plan for that cluster against the same baselines, all trained across
+the 4 workers in interleaved rounds. It runs before part 2.
+
 Part 2, tokens (`experiments/_fela_tokens.py`): Uniform BSP, LB-BSP and Fela's tokens under a
 static 3x straggler and a Markov one, 4 real local workers, then 64 and 1024 on the virtual
 clock.
@@ -61,11 +68,14 @@ MODELS = {
 }
 BETAS_GBIT = (1, 10, 100)
 
-FLAGS = _harness.define_flags('fewer rounds and token steps: under 3 minutes', keep=False)
+FLAGS = _harness.define_flags('fewer rounds and steps (about 10 minutes; part 3 is most of it)',
+                              keep=False)
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 2)')
 _STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 2)')
 _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(MODELS)}')
 _TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
+_UNEQUAL = flags.DEFINE_bool('unequal', True, 'also run part 3 (the plans on 2 fast and 2 slow '
+                             'workers of 2 devices each)')
 _COST = flags.DEFINE_enum('cost', 'compiled', ['compiled', 'analytic'],
                           'cost model of part 1: compiled (FSDP options from each sub-model\'s '
                           'compiled step and timed update, hetjax.planner.CompiledCost) or '
@@ -134,7 +144,7 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   rows = []
   for name, c in compiled.items():
     moved = planner.collective_bytes(c.compiled)
-    row = {'model': key, 'plan': name, 'layouts': {s.name: s.layout.name(DEVICES)
+    row = {'model': key, 'plan': name, 'cluster': 'equal', 'layouts': {s.name: s.layout.name(DEVICES)
                                                    for s in c.plan.submodels},
            'bytes_per_device': float(moved.total), 'measured_step_s': float(np.median(times[name])),
            'predicted_step_s': float(c.plan.predicted_step_s), 'memory_bytes': c.memory_bytes,
@@ -215,6 +225,15 @@ def main() -> None:
     print(_plan_table([r for r in rows if r['model'] == key]), flush=True)
   print(_plan_table(rows))
   print('\n'.join(_goals(rows)))
+  if _UNEQUAL.value and _MODELS.value:
+    from experiments import _fela_unequal
+    with _harness.run_directory(None) as tmp:
+      unequal = _fela_unequal.run_unequal(
+          tmp, {k: MODELS[k] for k in _MODELS.value}, rounds=2 if quick else 3,
+          steps=1 if quick else 2)
+    print(_fela_unequal.table(unequal))
+    print('\n'.join(_fela_unequal.goals(unequal)), flush=True)
+    rows += unequal
   if _TOKENS.value:
     from experiments import _fela_tokens
     with _harness.run_directory(None) as tmp:

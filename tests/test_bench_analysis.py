@@ -407,3 +407,31 @@ def test_measured_rows_take_medians_of_same_round_ratios():
   rows, _ = _sdpipe_analysis.measured_rows(info, budget_s=1.0, workers=2, window=2)
   assert rows[1]['time_to_target_vs_allreduce'] is None
   assert rows[1]['time_to_target_reached'] == 2
+
+
+def _unequal_row(model, plan, measured, predicted, layouts, bytes_=1e6):
+  return {'model': model, 'plan': plan, 'cluster': 'unequal', 'source': 'measured',
+          'layouts': layouts, 'stages': 1, 'bytes_per_device': bytes_,
+          'measured_step_s': measured, 'predicted_step_s': predicted,
+          'actions_past_host_time': 0}
+
+
+def test_fela_unequal_goals_on_hand_made_rows():
+  from experiments import _fela_unequal
+
+  rows = [_unequal_row('wide_deep', 'planner', 0.20, 0.10, {'a': 'tp4@0,1'}, 2e6),
+          _unequal_row('wide_deep', 'hybrid', 0.60, 0.30, {'a': 'dp2×tp4@0,1,2,3'}),
+          _unequal_row('wide_deep', 'pure_dp', 2.00, 1.40, {'a': 'dp8@0,1,2,3'}),
+          _unequal_row('wide_deep', 'pure_mp', 0.30, 0.20, {'a': 'tp8@0,1,2,3'}, 3e6)]
+  rho, n = _analysis.rank_correlation_of_programs(rows, 'predicted_step_s', 'measured_step_s')
+  for r in rows:
+    r['rank_correlation'], r['rank_correlation_n'] = rho, n
+  [line] = _fela_unequal.goals(rows)
+  assert line.startswith("wide_deep (unequal): planner 0.667x the best baseline's time (pure_mp")
+  assert '10.00x faster than pure data parallel' in line
+  assert 'rho 1.00 over 4 programs (goal >= 0.8: met)' in line
+  assert 'wide & deep >= 1.3x pure DP: met' in line
+  assert 'pure_dp' in _fela_unequal.table(rows) and '10.00x' in _fela_unequal.table(rows)
+  # A planner slower than a baseline by more than 3%: not met.
+  rows[0]['measured_step_s'] = 0.32
+  assert 'goal <= 1.03: NOT met' in _fela_unequal.goals(rows)[0]
