@@ -1,0 +1,180 @@
+"""`SchmpProgram`: a round of scheduled model parallelism as one SPMD program, a `StepProgram`.
+
+Every device of the job holds an equal share of the data's rows (mesh axis ``'rows'``, across
+processes too) and the parameters as the app lays them out. A round is one jitted
+`jax.shard_map` of `App.round`: each device computes partial sums over its rows, one collective
+combines them (or `lax.ppermute` rotates blocks), the update is applied and its result is on
+every device that needs it. The schedule has a fixed number of slots, so the round compiles once.
+
+Scheduling overlaps the update (bounded staleness). JAX dispatches a round and returns; the
+program hands the loop's scheduler the `RoundInfo` of round t − ``staleness``, whose values are
+ready or nearly (fetching them waits for that round only), so the host picks round t + 1's
+blocks while the devices still run round t. ``staleness=0`` waits for round t itself: exact,
+no overlap. What a round computes never depends on the staleness — only which blocks the
+scheduler picks, from information that many rounds old.
+
+Hosts of known speed (``host``, `hetjax.emulation.KnownSpeedHost`): each round then runs to its
+end and is padded by sleep to the host's time for this worker's rows; the overlap is lost.
+
+Example::
+
+  program = SchmpProgram(lasso, schedule_size=16, staleness=1)
+  scheduler = DynamicScheduler(lasso.blocks, 16, correlation=lasso.correlation)
+  for info in training_steps(program, program.init_state(), 200, policy=scheduler):
+    pass                                # info.stats.loss: the objective; .local: a RoundInfo
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work
+from hetjax.schmp._app import App
+from hetjax.schmp._schedule import RoundInfo, Schedule
+
+PyTree = Any
+AXIS = 'rows'
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SchmpState:
+  """Rounds done (a device scalar, replicated) and the app's parameters."""
+
+  step: jax.Array
+  params: PyTree
+
+
+class SchmpProgram:
+  """Runs an `App`'s rounds over every device of the job (module docstring).
+
+  Args:
+    app: the model, its data and its round.
+    schedule_size: slots per round (the most blocks a scheduler may pick).
+    devices: the devices (default: all, of every process); each gets an equal share of rows.
+    seed: the rounds' randomness (`jax.random.fold_in(key(seed), round)`).
+    staleness: how many rounds old the information a scheduler decides from is (>= 0).
+    objective_every: rounds between objective evaluations (``stats.loss`` is NaN between).
+    host: this worker's emulated host (module docstring), or None.
+
+  Raises:
+    ConfigError: a schedule size below 1, a negative staleness, data the app cannot split.
+  """
+
+  def __init__(self, app: App, schedule_size: int, devices: Sequence[jax.Device] | None = None,
+               *, seed: int = 0, staleness: int = 1, objective_every: int = 1, host=None):
+    if isinstance(schedule_size, bool) or not isinstance(schedule_size, int) or schedule_size < 1:
+      raise ConfigError(f'schedule size must be an integer >= 1, got {schedule_size!r}')
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+      raise ConfigError(f'staleness must be an integer >= 0 (0: exact), got {staleness!r}')
+    if objective_every < 1:
+      raise ConfigError(f'objective_every must be >= 1, got {objective_every}')
+    self.app, self.schedule_size, self.seed = app, schedule_size, seed
+    self.staleness, self.objective_every, self.host = staleness, objective_every, host
+    self.task = app  # what train.py reads for checkpoints: .name and .config
+    devices = list(jax.devices() if devices is None else devices)
+    self.mesh = Mesh(np.array(devices, dtype=object), (AXIS,), axis_types=(AxisType.Auto,))
+    host_data = app.host_data(len(devices))
+    rows = {len(v) for v in host_data.values()}
+    if len(rows) != 1 or next(iter(rows)) % len(devices):
+      raise ConfigError(f'app {app.name!r}: data of {sorted(rows)} rows cannot be split evenly '
+                        f'over {len(devices)} devices')
+    self.global_batch = next(iter(rows))
+    self.local_rows = self.global_batch // len(devices) * sum(
+        d.process_index == jax.process_index() for d in devices)
+    row_sharding = NamedSharding(self.mesh, PartitionSpec(AXIS))
+    self.data = {k: jax.make_array_from_callback(v.shape, row_sharding,
+                                                 lambda index, v=v: v[index])
+                 for k, v in host_data.items()}
+    data_specs = {k: PartitionSpec(AXIS) for k in host_data}
+    param_specs = app.param_specs(AXIS)
+    self._param_sharding = jax.tree.map(lambda s: NamedSharding(self.mesh, s), param_specs,
+                                        is_leaf=lambda x: isinstance(x, PartitionSpec))
+    self._replicated = NamedSharding(self.mesh, PartitionSpec())
+    self._init = jax.jit(jax.shard_map(lambda data: app.init_params(data, AXIS), mesh=self.mesh,
+                                       in_specs=(data_specs,), out_specs=param_specs),
+                         out_shardings=self._param_sharding)
+
+    def round_(params, data, blocks, mask, offset, step):
+      key = jax.random.fold_in(jax.random.key(seed), step)
+      return app.round(params, data, blocks, mask, offset, key, AXIS)
+
+    scalar = PartitionSpec()
+    self._round = jax.jit(
+        jax.shard_map(round_, mesh=self.mesh,
+                      in_specs=(param_specs, data_specs, scalar, scalar, scalar, scalar),
+                      out_specs=(param_specs, scalar)),
+        out_shardings=(self._param_sharding, self._replicated), donate_argnums=0)
+    self._objective = jax.jit(
+        jax.shard_map(lambda p, d: app.objective(p, d, AXIS), mesh=self.mesh,
+                      in_specs=(param_specs, data_specs), out_specs=scalar),
+        out_shardings=self._replicated)
+    self._pending: collections.deque = collections.deque()
+    self._last_return: float | None = None
+
+  # -- state ------------------------------------------------------------------------------------
+
+  def init_state(self) -> SchmpState:
+    step = jax.device_put(np.int32(0), self._replicated)
+    return SchmpState(step, self._init(self.data))
+
+  def abstract_state(self) -> SchmpState:
+    shapes = jax.eval_shape(self._init, self.data)
+    params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          shapes, self._param_sharding)
+    return SchmpState(jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated), params)
+
+  def global_batch_at(self, step: int) -> dict:
+    """Nothing per step: every round reads all the data, already on the devices."""
+    del step
+    return {}
+
+  def objective(self, state: SchmpState) -> jax.Array:
+    """The app's objective at ``state`` (a device scalar, replicated)."""
+    return self._objective(state.params, self.data)
+
+  # -- a round ----------------------------------------------------------------------------------
+
+  def step(self, state: SchmpState, work: Work, decision: Schedule
+           ) -> tuple[SchmpState, StepStats]:
+    """Round ``work.step`` on the blocks ``decision`` names (``state`` is donated)."""
+    if not isinstance(decision, Schedule):
+      raise ConfigError(f'a SchMP round needs a Schedule, got {type(decision).__name__}')
+    if decision.size != self.schedule_size:
+      raise ConfigError(f'schedule of {decision.size} slots for a program of '
+                        f'{self.schedule_size}')
+    start = time.perf_counter()
+    rep = self._replicated
+    params, delta = self._round(
+        state.params, self.data, jax.device_put(decision.blocks, rep),
+        jax.device_put(decision.mask, rep), jax.device_put(np.int32(decision.offset), rep),
+        jax.device_put(np.int32(work.step), rep))
+    if self.host is not None:  # the round runs to its end, then sleeps to its host's time
+      jax.block_until_ready(delta)
+      self.host.pad(work.step, self.local_rows, time.perf_counter() - start)
+    self._pending.append((work.step, decision, delta))
+    info = None
+    while len(self._pending) > self.staleness:
+      done, schedule, values = self._pending.popleft()
+      info = RoundInfo(done, schedule, np.asarray(values))
+    loss = (self._objective(params, self.data) if (work.step + 1) % self.objective_every == 0
+            else math.nan)
+    end = time.perf_counter()
+    iter_s = end - (start if self._last_return is None else self._last_return)
+    self._last_return = end
+    workers = len({d.process_index for d in self.mesh.devices.flat})
+    rows = (self.global_batch // workers,) * workers
+    return (SchmpState(state.step + 1, params),
+            StepStats(work.step, rows, (iter_s,) * workers, iter_s=iter_s,
+                      sampled=(False,) * workers, loss=loss, local=info))
