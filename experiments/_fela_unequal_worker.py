@@ -92,6 +92,7 @@ def main(out_dir: str, spec_json: str) -> None:
         plan = compiled.plan
         rows.append({
             'model': key, 'plan': name, 'cluster': 'unequal', 'source': 'measured',
+            'slowdown': ctx.slowdown,
             'layouts': {s.name: f'{s.layout.name(plan.group_devices(s))}@'
                                 f'{",".join(map(str, plan.members(s)))}'
                         for s in plan.submodels},

@@ -68,7 +68,7 @@ MODELS = {
 }
 BETAS_GBIT = (1, 10, 100)
 
-FLAGS = _harness.define_flags('fewer rounds and steps (about 10 minutes; part 3 is most of it)',
+FLAGS = _harness.define_flags('fewer rounds and steps (about 7 minutes; 5 without tokens)',
                               keep=False)
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'interleaved rounds per model (default 5, quick 2)')
 _STEPS = flags.DEFINE_integer('steps', None, 'steps per plan per round (default 5, quick 2)')
@@ -76,6 +76,8 @@ _MODELS = flags.DEFINE_list('models', list(MODELS), f'models to plan, of {list(M
 _TOKENS = flags.DEFINE_bool('tokens', True, 'also run part 2 (tokens vs LB-BSP vs uniform)')
 _UNEQUAL = flags.DEFINE_bool('unequal', True, 'also run part 3 (the plans on 2 fast and 2 slow '
                              'workers of 2 devices each)')
+_UNEQUAL_SLOWDOWN = flags.DEFINE_string('unequal_slowdown', 'static:1,1,3,3',
+                                        'part 3\'s emulated hosts: one factor per worker')
 _COST = flags.DEFINE_enum('cost', 'compiled', ['compiled', 'analytic'],
                           'cost model of part 1: compiled (FSDP options from each sub-model\'s '
                           'compiled step and timed update, hetjax.planner.CompiledCost) or '
@@ -230,7 +232,7 @@ def main() -> None:
     with _harness.run_directory(None) as tmp:
       unequal = _fela_unequal.run_unequal(
           tmp, {k: MODELS[k] for k in _MODELS.value}, rounds=2 if quick else 3,
-          steps=1 if quick else 2)
+          steps=1 if quick else 2, slowdown=_UNEQUAL_SLOWDOWN.value)
     print(_fela_unequal.table(unequal))
     print('\n'.join(_fela_unequal.goals(unequal)), flush=True)
     rows += unequal

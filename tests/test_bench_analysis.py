@@ -411,6 +411,7 @@ def test_measured_rows_take_medians_of_same_round_ratios():
 
 def _unequal_row(model, plan, measured, predicted, layouts, bytes_=1e6):
   return {'model': model, 'plan': plan, 'cluster': 'unequal', 'source': 'measured',
+          'slowdown': 'static:1,1,3,3',
           'layouts': layouts, 'stages': 1, 'bytes_per_device': bytes_,
           'measured_step_s': measured, 'predicted_step_s': predicted,
           'actions_past_host_time': 0}

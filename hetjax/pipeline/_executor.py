@@ -25,13 +25,15 @@ Programs, compiled once per stage and kept in ``programs[s]``:
 Order. The schedule (`gpipe`, `one_f_one_b` or any valid `Schedule`) fixes each stage's order;
 actions are dispatched in the order of the schedule's simulated start times, which respects
 every dependency. JAX dispatch is asynchronous and each device runs its queue in order, so
-stages on different devices overlap as the schedule intends.
+stages on different devices overlap as the schedule intends. When a stage spans processes,
+every action instead runs to its end before the next is dispatched (`_settle`: programs over
+overlapping sets of processes in flight together deadlock on the CPU backend).
 
 Transfers (`hetjax.pipeline._transfer`). Micro-batch rows are placed on each stage that needs
 them; a carry crosses to stage s + 1 and a cotangent back to stage s − 1, split by rows as the
 receiving stage's compute rules say. Each process builds the same trainer, makes the same calls
 with the same global batch, and walks the same dispatch order, running only the programs of the
-stages it has devices in; every process takes part in every cross-process transfer.
+stages it has devices in, and taking part in the moves `_transfer.move` says it must.
 Parameters, optimizer state, gradients and updates stay on their stage's devices: per-stage
 trees hold ``None`` for stages this process has no device in, and only the last stage's
 processes get the loss (`step` brings it to process 0 too).
@@ -177,7 +179,7 @@ class PipelineTrainer(StageProgramsMixin):
     self._shardings = tuple(self._stage_shardings(s, names) for s in range(n))
     me = jax.process_index()
     self.local_stages = tuple(s for s in range(n) if me in self.processes[s])
-    # Placeholders and row pieces need the carries' shapes unless everything is one process's.
+    # Placeholders and exchange programs need the carries' shapes unless all is one process's.
     crosses = len(set().union(*self.processes)) > 1
     self._lockstep = any(len(p) > 1 for p in self.processes)
     self._specs = CarrySpecs(self._apply, self._abstract, self.micro_rows) if crosses else None
@@ -189,13 +191,6 @@ class PipelineTrainer(StageProgramsMixin):
   @property
   def stages(self) -> int:
     return len(self.ranges)
-
-  @property
-  def owners(self) -> tuple[int, ...]:
-    """Per stage, its one process (classic stages: a stage never spans processes)."""
-    if any(len(p) != 1 for p in self.processes):
-      raise ConfigError('a stage spans several processes: see processes')
-    return tuple(p[0] for p in self.processes)
 
   def _stage_shardings(self, s: int, names: PyTree) -> tuple[PyTree, PyTree]:
     """(parameter, optimizer state) shardings of stage ``s``: each link's parameters by its
