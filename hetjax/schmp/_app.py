@@ -9,7 +9,7 @@ applies the update. The schedule's slots are fixed in number, so `round` is comp
 
 Example (Lasso, one coordinate per slot)::
 
-  def round(self, params, shard, blocks, mask, key, axis):
+  def round(self, params, shard, blocks, mask, offset, key, axis):
     beta, r = params['beta'], params['residual']              # r sharded by rows
     x = shard['x'][:, blocks]                                  # [rows, slots]
     g = lax.psum(x.T @ r, axis) + self.col_sq[blocks] * beta[blocks]
@@ -52,6 +52,12 @@ class App(Protocol):
 
   def default_schedule_size(self, devices: int) -> int:
     """Slots per round when the config says 0 (automatic), on ``devices`` devices."""
+    ...
+
+  def reference_objective(self) -> float | None:
+    """The optimum computed independently where one exists (scikit-learn's solution of the
+    same problem, its objective scaled to this app's), else None: what a benchmark's target
+    is measured against."""
     ...
 
   def host_data(self, shards: int) -> dict[str, np.ndarray]:
