@@ -18,7 +18,17 @@ import numpy as np
 
 import models
 from experiments import _replicas, configs
-from hetjax import ConfigError, balance, emulation, pipeline, planner, runtime, sharding, train
+from hetjax import (
+    ConfigError,
+    balance,
+    emulation,
+    pipeline,
+    planner,
+    runtime,
+    schmp,
+    sharding,
+    train,
+)
 from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
@@ -58,10 +68,13 @@ def make_task(config: configs.Config) -> train.Task:
 
 
 def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
-  """``auto``: the plan's program when a plan is given; per-worker shares when there are
+  """``auto``: rounds of scheduled model parallelism for a SchMP app; the plan's program when a
+  plan is given; per-worker shares when there are
   several workers (or anything only shares use: fixed shares, a policy, a slowdown), else one
   SPMD step."""
   mode = parse_choice(Mode, config.mode, 'mode')
+  if mode is Mode.AUTO and config.model in schmp.APPS:
+    return Mode.SCHMP
   if mode is Mode.AUTO and config.plan:
     return Mode.PLAN
   if mode is not Mode.AUTO:
@@ -155,6 +168,50 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
   return Built(trainer, None, devices, Mode.PLAN, host)
 
 
+def _schmp(config, ctx, mode, channel) -> Built:
+  """A SchMP app's rounds over every device of the job, and its scheduler."""
+  if mode is not Mode.SCHMP:
+    raise ConfigError(f'{config.model!r} is a SchMP app: it runs in mode schmp (or auto), not '
+                      f'{mode.value}')
+  if config.model not in schmp.APPS:
+    raise ConfigError(f'mode schmp runs a SchMP app, one of {", ".join(schmp.APPS)}; '
+                      f'{config.model!r} is not one')
+  unused = [f for f, v in (('plan', config.plan), ('shares', config.shares),
+                           ('policy', config.policy != 'uniform')) if v]
+  if unused:
+    raise ConfigError(f'mode schmp takes no {", ".join(unused)}: its rounds are scheduled by '
+                      '--set scheduler=…')
+  app = schmp.make_app(config.model, scheduler=config.scheduler, **config.model_args)
+  devices = jax.devices()
+  size = config.schedule_size or app.default_schedule_size(len(devices))
+  program = schmp.SchmpProgram(app, size, devices, seed=config.seed, staleness=config.staleness,
+                               objective_every=config.objective_every)
+  policy = app.policy(size, config.seed)
+  host = _trace(config, ctx)
+  if host is not None:
+    host = schmp_host(config, ctx, program, policy, host, channel)
+  return Built(program, policy, f'{len(devices)} {devices[0].platform} devices, {size} blocks a '
+               f'round, scheduler {app.scheduler}, staleness {config.staleness}', Mode.SCHMP, host)
+
+
+def schmp_host(config, ctx, program, policy, trace, channel, rounds: int = 3
+               ) -> emulation.KnownSpeedHost:
+  """This worker's host of known speed for SchMP rounds, attached to ``program``: a round of its
+  rows costs the largest per-row median any worker timed over ``rounds`` rounds (run here on a
+  fresh state, all workers at once, before the clock starts), times `MARGIN`, times the trace's
+  slowdown. ``config.host_row_s``: that cost per row instead."""
+  row_s = config.host_row_s
+  if not row_s:
+    times = program.time_rounds(policy.update(policy.init(), None)[0], rounds)
+    row_s = MARGIN * float(np.median(times)) / max(program.local_rows, 1)
+    if channel is not None and ctx.workers > 1:
+      channel.set(f'schmp-host/{ctx.worker}', row_s)
+      row_s = max(channel.get(f'schmp-host/{w}') for w in range(ctx.workers))
+  host = emulation.KnownSpeedHost(trace, ctx.worker, row_s)
+  program.host = host
+  return host
+
+
 def fsdp_notice(trainer: train.Trainer) -> str | None:
   """One line naming the parameters FSDP leaves replicated, and why: FSDP splits a ``table`` or
   ``embed`` dimension, else the largest dimension the device count divides, so these have none
@@ -209,11 +266,13 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   Raises:
     ConfigError: options that do not fit the mode or each other, one line.
   """
+  mode = mode_of(config, ctx)
+  if mode is Mode.SCHMP or config.model in schmp.APPS:
+    return _schmp(config, ctx, mode, channel)
   task = make_task(config)
   optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
   strategy = train.Strategy.parse(config.strategy)
   mesh_shape = sharding.parse_mesh_shape(config.mesh)
-  mode = mode_of(config, ctx)
   if config.plan and mode is not Mode.PLAN:
     raise ConfigError(f'a plan runs in mode plan (or auto); mode {mode.value} takes strategy '
                       'and mesh instead')

@@ -27,8 +27,8 @@ from hetjax.pipeline._policies import parse_sync_name
 class Mode(enum.Enum):
   """How a step runs (`Config.mode`).
 
-  ``auto`` is ``plan`` when a plan is given, else ``spmd`` on one process and ``shares`` under
-  several workers.
+  ``auto`` is ``schmp`` for a SchMP app (`hetjax.schmp.APPS`), ``plan`` when a plan is given,
+  else ``spmd`` on one process and ``shares`` under several workers.
   """
 
   AUTO = 'auto'
@@ -37,6 +37,7 @@ class Mode(enum.Enum):
   TOKENS = 'tokens'      # Fela's tokens: workers pull fixed-size pieces of the batch
   PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
   PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
+  SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks (`hetjax.schmp`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +46,9 @@ class Config:
 
   Attributes:
     model: a name in `models.NAMES`, or ``'module:function'`` returning a `hetjax.train.Task`
-      (called with ``model_args``): a model of your own.
-    model_args: keyword arguments of that model's ``make_task``.
+      (called with ``model_args``): a model of your own; or a SchMP app (`hetjax.schmp.APPS`:
+      ``lasso``, ``logreg``, ``mf``, ``lda``), trained in mode ``schmp``.
+    model_args: keyword arguments of that model's ``make_task`` (or of the app's factory).
     global_batch: examples per step, over all devices and workers.
     optimizer: a `hetjax.train.Optimizer` name.
     learning_rate: the optimizer's step size.
@@ -79,6 +81,14 @@ class Config:
       ``'periodic-average'`` (`hetjax.pipeline.make_sync_policy`).
     sync_overlap: pipeline replicas average one step late, overlapped with the next step's
       compute (`hetjax.pipeline.ReplicaDriver`'s ``overlap``); False syncs before the next step.
+    scheduler: mode schmp: the app's scheduler, ``'schmp'`` (dynamic for Lasso and logistic
+      regression, a static rotation for MF and LDA) or a baseline's name (``'shotgun'``,
+      ``'cyclic'``, ``'unscheduled'`` …, as the app lists them).
+    schedule_size: mode schmp: parameter blocks a round updates (None: the app's default for
+      the device count; must be >= 1).
+    staleness: mode schmp: rounds old the information each round's schedule comes from (0:
+      exact, no overlap of scheduling with the devices' work).
+    objective_every: mode schmp: rounds between objective evaluations.
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
@@ -108,18 +118,27 @@ class Config:
   schedule: str = '1f1b'
   sync: str = 'sdpipe'
   sync_overlap: bool = False
+  scheduler: str = 'schmp'
+  schedule_size: int | None = None
+  staleness: int = 1
+  objective_every: int = 1
   log_every: int = 10
   checkpoint_every: int = 50
   compilation_cache: bool = True
 
   def __post_init__(self):
     for name in ('global_batch', 'steps', 'log_every', 'checkpoint_every', 'stages',
-                 'micro_batches'):
+                 'micro_batches', 'objective_every'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}')
     for name in ('bucket', 'token_rows'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0 (0: automatic), got {getattr(self, name)}')
+    if self.schedule_size is not None and self.schedule_size < 1:
+      raise ConfigError(f'schedule_size must be >= 1 (or None: the app\'s default), got '
+                        f'{self.schedule_size}')
+    if self.staleness < 0:
+      raise ConfigError(f'staleness must be >= 0 (0: exact), got {self.staleness}')
     parse_choice(Mode, self.mode, 'mode')
     parse_sync_name(self.sync)
 

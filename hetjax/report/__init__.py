@@ -6,6 +6,10 @@ Throughput here and in a run's ``summary.json`` is one figure, `steady_throughpu
 after the warm-up that waited for no compile.
 """
 
+from hetjax.report._objective import METRICS_FILE as METRICS_FILE
+from hetjax.report._objective import ObjectiveCurve as ObjectiveCurve
+from hetjax.report._objective import load_objective as load_objective
+from hetjax.report._objective import plot_objective as plot_objective
 from hetjax.report._plots import plot_shares as plot_shares
 from hetjax.report._plots import plot_throughput as plot_throughput
 from hetjax.report._plots import plot_timeline as plot_timeline
@@ -23,13 +27,17 @@ from hetjax.report._throughput import Throughput as Throughput
 from hetjax.report._throughput import steady_throughput as steady_throughput
 
 __all__ = [
+    'METRICS_FILE',
     'IterationSummary',
+    'ObjectiveCurve',
     'Telemetry',
     'Throughput',
     'WorkerSummary',
     'format_table',
     'iteration_summary',
+    'load_objective',
     'load_telemetry',
+    'plot_objective',
     'plot_shares',
     'plot_throughput',
     'plot_timeline',

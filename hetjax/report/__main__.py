@@ -2,6 +2,9 @@
 
   python -m hetjax.report runs/het4 [--skip N] [--no-plots]
 
+A run without per-worker telemetry (one process, or SchMP rounds) gets its objective instead:
+the first and last evaluated values and ``objective.png``, against rounds and against time.
+
 The means and the throughput cover the steps after the ``--skip`` warm-up ones that waited for
 no compile (the footer names those left out), the figure ``summary.json`` gives as
 ``steady_samples_per_s``.
@@ -13,6 +16,7 @@ Bad input (no such directory, a malformed telemetry line, an incomplete steps ×
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from typing import NoReturn
 
@@ -41,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
+  run_dir = pathlib.Path(args.run_dir)
+  if not (run_dir / 'telemetry.jsonl').is_file() and (run_dir / report.METRICS_FILE).is_file():
+    return _objective(args)
   try:
     t = report.load_telemetry(args.run_dir)
     table = report.format_table(report.summarise(t, args.skip),
@@ -52,6 +59,21 @@ def main(argv: list[str] | None = None) -> int:
   if header:
     print(header)
   print(table)
+  for path in paths:
+    print(f'wrote {path}')
+  return 0
+
+
+def _objective(args) -> int:
+  try:
+    curve = report.load_objective(args.run_dir)
+    paths = [] if args.no_plots else [
+        report.plot_objective(curve, f'{args.run_dir}/objective.png')]
+  except (ConfigError, OSError) as e:
+    _fail(str(e))
+  print(f'objective: {curve.objective[0]:.6g} at round {curve.rounds[0]} → '
+        f'{curve.objective[-1]:.6g} at round {curve.rounds[-1]} ({curve.seconds[-1]:.1f} s; '
+        f'{len(curve.rounds)} evaluations)')
   for path in paths:
     print(f'wrote {path}')
   return 0

@@ -140,6 +140,22 @@ class SchmpProgram:
     del step
     return {}
 
+  def time_rounds(self, schedule: Schedule, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` rounds on ``schedule``, each run to its end, on a fresh state
+    after one untimed (compiling) round; the run's own state and records are untouched."""
+    state, times = self.init_state(), []
+    rep = self._replicated
+    args = [jax.device_put(a, rep) for a in (schedule.blocks, schedule.mask,
+                                            np.int32(schedule.offset), np.int32(0))]
+    for r in range(repeats + 1):
+      start = time.perf_counter()
+      params, delta = self._round(state.params, self.data, *args)
+      jax.block_until_ready((params, delta))
+      state = SchmpState(state.step, params)
+      if r:
+        times.append(time.perf_counter() - start)
+    return times
+
   def objective(self, state: SchmpState) -> jax.Array:
     """The app's objective at ``state`` (a device scalar, replicated)."""
     return self._objective(state.params, self.data)

@@ -16,9 +16,12 @@ from hetjax.train._loop import Hook, StepInfo
 class MetricsLogger:
   """Keeps each step's device metrics and fetches them every ``every`` steps in one transfer.
 
-  Each step becomes one JSON line ``{"step", "loss", "time_s"}``; steps that close an interval
-  also carry ``samples_per_s`` over that interval. The first interval includes compilation;
-  `summary` reports throughput without it.
+  Each step becomes one JSON line ``{"step", "loss", "time_s", "returned_s"}``: ``time_s`` when
+  its interval was fetched (the device had finished it), ``returned_s`` when the step returned
+  to the host (dispatch may run ahead of the device: for a SchMP round with staleness k, the
+  device had finished round t − k); steps that close an interval also carry ``samples_per_s``
+  over that interval. The first interval includes compilation; `summary` reports throughput
+  without it.
 
   Example::
 
@@ -39,7 +42,7 @@ class MetricsLogger:
     self.global_batch, self.total_steps, self.every = global_batch, total_steps, every
     self._file = open(path, 'a') if path is not None else None  # noqa: SIM115 (closed in close)
     self._stream = sys.stdout if stream is None else stream
-    self._pending: list[tuple[int, dict[str, jax.Array]]] = []
+    self._pending: list[tuple[int, dict[str, jax.Array], float]] = []
     self._start = self._last_time = time.perf_counter()
     self._last_step: int | None = None
     self._intervals: list[tuple[int, float]] = []  # (steps, seconds) per flushed interval
@@ -51,7 +54,7 @@ class MetricsLogger:
   def _on_step(self, info: StepInfo) -> None:
     if self._last_step is None:
       self._last_step = info.step - 1
-    self._pending.append((info.step, info.metrics))
+    self._pending.append((info.step, info.metrics, info.time))
     if info.step % self.every == 0 or info.step >= self.total_steps:
       self.flush()
 
@@ -59,14 +62,15 @@ class MetricsLogger:
     """Fetches the pending metrics (waiting for their steps) and writes them out."""
     if not self._pending:
       return
-    values = jax.device_get([m for _, m in self._pending])
+    values = jax.device_get([m for _, m, _ in self._pending])
     now = time.perf_counter()
     steps = self._pending[-1][0] - self._last_step
     rate = steps * self.global_batch / max(now - self._last_time, 1e-9)
     self._intervals.append((steps, now - self._last_time))
-    for (step, _), metrics in zip(self._pending, values, strict=True):
+    for (step, _, returned), metrics in zip(self._pending, values, strict=True):
       row = {'step': step, **{k: float(v) for k, v in metrics.items()},
-             'time_s': round(now - self._start, 4)}
+             'time_s': round(now - self._start, 4),
+             'returned_s': round(max(returned - self._start, 0.0), 4)}
       if step == self._pending[-1][0]:
         row['samples_per_s'] = round(rate, 2)
       if self._file:
