@@ -1,6 +1,8 @@
 """Deterministic global batches by step, and slicing them among workers."""
 
 from hetjax.data._digits import digits as digits
+from hetjax.data._docstrings import Documents as Documents
+from hetjax.data._docstrings import stdlib_docstrings as stdlib_docstrings
 from hetjax.data._slicing import batch_size as batch_size
 from hetjax.data._slicing import share_offsets as share_offsets
 from hetjax.data._slicing import slice_batch as slice_batch
@@ -18,6 +20,7 @@ __all__ = [
     'ArraySource',
     'Batch',
     'DataSource',
+    'Documents',
     'StdlibText',
     'ZipfClicks',
     'batch_size',
@@ -25,6 +28,7 @@ __all__ = [
     'share_offsets',
     'slice_batch',
     'split_batch',
+    'stdlib_docstrings',
     'stdlib_text',
     'step_rng',
     'zipf_clicks',
