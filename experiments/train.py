@@ -215,7 +215,9 @@ def run() -> dict | None:
                   'sync': config.sync if replicas else None,
                   'host_row_s': getattr(built.host, 'row_s', None)}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
-      layout = f'plan {config.plan}' if config.plan else f'{config.strategy} on mesh {config.mesh}'
+      layout = (f'plan {config.plan}' if config.plan else
+                'rounds of scheduled model parallelism' if built.mode is configs.Mode.SCHMP
+                else f'{config.strategy} on mesh {config.mesh}')
       print(f'{task.name}: {built.mode.value}, {layout} ({built.devices}), global batch '
             f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)
       logger = train.MetricsLogger(

@@ -140,3 +140,28 @@ def test_a_static_rotation_shifts_by_one_block_a_round_and_resumes():
   assert again.offset == 1 and again.mask.all()
   with pytest.raises(ConfigError, match='at least one block'):
     StaticRotation(0)
+
+
+def test_a_restored_state_tells_the_scheduler_what_the_uninterrupted_run_would(tmp_path):
+  """The rounds not yet reported (staleness 2) are in the state: a run checkpointed after
+  round 3 and resumed hears of rounds 2 and 3 next, as the uninterrupted run does."""
+  from hetjax.checkpoint import Checkpointer
+
+  app = _app()
+  program = SchmpProgram(app, 2, require_devices(2), staleness=2)
+  whole = Cycle(app.blocks, per=2, size=2)
+  list(training_steps(program, program.init_state(), 6, policy=whole))
+  first = Cycle(app.blocks, per=2, size=2)
+  infos = list(training_steps(program, program.init_state(), 4, policy=first))
+  ckpt = Checkpointer(tmp_path / 'ckpt')
+  ckpt.save(infos[-1].state, {'step': 4}, infos[-1].policy_state)
+  ckpt.wait()
+  state, _ = ckpt.restore(program.abstract_state())
+  second = Cycle(app.blocks, per=2, size=2)
+  list(training_steps(program, state, 6, policy=second, policy_state=infos[-1].policy_state))
+  rounds = [None if i is None else (i.round, i.schedule.picked.tolist(), i.delta.tolist())
+            for i in first.heard + second.heard]
+  assert rounds == [None if i is None else (i.round, i.schedule.picked.tolist(),
+                                            i.delta.tolist()) for i in whole.heard]
+  assert [r[0] for r in rounds[2:]] == [0, 1, 2, 3]
+  ckpt.close()

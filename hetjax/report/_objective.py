@@ -2,7 +2,7 @@
 
 SchMP runs (mode ``schmp``) log their objective as each step's ``loss`` (lower is better: the
 Lasso objective, the logistic loss, the RMSE, LDA's negative log-likelihood per token), with
-NaN on rounds that did not evaluate it (``objective_every``). Time is ``returned_s``, the host
+``null`` on rounds that did not evaluate it (``objective_every``). Time is ``returned_s``, the host
 time when the round returned (`hetjax.train.MetricsLogger`).
 
 Example::
@@ -57,7 +57,7 @@ def load_objective(run_dir: str | pathlib.Path) -> ObjectiveCurve:
   for n, line in enumerate(path.read_text().splitlines(), start=1):
     try:
       row = json.loads(line)
-      rows.append((int(row['step']), float(row['loss']),
+      rows.append((int(row['step']), math.nan if row['loss'] is None else float(row['loss']),
                    float(row.get('returned_s', row['time_s']))))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
       raise ConfigError(f'{path}:{n}: not a metrics line ({type(e).__name__}: {e})') from None

@@ -11,7 +11,10 @@ program hands the loop's scheduler the `RoundInfo` of round t − ``staleness``,
 ready or nearly (fetching them waits for that round only), so the host picks round t + 1's
 blocks while the devices still run round t. ``staleness=0`` waits for round t itself: exact,
 no overlap. What a round computes never depends on the staleness — only which blocks the
-scheduler picks, from information that many rounds old.
+scheduler picks, from information that many rounds old. The rounds not yet reported are part
+of the state (`SchmpState.pending`, one device entry per round, each the output of its own
+round), so a checkpoint holds them and a resumed run tells its scheduler exactly what the
+uninterrupted run would have.
 
 Hosts of known speed (``host``, `hetjax.emulation.KnownSpeedHost`): each round then runs to its
 end and is padded by sleep to the host's time for this worker's rows; the overlap is lost.
@@ -26,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import time
@@ -50,10 +52,14 @@ AXIS = 'rows'
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SchmpState:
-  """Rounds done (a device scalar, replicated) and the app's parameters."""
+  """Rounds done (a device scalar, replicated), the app's parameters, and the last
+  ``staleness`` rounds not yet reported to the scheduler (oldest first; each a dict of
+  replicated device values ``round`` (-1 before the first rounds), ``blocks``, ``mask``,
+  ``offset``, ``delta``)."""
 
   step: jax.Array
   params: PyTree
+  pending: tuple[dict[str, jax.Array], ...] = ()
 
 
 class SchmpProgram:
@@ -120,20 +126,44 @@ class SchmpProgram:
         jax.shard_map(lambda p, d: app.objective(p, d, AXIS), mesh=self.mesh,
                       in_specs=(param_specs, data_specs), out_specs=scalar),
         out_shardings=self._replicated)
-    self._pending: collections.deque = collections.deque()
     self._last_return: float | None = None
 
   # -- state ------------------------------------------------------------------------------------
 
   def init_state(self) -> SchmpState:
     step = jax.device_put(np.int32(0), self._replicated)
-    return SchmpState(step, self._init(self.data))
+    empty = self._entry(-1, Schedule.of([], self.schedule_size),
+                        np.zeros(self.schedule_size, np.float32))
+    return SchmpState(step, self._init(self.data), (empty,) * self.staleness)
 
   def abstract_state(self) -> SchmpState:
     shapes = jax.eval_shape(self._init, self.data)
     params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           shapes, self._param_sharding)
-    return SchmpState(jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated), params)
+    entry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                         self.init_state().pending[0]) if self.staleness else None
+    return SchmpState(jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated), params,
+                      (entry,) * self.staleness)
+
+  def _entry(self, round_: int, schedule: Schedule, delta) -> dict[str, jax.Array]:
+    """A pending round's record, on the devices (``delta`` may still be computing)."""
+    rep = self._replicated
+    return {'round': jax.device_put(np.int32(round_), rep),
+            'blocks': jax.device_put(schedule.blocks, rep),
+            'mask': jax.device_put(schedule.mask, rep),
+            'offset': jax.device_put(np.int32(schedule.offset), rep),
+            'delta': jax.device_put(delta, rep)}
+
+  @staticmethod
+  def _info(entry: dict[str, jax.Array]) -> RoundInfo | None:
+    """The `RoundInfo` of a pending entry (fetched: waits for its round only), or None for an
+    entry from before the first round."""
+    values = jax.device_get(entry)
+    if int(values['round']) < 0:
+      return None
+    schedule = Schedule(np.asarray(values['blocks']), np.asarray(values['mask']),
+                        int(values['offset']))
+    return RoundInfo(int(values['round']), schedule, np.asarray(values['delta']))
 
   def global_batch_at(self, step: int) -> dict:
     """Nothing per step: every round reads all the data, already on the devices."""
@@ -151,7 +181,7 @@ class SchmpProgram:
       start = time.perf_counter()
       params, delta = self._round(state.params, self.data, *args)
       jax.block_until_ready((params, delta))
-      state = SchmpState(state.step, params)
+      state = dataclasses.replace(state, params=params)
       if r:
         times.append(time.perf_counter() - start)
     return times
@@ -171,19 +201,15 @@ class SchmpProgram:
       raise ConfigError(f'schedule of {decision.size} slots for a program of '
                         f'{self.schedule_size}')
     start = time.perf_counter()
-    rep = self._replicated
-    params, delta = self._round(
-        state.params, self.data, jax.device_put(decision.blocks, rep),
-        jax.device_put(decision.mask, rep), jax.device_put(np.int32(decision.offset), rep),
-        jax.device_put(np.int32(work.step), rep))
+    entry = self._entry(work.step, decision, np.zeros(self.schedule_size, np.float32))
+    params, delta = self._round(state.params, self.data, entry['blocks'], entry['mask'],
+                                entry['offset'], entry['round'])
+    entry['delta'] = delta
     if self.host is not None:  # the round runs to its end, then sleeps to its host's time
       jax.block_until_ready(delta)
       self.host.pad(work.step, self.local_rows, time.perf_counter() - start)
-    self._pending.append((work.step, decision, delta))
-    info = None
-    while len(self._pending) > self.staleness:
-      done, schedule, values = self._pending.popleft()
-      info = RoundInfo(done, schedule, np.asarray(values))
+    pending = (*state.pending, entry)
+    info, pending = self._info(pending[0]), pending[1:]
     loss = (self._objective(params, self.data) if (work.step + 1) % self.objective_every == 0
             else math.nan)
     end = time.perf_counter()
@@ -191,6 +217,6 @@ class SchmpProgram:
     self._last_return = end
     workers = len({d.process_index for d in self.mesh.devices.flat})
     rows = (self.global_batch // workers,) * workers
-    return (SchmpState(state.step + 1, params),
+    return (SchmpState(state.step + 1, params, pending),
             StepStats(work.step, rows, (iter_s,) * workers, iter_s=iter_s,
                       sampled=(False,) * workers, loss=loss, local=info))

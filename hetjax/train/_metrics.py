@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -20,8 +21,9 @@ class MetricsLogger:
   its interval was fetched (the device had finished it), ``returned_s`` when the step returned
   to the host (dispatch may run ahead of the device: for a SchMP round with staleness k, the
   device had finished round t − k); steps that close an interval also carry ``samples_per_s``
-  over that interval. The first interval includes compilation; `summary` reports throughput
-  without it.
+  over that interval. A value that is not a finite number (a SchMP round that did not evaluate
+  its objective, a diverged loss) is written as ``null``, so every line is strict JSON. The
+  first interval includes compilation; `summary` reports throughput without it.
 
   Example::
 
@@ -68,7 +70,7 @@ class MetricsLogger:
     rate = steps * self.global_batch / max(now - self._last_time, 1e-9)
     self._intervals.append((steps, now - self._last_time))
     for (step, _, returned), metrics in zip(self._pending, values, strict=True):
-      row = {'step': step, **{k: float(v) for k, v in metrics.items()},
+      row = {'step': step, **{k: _finite_or_none(float(v)) for k, v in metrics.items()},
              'time_s': round(now - self._start, 4),
              'returned_s': round(max(returned - self._start, 0.0), 4)}
       if step == self._pending[-1][0]:
@@ -80,7 +82,9 @@ class MetricsLogger:
       self._file.flush()
     step = self._pending[-1][0]
     width = len(str(self.total_steps))
-    print(f'step {step:>{width}}/{self.total_steps} | loss {self.last["loss"]:.4f} | '
+    loss = self.last.get('loss')
+    loss = 'n/a' if loss is None else f'{loss:.4f}'
+    print(f'step {step:>{width}}/{self.total_steps} | loss {loss} | '
           f'{rate:>10,.0f} samples/s | {now - self._start:7.1f} s', file=self._stream, flush=True)
     self._pending.clear()
     self._last_step, self._last_time = step, now
@@ -102,3 +106,7 @@ class MetricsLogger:
     if self._file:
       self._file.close()
       self._file = None
+
+
+def _finite_or_none(value: float) -> float | None:
+  return value if math.isfinite(value) else None
