@@ -185,7 +185,8 @@ def _schmp(config, ctx, mode, channel) -> Built:
   devices = jax.devices()
   size = config.schedule_size or app.default_schedule_size(len(devices))
   program = schmp.SchmpProgram(app, size, devices, seed=config.seed, staleness=config.staleness,
-                               objective_every=config.objective_every)
+                               objective_every=config.objective_every,
+                               last_round=config.steps - 1)
   policy = app.policy(size, config.seed)
   host = _trace(config, ctx)
   if host is not None:

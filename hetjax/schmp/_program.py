@@ -72,6 +72,8 @@ class SchmpProgram:
     seed: the rounds' randomness (`jax.random.fold_in(key(seed), round)`).
     staleness: how many rounds old the information a scheduler decides from is (>= 0).
     objective_every: rounds between objective evaluations (``stats.loss`` is NaN between).
+    last_round: a round whose objective is evaluated whatever ``objective_every`` says (the
+      run's last, so that it ends with its objective), or None.
     host: this worker's emulated host (module docstring), or None.
 
   Raises:
@@ -79,7 +81,8 @@ class SchmpProgram:
   """
 
   def __init__(self, app: App, schedule_size: int, devices: Sequence[jax.Device] | None = None,
-               *, seed: int = 0, staleness: int = 1, objective_every: int = 1, host=None):
+               *, seed: int = 0, staleness: int = 1, objective_every: int = 1,
+               last_round: int | None = None, host=None):
     if isinstance(schedule_size, bool) or not isinstance(schedule_size, int) or schedule_size < 1:
       raise ConfigError(f'schedule size must be an integer >= 1, got {schedule_size!r}')
     if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
@@ -88,6 +91,7 @@ class SchmpProgram:
       raise ConfigError(f'objective_every must be >= 1, got {objective_every}')
     self.app, self.schedule_size, self.seed = app, schedule_size, seed
     self.staleness, self.objective_every, self.host = staleness, objective_every, host
+    self.last_round = last_round
     self.task = app  # what train.py reads for checkpoints: .name and .config
     devices = list(jax.devices() if devices is None else devices)
     self.mesh = Mesh(np.array(devices, dtype=object), (AXIS,), axis_types=(AxisType.Auto,))
@@ -210,8 +214,8 @@ class SchmpProgram:
       self.host.pad(work.step, self.local_rows, time.perf_counter() - start)
     pending = (*state.pending, entry)
     info, pending = self._info(pending[0]), pending[1:]
-    loss = (self._objective(params, self.data) if (work.step + 1) % self.objective_every == 0
-            else math.nan)
+    evaluate = (work.step + 1) % self.objective_every == 0 or work.step == self.last_round
+    loss = self._objective(params, self.data) if evaluate else math.nan
     end = time.perf_counter()
     iter_s = end - (start if self._last_return is None else self._last_return)
     self._last_return = end
