@@ -209,6 +209,35 @@ def test_unequal_document_shares_pad_and_give_the_same_start():
     _check_counts(unequal, _host(info.state.params))
 
 
+@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled'])
+def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(scheduler):
+  """A host of known speed is timed by the tokens of this worker's devices in the round: over
+  P rotation rounds each device samples each of its tokens once; the device with more
+  documents has more; the baseline samples them all every round."""
+  app = make_lda(scheduler, doc_shares=(44, 20), **SMALL)
+  per_device = app.layout.mask.sum((1, 2))
+  assert per_device.sum() == app.corpus.num_tokens and per_device[0] > per_device[1]
+  work = np.array([app.round_work(s) for s in range(2)])
+  if scheduler == 'schmp':
+    np.testing.assert_array_equal(work.sum(0), per_device)
+  else:
+    np.testing.assert_array_equal(work, [per_device, per_device])
+
+  class Recorder:
+    calls = []
+
+    def pad(self, step, rows, measured_s):
+      self.calls.append((step, rows))
+      return 0.0, 0.0
+
+  program = _program(app)
+  program.host = Recorder()
+  policy = app.policy(program.schedule_size, 0)
+  list(training_steps(program, program.init_state(), 2, policy=policy))
+  assert Recorder.calls == [(0, int(work[0].sum())), (1, int(work[1].sum()))]
+  assert program.local_work(1) == int(work[1].sum())  # one process: every device is local
+
+
 def test_bad_input_is_one_line():
   cases = [
       ({'topics': 1}, 'lda needs topics >= 2, got 1'),

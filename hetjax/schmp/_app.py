@@ -7,6 +7,10 @@ rows over every device of the job (axis ``'rows'``), keeps the parameters on the
 them with one collective (`lax.psum` over ``axis``) or passes blocks on (`lax.ppermute`), and
 applies the update. The schedule's slots are fixed in number, so `round` is compiled once.
 
+An app may also define ``round_work(offset) -> int[devices]``: the real work units (ratings,
+tokens; padding excluded) of each device in a round of that offset, which hosts of known speed
+are timed by (`SchmpProgram.local_work`); without it a device's work is its rows.
+
 Example (Lasso, one coordinate per slot)::
 
   def round(self, params, shard, blocks, mask, offset, key, axis):

@@ -204,6 +204,12 @@ class Lda:
     return {'n_dk': n_dk, **merged, 'z': after.reshape(params['z'].shape),
             'rotation': params['rotation']}, changed
 
+  def round_work(self, offset: int) -> np.ndarray:
+    """int[P]: the tokens each device samples in a round of ``offset`` (its tokens of shard
+    (p + offset) mod P; the baseline's every round: all of its tokens)."""
+    mask, p = self.layout.mask, np.arange(self.devices)
+    return mask[p, (p + offset) % self.devices].sum(-1) if self._schmp else mask.sum((1, 2))
+
   # -- checks and views ---------------------------------------------------------------------
 
   def _check_devices(self, devices: int) -> None:

@@ -17,7 +17,11 @@ round), so a checkpoint holds them and a resumed run tells its scheduler exactly
 uninterrupted run would have.
 
 Hosts of known speed (``host``, `hetjax.emulation.KnownSpeedHost`): each round then runs to its
-end and is padded by sleep to the host's time for this worker's rows; the overlap is lost.
+end and is padded by sleep to the host's time for this worker's work: its rows, or, for an app
+with ``round_work(offset)`` (the real work units — ratings, tokens — of each device in a round
+of that offset, padding excluded), the sum over this worker's devices, so an app that gives a
+fast worker a larger block (MF's ``row_shares``, LDA's ``doc_shares``) is timed for it. The
+overlap is lost.
 
 Example::
 
@@ -101,8 +105,8 @@ class SchmpProgram:
       raise ConfigError(f'app {app.name!r}: data of {sorted(rows)} rows cannot be split evenly '
                         f'over {len(devices)} devices')
     self.global_batch = next(iter(rows))
-    self.local_rows = self.global_batch // len(devices) * sum(
-        d.process_index == jax.process_index() for d in devices)
+    self._local = np.array([d.process_index == jax.process_index() for d in devices])
+    self.local_rows = self.global_batch // len(devices) * int(self._local.sum())
     row_sharding = NamedSharding(self.mesh, PartitionSpec(AXIS))
     self.data = {k: jax.make_array_from_callback(v.shape, row_sharding,
                                                  lambda index, v=v: v[index])
@@ -169,6 +173,14 @@ class SchmpProgram:
                         int(values['offset']))
     return RoundInfo(int(values['round']), schedule, np.asarray(values['delta']))
 
+  def local_work(self, offset: int) -> int:
+    """This worker's work units in a round of ``offset``: the app's ``round_work`` summed over
+    this process's devices, else its rows (module docstring)."""
+    work = getattr(self.app, 'round_work', None)
+    if work is None:
+      return self.local_rows
+    return int(np.asarray(work(offset))[self._local].sum())
+
   def global_batch_at(self, step: int) -> dict:
     """Nothing per step: every round reads all the data, already on the devices."""
     del step
@@ -211,7 +223,7 @@ class SchmpProgram:
     entry['delta'] = delta
     if self.host is not None:  # the round runs to its end, then sleeps to its host's time
       jax.block_until_ready(delta)
-      self.host.pad(work.step, self.local_rows, time.perf_counter() - start)
+      self.host.pad(work.step, self.local_work(decision.offset), time.perf_counter() - start)
     pending = (*state.pending, entry)
     info, pending = self._info(pending[0]), pending[1:]
     evaluate = (work.step + 1) % self.objective_every == 0 or work.step == self.last_round
