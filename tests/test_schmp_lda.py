@@ -223,18 +223,18 @@ def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(schedule
   else:
     np.testing.assert_array_equal(work, [per_device, per_device])
 
-  class Recorder:
-    calls = []
+  calls = []
 
+  class Recorder:
     def pad(self, step, rows, measured_s):
-      self.calls.append((step, rows))
+      calls.append((step, rows))
       return 0.0, 0.0
 
   program = _program(app)
   program.host = Recorder()
   policy = app.policy(program.schedule_size, 0)
   list(training_steps(program, program.init_state(), 2, policy=policy))
-  assert Recorder.calls == [(0, int(work[0].sum())), (1, int(work[1].sum()))]
+  assert calls == [(0, int(work[0].sum())), (1, int(work[1].sum()))]
   assert program.local_work(1) == int(work[1].sum())  # one process: every device is local
 
 

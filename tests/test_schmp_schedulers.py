@@ -1,12 +1,14 @@
 """The coordinate schedulers as policy values: the dynamic one (warm-up, dependency check,
 priorities, unknown coordinates first, resumable draws), Shotgun and Cyclic."""
 
+import json
 import types
 
 import numpy as np
 import pytest
 
 from hetjax import ConfigError
+from hetjax.core import decode_state, encode_state
 from hetjax.schmp import RoundInfo, Schedule
 from hetjax.schmp._cyclic import Cyclic
 from hetjax.schmp._dynamic import DynamicScheduler
@@ -131,7 +133,7 @@ def test_draws_are_a_function_of_seed_and_round_so_a_resume_repeats_them():
   decided, saved = [], None
   for t in range(10):
     if t == 6:
-      saved = {'round': state['round'], 'weights': state['weights'].copy()}
+      saved = decode_state(policy.init(), json.loads(json.dumps(encode_state(state))))
     decided.append(schedule.picked.tolist())
     schedule, state = policy.update(state, _stats(t, schedule, rng.normal(size=8)))
   # A resumed run: the saved state decides round 6 again, exactly as before.
@@ -198,3 +200,23 @@ def test_cyclic_goes_in_order_with_the_extra_slots_masked():
   assert policy.update({'round': 5}, None)[0].picked.tolist() == [2]   # a resume
   with pytest.raises(ConfigError, match='cyclic needs blocks and size >= 1, got 3 and 0'):
     Cyclic(3, 0)
+
+
+def test_current_priority_takes_the_rounds_report_and_zeroes_the_rounds_in_flight():
+  """``priority='current'``: the weights are the round's reported priorities (every
+  coordinate), except those picked by rounds decided since, whose update is under way; no
+  warm-up; a round without priorities is a one-line error."""
+  policy = DynamicScheduler(6, 2, _independent, priority='current')
+  assert policy.warmup == 0
+  state = policy.init()
+  first, state = policy.update(state, None)                      # round 0: unknown, random
+  second, state = policy.update(state, types.SimpleNamespace(step=0, local=None))  # round 1
+  report = RoundInfo(0, first, np.zeros(2), priority=np.array([0.5, -3.0, 0.0, 2.0, 1.0, 4.0]))
+  third, state = policy.update(state, types.SimpleNamespace(step=1, local=report))
+  expected = np.abs(report.priority)
+  expected[second.picked] = 0.0                                  # round 1 still in flight
+  np.testing.assert_array_equal(state['weights'], expected)
+  assert state['picked_round'].tolist().count(2) == 1
+  assert set(third.picked.tolist()) == set(np.argsort(-expected)[:2].tolist())  # heaviest first
+  with pytest.raises(ConfigError, match='priority current needs rounds that report'):
+    policy.update(state, types.SimpleNamespace(step=2, local=RoundInfo(1, second, np.zeros(2))))

@@ -14,6 +14,10 @@ picked coordinates J,
      (the minimiser of that quadratic plus λ|βⱼ|; 0 for an all-zero column, hⱼ = 0), so
      Δβ_J is replicated, and masked slots move nothing;
   3. each device updates its per-row state from Δβ_J (X_J Δβ_J of its rows).
+  4. with SchMP's ``priority='current'`` (the default), every device computes gⱼ and hⱼ of
+     every coordinate at the new state, one more `lax.psum` adds them, and the round reports
+     |Δβⱼ| of the step each coordinate would take now (`RoundInfo.priority`): the dynamic
+     scheduler's weights.
 
 They also share the data (a `SparseDesign`, its rows split evenly over the devices), the
 column correlations the dynamic scheduler asks for, and the scheduler by name:
@@ -77,14 +81,16 @@ class DynamicOptions:
   does); the other schedulers ignore them."""
 
   theta: float = 0.1
-  warmup: int = 10
+  warmup: int | None = None
   candidates: int | None = None
   epsilon: float = 1e-4
-  priority: str = Priority.ABS.value
+  priority: str = Priority.CURRENT.value
   eta: float = 0.0
 
   def __post_init__(self):  # checked now, not when the first policy is made
     object.__setattr__(self, 'priority', parse_choice(Priority, self.priority, 'priority').value)
+    if self.warmup is None:
+      object.__setattr__(self, 'warmup', 0 if self.priority == Priority.CURRENT.value else 10)
     DynamicScheduler(1, 1, lambda b: np.zeros((b.size, b.size)), **self.settings())
 
   def settings(self) -> dict[str, Any]:
@@ -157,8 +163,20 @@ class CoordinateApp:
     sums = lax.psum(self.partial_sums(state, shard['y'], x), axis)
     old = beta[blocks]
     delta = jnp.where(mask, coordinate_step(old, sums[0], sums[1], self.lam) - old, 0.0)
-    return {'beta': beta.at[blocks].add(delta),
-            self.row_state: self.moved(state, x, delta)}, delta
+    beta, state = beta.at[blocks].add(delta), self.moved(state, x, delta)
+    params = {'beta': beta, self.row_state: state}
+    if not self.reports_priority:
+      return params, delta
+    every = lax.psum(self.partial_sums(state, shard['y'], shard['x']), axis)
+    would = coordinate_step(beta, every[0], every[1], self.lam) - beta
+    return params, {'delta': delta, 'priority': jnp.abs(would)}
+
+  @property
+  def reports_priority(self) -> bool:
+    """Whether a round reports every coordinate's current priority: SchMP's scheduler with
+    ``priority='current'`` (one more psum, of d partial sums, a round)."""
+    return (self.scheduler == CoordinateScheduler.SCHMP.value
+            and self.options.priority == Priority.CURRENT.value)
 
   def partial_sums(self, state: jax.Array, y: jax.Array, x: jax.Array) -> jax.Array:
     """[2, slots]: this device's rows' share of gⱼ and hⱼ for the columns ``x`` ([rows,

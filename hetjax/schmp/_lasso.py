@@ -88,8 +88,8 @@ def make_lasso(scheduler: str = 'schmp', *, lam: float | None = None, data: str 
                group_size: int | None = None, rho: float | None = None,
                nonzeros: int | None = None, noise: float | None = None,
                data_seed: int | None = None, pad_rows: bool = False, theta: float = 0.1,
-               warmup: int = 10, candidates: int | None = None, epsilon: float = 1e-4,
-               priority: str = 'abs', eta: float = 0.0) -> Lasso:
+               warmup: int | None = None, candidates: int | None = None, epsilon: float = 1e-4,
+               priority: str = 'current', eta: float = 0.0) -> Lasso:
   """The Lasso app.
 
   Args:
@@ -101,7 +101,8 @@ def make_lasso(scheduler: str = 'schmp', *, lam: float | None = None, data: str 
     pad_rows: pad rows that do not divide over the devices with zero rows (exact: a zero row
       changes no sum) instead of refusing.
     theta, warmup, candidates, epsilon, priority, eta: the ``'schmp'`` scheduler's
-      (`DynamicScheduler`).
+      (`DynamicScheduler`); ``priority='current'`` (default) has each round report every
+      coordinate's current |Δβⱼ|, ``'abs'`` is STRADS's last |Δβⱼ|.
 
   Raises:
     ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data, bad

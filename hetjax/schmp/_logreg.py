@@ -116,8 +116,9 @@ def make_logreg(scheduler: str = 'schmp', *, lam: float | None = None, data: str
                 groups: int | None = None, group_size: int | None = None,
                 rho: float | None = None, nonzeros: int | None = None,
                 data_seed: int | None = None, pad_rows: bool = False, theta: float = 0.1,
-                warmup: int = 10, candidates: int | None = None, epsilon: float = 1e-4,
-                priority: str = 'abs', eta: float = 0.0) -> LogReg:
+                warmup: int | None = None, candidates: int | None = None,
+                epsilon: float = 1e-4,
+                priority: str = 'current', eta: float = 0.0) -> LogReg:
   """The L1 logistic regression app.
 
   Args:
@@ -130,7 +131,8 @@ def make_logreg(scheduler: str = 'schmp', *, lam: float | None = None, data: str
     pad_rows: pad rows that do not divide over the devices with zero rows (label 0: they
       change no sum and the objective skips them) instead of refusing.
     theta, warmup, candidates, epsilon, priority, eta: the ``'schmp'`` scheduler's
-      (`DynamicScheduler`).
+      (`DynamicScheduler`); ``priority='current'`` (default) has each round report every
+      coordinate's current |Δβⱼ|, ``'abs'`` is STRADS's last |Δβⱼ|.
 
   Raises:
     ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data, bad

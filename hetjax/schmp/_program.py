@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -140,9 +141,19 @@ class SchmpProgram:
 
   def init_state(self) -> SchmpState:
     step = jax.device_put(np.int32(0), self._replicated)
+    params = self._init(self.data)
     empty = self._entry(-1, Schedule.of([], self.schedule_size),
-                        np.zeros(self.schedule_size, np.float32))
-    return SchmpState(step, self._init(self.data), (empty,) * self.staleness)
+                        jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), self._report_shape))
+    return SchmpState(step, params, (empty,) * self.staleness)
+
+  @functools.cached_property
+  def _report_shape(self) -> PyTree:
+    """The structure of what a round reports: Δ per slot, or ``{'delta', 'priority'}``."""
+    params = jax.eval_shape(self._init, self.data)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    slots = jax.ShapeDtypeStruct((self.schedule_size,), jnp.int32)
+    mask = jax.ShapeDtypeStruct((self.schedule_size,), jnp.bool_)
+    return jax.eval_shape(self._round, params, self.data, slots, mask, scalar, scalar)[1]
 
   def abstract_state(self) -> SchmpState:
     shapes = jax.eval_shape(self._init, self.data)
@@ -153,14 +164,17 @@ class SchmpProgram:
     return SchmpState(jax.ShapeDtypeStruct((), jnp.int32, sharding=self._replicated), params,
                       (entry,) * self.staleness)
 
-  def _entry(self, round_: int, schedule: Schedule, delta) -> dict[str, jax.Array]:
-    """A pending round's record, on the devices (``delta`` may still be computing)."""
+  def _entry(self, round_: int, schedule: Schedule, delta=None) -> dict[str, Any]:
+    """A pending round's record, on the devices; its report ``delta`` (Δ per slot, or a dict
+    with the priorities) is the round's own output, still computing, or given here."""
     rep = self._replicated
-    return {'round': jax.device_put(np.int32(round_), rep),
-            'blocks': jax.device_put(schedule.blocks, rep),
-            'mask': jax.device_put(schedule.mask, rep),
-            'offset': jax.device_put(np.int32(schedule.offset), rep),
-            'delta': jax.device_put(delta, rep)}
+    entry = {'round': jax.device_put(np.int32(round_), rep),
+             'blocks': jax.device_put(schedule.blocks, rep),
+             'mask': jax.device_put(schedule.mask, rep),
+             'offset': jax.device_put(np.int32(schedule.offset), rep)}
+    if delta is not None:
+      entry['delta'] = jax.tree.map(lambda a: jax.device_put(a, rep), delta)
+    return entry
 
   @staticmethod
   def _info(entry: dict[str, jax.Array]) -> RoundInfo | None:
@@ -171,7 +185,11 @@ class SchmpProgram:
       return None
     schedule = Schedule(np.asarray(values['blocks']), np.asarray(values['mask']),
                         int(values['offset']))
-    return RoundInfo(int(values['round']), schedule, np.asarray(values['delta']))
+    report = values['delta']
+    if isinstance(report, dict):
+      return RoundInfo(int(values['round']), schedule, np.asarray(report['delta']),
+                       np.asarray(report['priority']))
+    return RoundInfo(int(values['round']), schedule, np.asarray(report))
 
   def local_work(self, offset: int) -> int:
     """This worker's work units in a round of ``offset``: the app's ``round_work`` summed over
@@ -217,7 +235,7 @@ class SchmpProgram:
       raise ConfigError(f'schedule of {decision.size} slots for a program of '
                         f'{self.schedule_size}')
     start = time.perf_counter()
-    entry = self._entry(work.step, decision, np.zeros(self.schedule_size, np.float32))
+    entry = self._entry(work.step, decision)
     params, delta = self._round(state.params, self.data, entry['blocks'], entry['mask'],
                                 entry['offset'], entry['round'])
     entry['delta'] = delta

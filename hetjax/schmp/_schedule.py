@@ -74,8 +74,11 @@ class RoundInfo:
     round: the round this record describes (0-based).
     schedule: what that round updated.
     delta: float[size], per slot, how much its block changed (Lasso: Δβⱼ; 0 where masked).
+    priority: float[blocks], per block, how far it would move if updated after this round, for
+      apps that compute it (the coordinate apps with ``priority='current'``), else None.
   """
 
   round: int
   schedule: Schedule
   delta: np.ndarray
+  priority: np.ndarray | None = None
