@@ -222,10 +222,10 @@ class DynamicScheduler:
   def accept(self, order: np.ndarray) -> np.ndarray:
     """The greedy dependency check: ``order``'s coordinates kept while each one's |corr|
     with every one kept before it is below θ, at most ``size``."""
-    corr = np.asarray(self.correlations(order))
+    conflicts = (np.asarray(self.correlations(order)) >= self.theta).tolist()
     kept: list[int] = []
-    for i in range(order.size):
-      if not kept or np.all(corr[i, kept] < self.theta):
+    for i, row in enumerate(conflicts):
+      if not any(row[k] for k in kept):
         kept.append(i)
         if len(kept) == self.size:
           break
