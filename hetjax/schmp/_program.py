@@ -26,7 +26,7 @@ overlap is lost.
 Example::
 
   program = SchmpProgram(lasso, schedule_size=16, staleness=1)
-  scheduler = DynamicScheduler(lasso.blocks, 16, correlation=lasso.correlation)
+  scheduler = lasso.policy(16, seed=0)                  # a DynamicScheduler
   for info in training_steps(program, program.init_state(), 200, policy=scheduler):
     pass                                # info.stats.loss: the objective; .local: a RoundInfo
 """
