@@ -50,13 +50,18 @@ def test_common_target_is_the_worst_best_of_the_curves_that_did_not_diverge():
 
 
 def test_the_report_reads_and_plots_an_objective(tmp_path):
-  rows = [{'step': 1, 'loss': float('nan'), 'time_s': 0.5, 'returned_s': 0.1},
+  rows = [{'step': 1, 'loss': None, 'time_s': 0.5, 'returned_s': 0.1},
           {'step': 2, 'loss': 4.0, 'time_s': 0.5, 'returned_s': 0.2},
           {'step': 3, 'loss': 1.0, 'time_s': 0.9, 'returned_s': 0.3}]
   (tmp_path / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows) + '\n')
   curve = report.load_objective(tmp_path)
   assert curve.rounds.tolist() == [2, 3] and curve.seconds.tolist() == [0.2, 0.3]
-  assert curve.first_reaching(2.0) == (3, 0.3)
+  assert curve.first_reaching(2.0) == (3, 0.3) and curve.diverged_by is None
+  assert report.plot_objective(curve, tmp_path / 'o.png').stat().st_size > 1000
+  # The last round always evaluates: null there is an objective that stopped being finite.
+  rows.append({'step': 4, 'loss': None, 'time_s': 1.0, 'returned_s': 0.4})
+  (tmp_path / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows) + '\n')
+  assert report.load_objective(tmp_path).diverged_by == 4
   assert report.plot_objective(curve, tmp_path / 'o.png').stat().st_size > 1000
   (tmp_path / 'metrics.jsonl').write_text('{"step": 1}\n')
   with pytest.raises(ConfigError, match=r'metrics\.jsonl:1: not a metrics line'):

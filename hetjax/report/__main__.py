@@ -73,7 +73,8 @@ def _objective(args) -> int:
     _fail(str(e))
   print(f'objective: {curve.objective[0]:.6g} at round {curve.rounds[0]} → '
         f'{curve.objective[-1]:.6g} at round {curve.rounds[-1]} ({curve.seconds[-1]:.1f} s; '
-        f'{len(curve.rounds)} evaluations)')
+        f'{len(curve.rounds)} evaluations)'
+        + (f'; not finite at round {curve.diverged_by}: diverged' if curve.diverged_by else ''))
   for path in paths:
     print(f'wrote {path}')
   return 0

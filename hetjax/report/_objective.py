@@ -34,6 +34,7 @@ class ObjectiveCurve:
   objective: np.ndarray
   seconds: np.ndarray
   run: dict
+  diverged_by: int | None = None  # the run's last round, when its objective was not finite
 
   def first_reaching(self, target: float) -> tuple[int | None, float | None]:
     """(round, seconds) of the first evaluation at or below ``target``, or (None, None)."""
@@ -61,13 +62,16 @@ def load_objective(run_dir: str | pathlib.Path) -> ObjectiveCurve:
                    float(row.get('returned_s', row['time_s']))))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
       raise ConfigError(f'{path}:{n}: not a metrics line ({type(e).__name__}: {e})') from None
+  # A run's last round always evaluates its objective: null there means it was not finite.
+  diverged_by = rows[-1][0] if rows and not math.isfinite(rows[-1][1]) else None
   rows = [r for r in rows if math.isfinite(r[1])]
   if not rows:
-    raise ConfigError(f'{path} has no evaluated objective')
+    raise ConfigError(f'{path} has no finite objective'
+                      + (f' (not finite at round {diverged_by})' if diverged_by else ''))
   run_path = directory / 'run.json'
   run = json.loads(run_path.read_text()) if run_path.is_file() else {}
   step, value, seconds = (np.array(c) for c in zip(*rows, strict=True))
-  return ObjectiveCurve(step, value, seconds, run)
+  return ObjectiveCurve(step, value, seconds, run, diverged_by)
 
 
 def plot_objective(curve: ObjectiveCurve, path: str | pathlib.Path) -> pathlib.Path:
