@@ -9,10 +9,12 @@ from hetjax.train import Optimizer
 
 def test_every_shipped_config_loads_with_a_known_model():
   import models
+  from hetjax import schmp
 
-  assert configs.names() == ['mlp', 'transformer', 'wide_deep']
+  assert configs.names() == ['lasso', 'lda', 'logreg', 'mf', 'mlp', 'transformer', 'wide_deep']
   for name in configs.names():
-    assert configs.load(name).model in models.NAMES
+    model = configs.load(name).model
+    assert model in models.NAMES or model in schmp.APPS
 
 
 def test_overrides_are_typed_and_reach_model_arguments():

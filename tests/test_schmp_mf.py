@@ -306,3 +306,16 @@ def test_data_or_devices_that_do_not_fit_are_one_line():
   with pytest.raises(ConfigError, match="rounds have 2 slots, one per device's block; got a "
                      'schedule size of 4'):
     unequal.policy(4, 0)
+
+
+def test_round_work_is_each_devices_ratings_in_the_round():
+  """What a host of known speed is timed by: over the P rounds of an epoch each device updates
+  each of its ratings once; a device given more users has more ratings a round."""
+  app = _app(devices=4, row_shares=(80, 40, 40, 40))
+  work = np.array([app.round_work(s) for s in range(4)])
+  np.testing.assert_array_equal(work, app.round_ratings())
+  per_device = np.bincount(np.searchsorted(app.layout.row_starts, app.ratings.user,
+                                           side='right') - 1, minlength=4)
+  np.testing.assert_array_equal(work.sum(0), per_device)
+  assert work.sum() == app.ratings.count and per_device[0] > per_device[1:].max()
+  np.testing.assert_array_equal(app.round_work(5), work[1])

@@ -3,6 +3,8 @@
 from hetjax.data._digits import digits as digits
 from hetjax.data._docstrings import Documents as Documents
 from hetjax.data._docstrings import stdlib_docstrings as stdlib_docstrings
+from hetjax.data._ratings import Ratings as Ratings
+from hetjax.data._ratings import zipf_ratings as zipf_ratings
 from hetjax.data._slicing import batch_size as batch_size
 from hetjax.data._slicing import share_offsets as share_offsets
 from hetjax.data._slicing import slice_batch as slice_batch
@@ -11,6 +13,10 @@ from hetjax.data._source import ArraySource as ArraySource
 from hetjax.data._source import Batch as Batch
 from hetjax.data._source import DataSource as DataSource
 from hetjax.data._source import step_rng as step_rng
+from hetjax.data._sparse_design import Response as Response
+from hetjax.data._sparse_design import SparseDesign as SparseDesign
+from hetjax.data._sparse_design import bundled_design as bundled_design
+from hetjax.data._sparse_design import correlated_design as correlated_design
 from hetjax.data._stdlib_text import StdlibText as StdlibText
 from hetjax.data._stdlib_text import stdlib_text as stdlib_text
 from hetjax.data._zipf_clicks import ZipfClicks as ZipfClicks
@@ -21,9 +27,14 @@ __all__ = [
     'Batch',
     'DataSource',
     'Documents',
+    'Ratings',
+    'Response',
+    'SparseDesign',
     'StdlibText',
     'ZipfClicks',
     'batch_size',
+    'bundled_design',
+    'correlated_design',
     'digits',
     'share_offsets',
     'slice_batch',
@@ -32,4 +43,5 @@ __all__ = [
     'stdlib_text',
     'step_rng',
     'zipf_clicks',
+    'zipf_ratings',
 ]

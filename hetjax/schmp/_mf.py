@@ -140,6 +140,11 @@ class MatrixFactorisation:
     s, p = np.meshgrid(np.arange(n), np.arange(n), indexing='ij')
     return counts[p, (p + s) % n] if self.rotation else counts[p, s]
 
+  def round_work(self, offset: int) -> np.ndarray:
+    """int64[P]: the ratings each device updates in a round of ``offset`` (what a host of known
+    speed is timed by)."""
+    return self.round_ratings()[offset % self.devices]
+
   def _check_devices(self, devices: int) -> None:
     if devices != self.devices:
       raise ConfigError(f'app mf was made for {self.devices} devices (one row and column '
