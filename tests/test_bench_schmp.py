@@ -1,0 +1,59 @@
+"""bench_schmp's pieces that need no run: blocks sized by speed, and the goal lines read from
+hand-made rows."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from experiments import _schmp_bench, _schmp_launched, bench_schmp
+
+
+@pytest.mark.parametrize('work, weights', [
+    (np.ones(10), [1, 1, 3]),
+    (np.arange(1, 41), [1, 1, 1, 1 / 3]),
+    (np.random.default_rng(0).zipf(1.5, 1000).clip(max=500), [1, 1, 1, 1 / 3]),
+    (np.array([100, 1, 1, 1]), [1, 1, 1, 1]),
+])
+def test_shares_by_work_follow_the_weights_in_contiguous_units(work, weights):
+  shares = _schmp_launched.shares_by_work(work, weights)
+  assert len(shares) == len(weights) and sum(shares) == len(work) and min(shares) >= 1
+  edges = np.concatenate([[0], np.cumsum(shares)])
+  got = np.array([work[a:b].sum() for a, b in itertools.pairwise(edges)])
+  ideal = work.sum() * np.asarray(weights) / np.sum(weights)
+  # Each boundary is within one unit of the ideal cumulative split, so each worker's work is
+  # within two units of its ideal (the minimum of one unit each aside).
+  assert np.all(np.abs(got - ideal) <= 2 * work.max())
+
+
+def test_shares_by_work_exactly():
+  assert _schmp_launched.shares_by_work(np.ones(10), [1, 1, 3]) == (2, 2, 6)
+  assert _schmp_launched.shares_by_work(np.ones(12), [1, 1, 1, 1 / 3]) == (4, 4, 3, 1)
+  assert _schmp_launched.shares_by_work(np.array([100, 1, 1, 1]), [1] * 4) == (1, 1, 1, 1)
+
+
+def _row(app, scheduler, workers, rounds, seconds=None, final=1.0, diverged=False, size=None,
+         design='correlated', reference=1.0):
+  return {'app': app, 'design': design, 'scheduler': scheduler, 'workers': workers,
+          'schedule_size': size or (32 if scheduler == 'schmp' else workers),
+          'source': _schmp_bench.SOURCE, 'rounds_to_target': rounds, 'time_to_target_s': seconds,
+          'rounds_run': rounds or 600, 'final_objective': final,
+          'reference_objective': reference, 'diverged': diverged}
+
+
+def test_the_goal_lines_say_met_or_not_with_the_numbers():
+  rows = [_row('lasso', 'schmp', 1, 60, final=1.0005), _row('lasso', 'shotgun', 1, None),
+          _row('lasso', 'schmp', 2, 60), _row('lasso', 'shotgun', 2, 90),
+          _row('lasso', 'schmp', 8, 60), _row('lasso', 'shotgun', 8, None, final=None,
+                                                diverged=True),
+          _row('lda', 'schmp', 4, 24, 1.0, final=7.0, design='default', reference=None),
+          _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='default', reference=None),
+          _row('mf', 'schmp', 4, 40, 3.0, final=0.11, design='default', reference=None),
+          _row('mf', 'unscheduled', 4, 40, 2.0, final=0.10, design='default', reference=None)]
+  lines = bench_schmp.goals(rows)
+  assert lines[0] == ('lasso correlated P=1: Shotgun not there after 600 rounds: ≥ 10.0x '
+                      'fewer, met; SchMP vs scikit-learn 5.0e-04')
+  assert '1.50x fewer rounds: NOT met' in lines[1]
+  assert 'Shotgun diverged; SchMP converged: met' in lines[2]
+  assert lines[3].startswith('lda P=4: to target 1.00 s vs 2.00 s (met)') and 'no worse' in lines[3]
+  assert '(NOT met)' in lines[4] and '(worse)' in lines[4]
