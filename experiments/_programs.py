@@ -197,15 +197,18 @@ def _schmp(config, ctx, mode, channel) -> Built:
 
 def schmp_host(config, ctx, program, policy, trace, channel, rounds: int = 3
                ) -> emulation.KnownSpeedHost:
-  """This worker's host of known speed for SchMP rounds, attached to ``program``: a round of its
-  work (`SchmpProgram.local_work`: rows, or the app's ratings or tokens) costs the largest per-row median any worker timed over ``rounds`` rounds (run here on a
-  fresh state, all workers at once, before the clock starts), times `MARGIN`, times the trace's
-  slowdown. ``config.host_row_s``: that cost per row instead."""
+  """This worker's host of known speed for SchMP rounds, attached to ``program``: a unit of its
+  work (`SchmpProgram.local_work`: rows, or the app's ratings or tokens) costs the largest
+  median round time any worker measured over ``rounds`` rounds (run here on a fresh state, all
+  workers at once, before the clock starts) per unit of the average worker's work
+  (`SchmpProgram.mean_work`: the padded program takes as long for a small share as for a
+  large one), times `MARGIN`, times the trace's slowdown. ``config.host_row_s``: that cost per
+  unit instead."""
   row_s = config.host_row_s
   if not row_s:
     first = policy.update(policy.init(), None)[0]
     times = program.time_rounds(first, rounds)
-    row_s = MARGIN * float(np.median(times)) / max(program.local_work(first.offset), 1)
+    row_s = MARGIN * float(np.median(times)) / max(program.mean_work(first.offset), 1)
     if channel is not None and ctx.workers > 1:
       channel.set(f'schmp-host/{ctx.worker}', row_s)
       row_s = max(channel.get(f'schmp-host/{w}') for w in range(ctx.workers))

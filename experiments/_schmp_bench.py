@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
+from experiments import _harness
 from experiments._schmp_runs import Curve, common_target, reach, run_curve
 from hetjax.schmp import make_app
 
@@ -103,36 +105,60 @@ class Static:
   """A static-rotation app for the benchmark: its arguments and how many sweeps to run."""
 
   app: str
+  design: str
   baseline: str
   args: dict[str, Any]
   sweeps: int
 
 
 def statics(quick: bool) -> list[Static]:
-  """LDA on the standard library's docstrings, MF on Zipf ratings."""
+  """LDA on the standard library's docstrings, MF on Zipf ratings (the full run: 10⁵ users ×
+  10⁴ items, 10⁶ ratings, at two step sizes: the serial SGD of the rotation and the averaged
+  one of the baseline do not have the same best one)."""
   if quick:
-    return [Static('lda', 'unscheduled', dict(topics=16, documents=256, vocabulary=1000), 8),
-            Static('mf', 'unscheduled', dict(users=1000, items=500, ratings=20_000), 10)]
-  return [Static('lda', 'unscheduled', dict(topics=32, documents=1024, vocabulary=3000), 30),
-          Static('mf', 'unscheduled', dict(users=4000, items=2000, ratings=200_000), 30)]
+    return [Static('lda', 'stdlib-1k', 'unscheduled',
+                   dict(topics=16, documents=1024, vocabulary=3000), 10),
+            Static('mf', 'zipf-100k', 'unscheduled',
+                   dict(users=4000, items=2000, ratings=100_000), 10)]
+  big = dict(users=100_000, items=10_000, ratings=1_000_000)
+  return [Static('lda', 'stdlib-3k', 'unscheduled',
+                 dict(topics=32, documents=3000, vocabulary=5000), 30),
+          Static('mf', 'zipf-1m-lr0.05', 'unscheduled', dict(big, lr=0.05), 20),
+          Static('mf', 'zipf-1m-lr0.1', 'unscheduled', dict(big, lr=0.1), 20)]
 
 
-def static_rows(static: Static, workers: Sequence[int]) -> list[dict]:
+def static_rows(static: Static, workers: Sequence[int], repeats: int = 3) -> list[dict]:
   """SchMP's rotation and the baseline, ``static.sweeps`` sweeps each, at each worker count: a
   SchMP round is 1/P of a sweep (evaluated every P rounds), a baseline round a whole sweep for
-  LDA and 1/P of an epoch for MF (as the apps define their rounds)."""
+  LDA and 1/P of an epoch for MF (as the apps define their rounds). Each runs ``repeats``
+  times, the two interleaved (A B, B A, …: machine drift hits both alike); the curves are the
+  same every time (seeded), their times the median of the repeats."""
   rows = []
   for p in workers:
     devices = jax.devices()[:p]
-    curves = {}
+    runs, shapes = {}, {}
     for scheduler in ('schmp', static.baseline):
       app = make_app(static.app, scheduler=scheduler, devices=p, **static.args)
       size = app.default_schedule_size(p)
       per_sweep = p if (scheduler == 'schmp' or static.app == 'mf') else 1
-      curves[scheduler] = (size, per_sweep, run_curve(app, devices, size,
-                                                     static.sweeps * per_sweep, every=per_sweep))
-    target = common_target([c for _, _, c in curves.values()], TOLERANCE)
-    for scheduler, (size, per_sweep, curve) in curves.items():
-      rows.append(_row(static.app, 'default', scheduler, size, p, curve, target, None,
-                       per_sweep))
+      shapes[scheduler] = size, per_sweep
+      runs[scheduler] = (lambda app=app, size=size, per_sweep=per_sweep, devices=devices: run_curve(
+          app, devices, size, static.sweeps * per_sweep, every=per_sweep))
+    curves = {k: median_curve(v) for k, v in _harness.interleave(runs, repeats).items()}
+    target = common_target(list(curves.values()), TOLERANCE)
+    for scheduler, curve in curves.items():
+      size, per_sweep = shapes[scheduler]
+      rows.append(_row(static.app, static.design, scheduler, size, p, curve, target, None,
+                       per_sweep) | {'repeats': repeats})
   return rows
+
+
+def median_curve(curves: Sequence[Curve]) -> Curve:
+  """Repeats of one seeded run: their values (checked equal) with the median of their times."""
+  first = curves[0]
+  for other in curves[1:]:
+    if other.rounds != first.rounds or not np.array_equal(other.objective, first.objective,
+                                                          equal_nan=True):
+      raise RuntimeError('repeats of a seeded SchMP run differ: not deterministic')
+  seconds = tuple(float(t) for t in np.median([c.seconds for c in curves], axis=0))
+  return dataclasses.replace(first, seconds=seconds)

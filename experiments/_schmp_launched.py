@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from experiments import _schmp_bench
+from experiments import _analysis, _schmp_bench
 from experiments._schmp_runs import DIVERGED
 from hetjax import runtime
 from hetjax.core import ShareRules
@@ -81,12 +81,12 @@ def _launch(out: pathlib.Path, app: str, steps: int, sets: dict, timeout: float)
   return [json.loads(line) for line in (out / 'metrics.jsonl').read_text().splitlines()]
 
 
-def _row(app, scheduler, shares, size, metrics, every, target, reference):
+def _row(app, design, scheduler, shares, size, metrics, every, target, reference):
   values = [(r['step'], r['loss'], r['returned_s']) for r in metrics if r['loss'] is not None]
   hit = next(((s, t) for s, v, t in values if v <= target), (None, None))
   final = metrics[-1]['loss']  # the last round is always evaluated: null if not finite
   diverged = final is None or not values or final > DIVERGED * abs(values[0][1])
-  return {'app': app, 'design': 'default', 'scheduler': scheduler, 'shares': shares,
+  return {'app': app, 'design': design, 'scheduler': scheduler, 'shares': shares,
           'schedule_size': size, 'workers': WORKERS, 'source': SOURCE, 'hosts': HOSTS,
           'rounds_to_target': hit[0], 'time_to_target_s': hit[1],
           'rounds_run': metrics[-1]['step'], 'objective_every': every,
@@ -94,25 +94,43 @@ def _row(app, scheduler, shares, size, metrics, every, target, reference):
           'diverged': diverged}
 
 
-def static_rows(static: _schmp_bench.Static, root: pathlib.Path, timeout: float) -> list[dict]:
-  """SchMP equal, SchMP by speed and the baseline on the launched workers (module docstring)."""
+def static_rows(static: _schmp_bench.Static, root: pathlib.Path, timeout: float,
+                repeats: int = 1) -> list[dict]:
+  """SchMP equal, SchMP by speed and the baseline on the launched workers (module docstring),
+  each job ``repeats`` times, the order rotating by one each time; times are the median of
+  the repeats (the objective values are the same every time: seeded)."""
   key, shares = _by_speed(static)
   runs = {('schmp', 'equal'): {}, ('schmp', 'by speed'): {f'model_args.{key}': shares},
           (static.baseline, 'equal'): {}}
-  metrics = {}
-  for (scheduler, split), extra in runs.items():
+
+  def job(scheduler, split, extra, r):
     per_sweep = WORKERS if (scheduler == 'schmp' or static.app == 'mf') else 1
     sets = {'scheduler': scheduler, 'objective_every': per_sweep, 'log_every': per_sweep,
             'checkpoint_every': static.sweeps * per_sweep,
             **{f'model_args.{k}': v for k, v in static.args.items()}, **extra}
-    name = f'{static.app}-{scheduler}-{split.replace(" ", "-")}'
-    metrics[scheduler, split] = (per_sweep, _launch(root / name, static.app,
-                                                    static.sweeps * per_sweep, sets, timeout))
+    name = f'{static.design}-{scheduler}-{split.replace(" ", "-")}-{r}'
+    return per_sweep, _launch(root / name, static.app, static.sweeps * per_sweep, sets, timeout)
+
+  done: dict = {k: [] for k in runs}
+  for r in range(repeats):
+    for variant in _analysis.round_order(list(runs), r):
+      done[variant].append(job(*variant, runs[variant], r))
+  metrics = {k: (v[0][0], _median_metrics([m for _, m in v])) for k, v in done.items()}
   best = [min(r['loss'] for r in m if r['loss'] is not None) for _, m in metrics.values()]
   target = max(best) * (1 + _schmp_bench.TOLERANCE)
   size = {'schmp': WORKERS, static.baseline: WORKERS if static.app == 'mf' else 1}
-  return [_row(static.app, scheduler, split, size[scheduler], m, every, target, None)
+  return [_row(static.app, static.design, scheduler, split, size[scheduler], m, every, target,
+               None) | {'repeats': repeats}
           for (scheduler, split), (every, m) in metrics.items()]
+
+
+def _median_metrics(runs: list[list[dict]]) -> list[dict]:
+  """The first run's rows with each row's ``returned_s`` the median over the runs."""
+  if any(len(m) != len(runs[0]) or [r['loss'] for r in m] != [r['loss'] for r in runs[0]]
+         for m in runs[1:]):
+    raise RuntimeError('repeats of a seeded SchMP job logged different objectives')
+  seconds = np.median([[r['returned_s'] for r in m] for m in runs], axis=0)
+  return [dict(row, returned_s=float(t)) for row, t in zip(runs[0], seconds, strict=True)]
 
 
 def coordinate_rows(design: _schmp_bench.Design, rounds: int, root: pathlib.Path,
@@ -129,6 +147,6 @@ def coordinate_rows(design: _schmp_bench.Design, rounds: int, root: pathlib.Path
             **{f'model_args.{k}': v for k, v in design.args.items()}}
     metrics = _launch(root / f'{design.app}-{design.name}-{scheduler}', design.app,
                       rounds, sets, timeout)
-    rows.append(_row(design.app, scheduler, 'equal', size, metrics, every, target, reference))
-    rows[-1]['design'] = design.name
+    rows.append(_row(design.app, design.name, scheduler, 'equal', size, metrics, every, target,
+                     reference))
   return rows

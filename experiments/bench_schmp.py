@@ -63,11 +63,11 @@ def _fmt(value, spec='') -> str:
 
 
 def table(rows: list[dict]) -> str:
-  head = (f'{"app":<7}{"design":<11}{"scheduler":<12}{"slots":>5}{"P":>3}  {"shares":<9}'
+  head = (f'{"app":<7}{"design":<15}{"scheduler":<12}{"slots":>5}{"P":>3}  {"shares":<9}'
           f'{"rounds":>7}{"time s":>8}{"final":>13}{"reference":>13}{"div":>5}')
   lines = [head, '-' * len(head)]
   for r in rows:
-    lines.append(f'{r["app"]:<7}{r["design"]:<11}{r["scheduler"]:<12}{r["schedule_size"]:>5}'
+    lines.append(f'{r["app"]:<7}{r["design"]:<15}{r["scheduler"]:<12}{r["schedule_size"]:>5}'
                  f'{r["workers"]:>3}  {r.get("shares", "—"):<9}'
                  f'{_fmt(r["rounds_to_target"]):>7}{_fmt(r["time_to_target_s"], ".2f"):>8}'
                  f'{_fmt(r["final_objective"], ".6g"):>13}'
@@ -105,15 +105,20 @@ def goals(rows: list[dict]) -> list[str]:
       gap = (None if s['final_objective'] is None else
              s['final_objective'] / s['reference_objective'] - 1)
       lines.append(f'{app} {design} P={p}: {text}; SchMP vs scikit-learn {_fmt(gap, ".1e")}')
-  for app in ('lda', 'mf'):
+  for app, design in sorted({(r['app'], r['design']) for r in virtual
+                             if r['app'] in ('lda', 'mf')}):
     for p in sorted({r['workers'] for r in virtual if r['app'] == app}):
-      s, b = pick(app, 'default', 'schmp', p), pick(app, 'default', 'unscheduled', p)
+      s, b = pick(app, design, 'schmp', p), pick(app, design, 'unscheduled', p)
       if not s or not b:
         continue
       st, bt = s['time_to_target_s'], b['time_to_target_s']
+      if p == 1:  # one block, one device: the rotation and the baseline are one computation
+        lines.append(f'{app} {design} P=1: the same computation ({_fmt(st, ".2f")} s vs '
+                     f'{_fmt(bt, ".2f")} s): no goal')
+        continue
       faster = st is not None and (bt is None or st <= bt)
       no_worse = (s['final_objective'] or float('inf')) <= (b['final_objective'] or float('inf'))
-      lines.append(f'{app} P={p}: to target {_fmt(st, ".2f")} s vs {_fmt(bt, ".2f")} s '
+      lines.append(f'{app} {design} P={p}: to target {_fmt(st, ".2f")} s vs {_fmt(bt, ".2f")} s '
                    f'({"met" if faster else "NOT met"}), ends {s["final_objective"]:.5g} vs '
                    f'{b["final_objective"]:.5g} ({"no worse" if no_worse else "worse"})')
   return lines
@@ -135,12 +140,13 @@ def main() -> None:
     rows += _schmp_bench.coordinate_rows(design, workers, with_wide_shotgun=True)
     print(f'{design.app} {design.name}: done at {time.perf_counter() - start:.0f} s', flush=True)
   for static in statics:
-    rows += _schmp_bench.static_rows(static, workers)
+    rows += _schmp_bench.static_rows(static, workers, repeats=2 if quick else 3)
     print(f'{static.app}: done at {time.perf_counter() - start:.0f} s', flush=True)
   if _LAUNCHED.value:
     with _harness.run_directory(FLAGS.keep.value) as root:
-      for static in statics:
-        rows += _schmp_launched.static_rows(static, root, _TIMEOUT.value)
+      for static in {s.app: s for s in reversed(statics)}.values():  # each app's first
+        rows += _schmp_launched.static_rows(static, root, _TIMEOUT.value,
+                                            repeats=1 if quick else 2)
         print(f'{static.app} launched: done at {time.perf_counter() - start:.0f} s', flush=True)
       if not quick and designs and designs[0].app == 'lasso':
         design = designs[0]

@@ -46,14 +46,14 @@ def test_the_goal_lines_say_met_or_not_with_the_numbers():
           _row('lasso', 'schmp', 2, 60), _row('lasso', 'shotgun', 2, 90),
           _row('lasso', 'schmp', 8, 60), _row('lasso', 'shotgun', 8, None, final=None,
                                                 diverged=True),
-          _row('lda', 'schmp', 4, 24, 1.0, final=7.0, design='default', reference=None),
-          _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='default', reference=None),
-          _row('mf', 'schmp', 4, 40, 3.0, final=0.11, design='default', reference=None),
-          _row('mf', 'unscheduled', 4, 40, 2.0, final=0.10, design='default', reference=None)]
+          _row('lda', 'schmp', 4, 24, 1.0, final=7.0, design='d', reference=None),
+          _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='d', reference=None),
+          _row('mf', 'schmp', 4, 40, 3.0, final=0.11, design='d', reference=None),
+          _row('mf', 'unscheduled', 4, 40, 2.0, final=0.10, design='d', reference=None)]
   lines = bench_schmp.goals(rows)
   assert lines[0] == ('lasso correlated P=1: Shotgun not there after 600 rounds: ≥ 10.0x '
                       'fewer, met; SchMP vs scikit-learn 5.0e-04')
   assert '1.50x fewer rounds: NOT met' in lines[1]
   assert 'Shotgun diverged; SchMP converged: met' in lines[2]
-  assert lines[3].startswith('lda P=4: to target 1.00 s vs 2.00 s (met)') and 'no worse' in lines[3]
+  assert lines[3].startswith('lda d P=4: to target 1.00 s vs 2.00 s (met)') and 'no worse' in lines[3]
   assert '(NOT met)' in lines[4] and '(worse)' in lines[4]

@@ -236,6 +236,7 @@ def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(schedule
   list(training_steps(program, program.init_state(), 2, policy=policy))
   assert calls == [(0, int(work[0].sum())), (1, int(work[1].sum()))]
   assert program.local_work(1) == int(work[1].sum())  # one process: every device is local
+  assert program.mean_work(1) == int(work[1].sum())   # and the one worker is the average
 
 
 def test_bad_input_is_one_line():

@@ -199,6 +199,14 @@ class SchmpProgram:
       return self.local_rows
     return int(np.asarray(work(offset))[self._local].sum())
 
+  def mean_work(self, offset: int) -> float:
+    """The work units of a round of ``offset`` per worker, on average over the workers (what a
+    host of known speed is calibrated by: every device runs the same padded program, so the
+    time a round takes says what the average worker's work costs, not a small share's)."""
+    work = getattr(self.app, 'round_work', None)
+    total = self.global_batch if work is None else int(np.asarray(work(offset)).sum())
+    return total / len({d.process_index for d in self.mesh.devices.flat})
+
   def global_batch_at(self, step: int) -> dict:
     """Nothing per step: every round reads all the data, already on the devices."""
     del step
