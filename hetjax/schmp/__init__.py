@@ -21,6 +21,7 @@ from hetjax.schmp._registry import APPS as APPS
 from hetjax.schmp._registry import make_app as make_app
 from hetjax.schmp._schedule import RoundInfo as RoundInfo
 from hetjax.schmp._schedule import Schedule as Schedule
+from hetjax.schmp._schedule import Scheduler as Scheduler
 from hetjax.schmp._shotgun import Shotgun as Shotgun
 from hetjax.schmp._static import StaticRotation as StaticRotation
 
@@ -34,6 +35,7 @@ __all__ = [
     'Priority',
     'RoundInfo',
     'Schedule',
+    'Scheduler',
     'SchmpProgram',
     'SchmpState',
     'Shotgun',

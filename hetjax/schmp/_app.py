@@ -29,6 +29,8 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
+from hetjax.schmp._schedule import Scheduler
+
 PyTree = Any
 
 
@@ -50,8 +52,9 @@ class App(Protocol):
   config: dict
   scheduler: str
 
-  def policy(self, schedule_size: int, seed: int) -> Any:
-    """The loop's scheduler (a `hetjax.core.Policy` deciding `Schedule`s) for ``scheduler``."""
+  def policy(self, schedule_size: int, seed: int) -> Scheduler:
+    """The loop's scheduler (a `Scheduler`: a `hetjax.core.Policy` deciding `Schedule`s) for
+    ``scheduler``."""
     ...
 
   def default_schedule_size(self, devices: int) -> int:

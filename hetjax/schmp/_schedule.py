@@ -1,6 +1,7 @@
 """What a scheduler decides for a round, and what a round tells the scheduler back.
 
-A round updates a *set of parameter blocks* (Lasso: coordinates; matrix factorisation: column
+A scheduler (`Scheduler`, a `hetjax.core.Policy` of `Schedule`s) decides each round. A round
+updates a *set of parameter blocks* (Lasso: coordinates; matrix factorisation: column
 factor blocks; LDA: vocabulary shards). Its size is fixed (`Schedule.size`), so every round runs
 the one compiled program; when a scheduler picks fewer blocks, the rest of the slots are masked
 off. Both records are plain values: a `Schedule` is the loop's decision for a step, a
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.core import Policy
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -82,3 +84,10 @@ class RoundInfo:
   schedule: Schedule
   delta: np.ndarray
   priority: np.ndarray | None = None
+
+
+#: A SchMP scheduler: the loop's policy deciding each round's `Schedule` from its state and the
+#: `RoundInfo` in ``stats.local`` (the last round reported: its picks and how far each moved,
+#: and the current priorities where the app computes them). `DynamicScheduler`, `Shotgun`,
+#: `Cyclic` and `StaticRotation` are ones; an app names its own (`App.policy`).
+Scheduler = Policy[Schedule]
