@@ -140,7 +140,7 @@ def main() -> None:
     rows += _schmp_bench.coordinate_rows(design, workers, with_wide_shotgun=True)
     print(f'{design.app} {design.name}: done at {time.perf_counter() - start:.0f} s', flush=True)
   for static in statics:
-    rows += _schmp_bench.static_rows(static, workers, repeats=2 if quick else 3)
+    rows += _schmp_bench.static_rows(static, workers, repeats=2)
     print(f'{static.app}: done at {time.perf_counter() - start:.0f} s', flush=True)
   if _LAUNCHED.value:
     with _harness.run_directory(FLAGS.keep.value) as root:
