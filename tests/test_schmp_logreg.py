@@ -12,57 +12,11 @@ from hetjax.schmp._cyclic import Cyclic
 from hetjax.schmp._dynamic import DynamicScheduler
 from hetjax.schmp._logreg import LogReg
 from hetjax.schmp._shotgun import Shotgun
-from hetjax.train import training_steps
 from tests.conftest import require_devices
+from tests.schmp_coordinate import SIZE, Programs, Replay, U, run
 
-DESIGN = {'rows': 256, 'features': 64, 'groups': 1, 'group_size': 32, 'rho': 0.9}
-SIZE = 32
-U = np.finfo(np.float32).eps / 2  # float32's unit roundoff
-_APPS, _PROGRAMS = {}, {}
-
-
-def _app(data='synthetic'):
-  if data not in _APPS:
-    _APPS[data] = (make_app('logreg', **DESIGN) if data == 'synthetic' else
-                   make_app('logreg', data=data, pad_rows=True))
-  return _APPS[data]
-
-
-def _program(devices, data='synthetic'):
-  """One compiled program per (data, devices), shared by the tests (staleness 0: exact)."""
-  key = (data, devices)
-  if key not in _PROGRAMS:
-    app = _app(data)
-    size = SIZE if data == 'synthetic' else app.blocks
-    _PROGRAMS[key] = SchmpProgram(app, size, require_devices(devices), staleness=0,
-                                  objective_every=10)
-  return _app(data), _PROGRAMS[key]
-
-
-class Replay:
-  """Round t runs ``schedules[t mod len]``: the same schedules whatever the devices computed."""
-
-  name = 'replay'
-
-  def __init__(self, schedules):
-    self.schedules = schedules
-
-  def init(self):
-    return {'round': 0}
-
-  def update(self, state, stats):
-    following = state['round'] if stats is None else int(stats.step) + 1
-    return self.schedules[following % len(self.schedules)], {'round': following}
-
-
-def _run(program, policy, rounds):
-  """``(objective every 10 rounds, β after the last)``."""
-  losses, beta = [], None
-  for info in training_steps(program, program.init_state(), rounds, policy=policy):
-    if info.step % 10 == 0:
-      losses.append(float(info.stats.loss))
-    beta = info.state.params['beta']
-  return np.array(losses), np.asarray(beta)
+_SHARED = Programs('logreg')
+_app, _program, _run = _SHARED.app, _SHARED.program, run
 
 
 def _sigmoid(t):

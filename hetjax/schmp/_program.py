@@ -60,7 +60,7 @@ class SchmpState:
   """Rounds done (a device scalar, replicated), the app's parameters, and the last
   ``staleness`` rounds not yet reported to the scheduler (oldest first; each a dict of
   replicated device values ``round`` (-1 before the first rounds), ``blocks``, ``mask``,
-  ``offset``, ``delta``)."""
+  ``offset`` and ``delta``, the round's report: Δ per slot, or ``{'delta', 'priority'}``)."""
 
   step: jax.Array
   params: PyTree
