@@ -2,8 +2,10 @@
 (data, devices), a scheduler that replays given schedules, and a run's objective curve."""
 
 import numpy as np
+import pytest
 
-from hetjax.schmp import SchmpProgram, make_app
+from hetjax.core import Work
+from hetjax.schmp import Schedule, SchmpProgram, make_app
 from hetjax.train import training_steps
 from tests.conftest import require_devices
 
@@ -63,3 +65,32 @@ def run(program, policy, rounds):
       losses.append(float(info.stats.loss))
     beta = info.state.params['beta']
   return np.array(losses), np.asarray(beta)
+
+
+def check_rounds_against_numpy(app, program, numpy_round, row_state, seed):
+  """Three rounds (from β = 0, then twice from β ≠ 0; a masked slot each time) against
+  ``numpy_round(app, β, per-row state, schedule) -> (Δβ, β, per-row state, bound)`` in float64
+  from the device's own values: Δβ within the float32 ``bound``, β and the per-row state
+  within what that bound and float32 rounding allow, the objective the host's."""
+  x = app.design.x.astype(np.float64)
+  rng = np.random.default_rng(seed)
+  state = program.init_state()
+  for step in range(3):
+    schedule = Schedule.of(rng.choice(app.blocks, SIZE - 1, replace=False), SIZE)
+    beta = np.asarray(state.params['beta'], np.float64)
+    rows = np.asarray(state.params[row_state], np.float64)
+    delta, new, moved, bound = numpy_round(app, beta, rows, schedule)
+    state, stats = program.step(state, Work(step, {}), schedule)
+    got = stats.local.delta
+    assert got[-1] == 0.0                                     # the masked slot
+    assert np.all(np.abs(got[:-1] - delta) <= bound), np.max(np.abs(got[:-1] - delta) / bound)
+    assert np.count_nonzero(delta) > 0
+    np.testing.assert_allclose(np.asarray(state.params['beta']), new, rtol=0,
+                               atol=float(bound.max() + 4 * U * np.abs(new).max()))
+    # X_J Δβ: Δβ's error times |X_J|, plus float32 rounding of the products and sums.
+    rows_bound = np.abs(x[:, schedule.picked]) @ (bound + (SIZE + 2) * U * np.abs(delta))
+    rows_bound += 2 * U * np.abs(rows)
+    assert np.all(np.abs(np.asarray(state.params[row_state]) - moved) <= rows_bound)
+    # The objective it reports is recomputed from β: the host's float64 one, to float32.
+    loss = float(program.objective(state))
+    assert loss == pytest.approx(app.objective_at(np.asarray(state.params['beta'])), rel=1e-5)

@@ -12,7 +12,15 @@ from hetjax.schmp._cyclic import Cyclic
 from hetjax.schmp._dynamic import DynamicScheduler
 from hetjax.schmp._shotgun import Shotgun
 from tests.conftest import require_devices
-from tests.schmp_coordinate import DESIGN, SIZE, Programs, Replay, U, run
+from tests.schmp_coordinate import (
+  DESIGN,
+  SIZE,
+  Programs,
+  Replay,
+  U,
+  check_rounds_against_numpy,
+  run,
+)
 
 _SHARED = Programs('lasso')
 _app, _program, _run = _SHARED.app, _SHARED.program, run
@@ -41,29 +49,7 @@ def _numpy_round(app, beta, r, schedule):
 @pytest.mark.parametrize('devices', [1, 2, 4])
 def test_a_round_is_the_numpy_coordinate_updates(devices):
   app, program = _program(devices)
-  x = app.design.x.astype(np.float64)
-  rng = np.random.default_rng(devices)
-  state = program.init_state()
-  for step in range(3):  # from β = 0, then twice from β ≠ 0; a masked slot each time
-    picked = rng.choice(app.blocks, SIZE - 1, replace=False)
-    schedule = Schedule.of(picked, SIZE)
-    beta = np.asarray(state.params['beta'], np.float64)
-    r = np.asarray(state.params['residual'], np.float64)
-    delta, new, residual, bound = _numpy_round(app, beta, r, schedule)
-    state, stats = program.step(state, Work(step, {}), schedule)
-    got = stats.local.delta
-    assert got[-1] == 0.0                                     # the masked slot
-    assert np.all(np.abs(got[:-1] - delta) <= bound), np.max(np.abs(got[:-1] - delta) / bound)
-    assert np.count_nonzero(delta) > 0
-    np.testing.assert_allclose(np.asarray(state.params['beta']), new, rtol=0,
-                               atol=float(bound.max() + 4 * U * np.abs(new).max()))
-    # r − X_J Δβ: Δβ's error times |X_J|, plus float32 rounding of the products and sums.
-    r_bound = np.abs(x[:, schedule.picked]) @ (bound + (SIZE + 2) * U * np.abs(delta))
-    r_bound += 2 * U * np.abs(r)
-    assert np.all(np.abs(np.asarray(state.params['residual']) - residual) <= r_bound)
-    # The objective it reports is recomputed from β: the host's float64 one, to float32.
-    loss = float(program.objective(state))
-    assert loss == pytest.approx(app.objective_at(np.asarray(state.params['beta'])), rel=1e-5)
+  check_rounds_against_numpy(app, program, _numpy_round, 'residual', seed=devices)
 
 
 def test_a_round_reports_every_coordinates_current_priority():

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
-from hetjax.core import Work
 from hetjax.schmp import Schedule, SchmpProgram, make_app
 from hetjax.schmp._cyclic import Cyclic
 from hetjax.schmp._dynamic import DynamicScheduler
 from hetjax.schmp._logreg import LogReg
 from hetjax.schmp._shotgun import Shotgun
 from tests.conftest import require_devices
-from tests.schmp_coordinate import SIZE, Programs, Replay, U, run
+from tests.schmp_coordinate import SIZE, Programs, Replay, U, check_rounds_against_numpy, run
 
 _SHARED = Programs('logreg')
 _app, _program, _run = _SHARED.app, _SHARED.program, run
@@ -47,26 +46,7 @@ def _numpy_round(app, beta, m, schedule):
 @pytest.mark.parametrize('devices', [1, 2, 4])
 def test_a_round_is_the_numpy_proximal_coordinate_steps(devices):
   app, program = _program(devices)
-  x = app.design.x.astype(np.float64)
-  rng = np.random.default_rng(devices)
-  state = program.init_state()
-  for step in range(3):  # from β = 0, then twice from β ≠ 0; a masked slot each time
-    schedule = Schedule.of(rng.choice(app.blocks, SIZE - 1, replace=False), SIZE)
-    beta = np.asarray(state.params['beta'], np.float64)
-    m = np.asarray(state.params['margin'], np.float64)
-    delta, new, margin, bound = _numpy_round(app, beta, m, schedule)
-    state, stats = program.step(state, Work(step, {}), schedule)
-    got = stats.local.delta
-    assert got[-1] == 0.0                                     # the masked slot
-    assert np.all(np.abs(got[:-1] - delta) <= bound), np.max(np.abs(got[:-1] - delta) / bound)
-    assert np.count_nonzero(delta) > 0
-    np.testing.assert_allclose(np.asarray(state.params['beta']), new, rtol=0,
-                               atol=float(bound.max() + 4 * U * np.abs(new).max()))
-    m_bound = np.abs(x[:, schedule.picked]) @ (bound + (SIZE + 2) * U * np.abs(delta))
-    m_bound += 2 * U * np.abs(m)
-    assert np.all(np.abs(np.asarray(state.params['margin']) - margin) <= m_bound)
-    loss = float(program.objective(state))
-    assert loss == pytest.approx(app.objective_at(np.asarray(state.params['beta'])), rel=1e-5)
+  check_rounds_against_numpy(app, program, _numpy_round, 'margin', seed=devices)
 
 
 @pytest.mark.parametrize('data', ['synthetic', 'breast_cancer'])
