@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from experiments import _schmp_bench, _schmp_launched, bench_schmp
+from experiments import _schmp_bench, _schmp_launched, _schmp_report
 
 
 @pytest.mark.parametrize('work, weights', [
@@ -50,7 +50,7 @@ def test_the_goal_lines_say_met_or_not_with_the_numbers():
           _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='d', reference=None),
           _row('mf', 'schmp', 4, 40, 3.0, final=0.11, design='d', reference=None),
           _row('mf', 'unscheduled', 4, 40, 2.0, final=0.10, design='d', reference=None)]
-  lines = bench_schmp.goals(rows)
+  lines = _schmp_report.goals(rows)
   assert lines[0] == ('lasso correlated P=1: Shotgun not there after 600 rounds: ≥ 10.0x '
                       'fewer, met; SchMP vs scikit-learn 5.0e-04')
   assert '1.50x fewer rounds: NOT met' in lines[1]
