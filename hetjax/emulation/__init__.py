@@ -2,7 +2,9 @@
 
 A `SlowdownTrace` (text form: `parse_trace`) says how much slower each worker's host is at each
 step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real worker's steps
-by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures.
+by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures;
+`Links` (text form: `parse_links`) does the same for transfers, by each worker's link latency
+and bandwidth.
 The virtual clock models the same hosts. Nothing here imports the rest of hetjax but its errors.
 """
 
@@ -10,6 +12,8 @@ from ._calibrate import RowCost as RowCost
 from ._calibrate import calibrate_row_cost as calibrate_row_cost
 from ._grammar import parse_trace as parse_trace
 from ._hosts import KnownSpeedHost as KnownSpeedHost
+from ._network import Links as Links
+from ._network import parse_links as parse_links
 from ._traces import ComposedTrace as ComposedTrace
 from ._traces import CsvTrace as CsvTrace
 from ._traces import MarkovTrace as MarkovTrace
@@ -22,6 +26,7 @@ __all__ = [
     'ComposedTrace',
     'CsvTrace',
     'KnownSpeedHost',
+    'Links',
     'MarkovTrace',
     'RowCost',
     'SlowdownTrace',
@@ -29,5 +34,6 @@ __all__ = [
     'StepChangeTrace',
     'TransientTrace',
     'calibrate_row_cost',
+    'parse_links',
     'parse_trace',
 ]
