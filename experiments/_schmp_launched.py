@@ -47,9 +47,11 @@ def shares_by_work(work: np.ndarray, weights: Sequence[float]) -> tuple[int, ...
   total = round(float(work.sum()))
   target = ShareRules(total, len(weights)).from_weights(weights).values
   cuts = np.searchsorted(np.cumsum(work), np.cumsum(target)[:-1], side='left') + 1
-  cuts = np.clip(cuts, np.arange(1, len(weights)), len(work) - np.arange(len(weights) - 1, 0, -1))
-  cuts = np.maximum.accumulate(cuts)
-  edges = np.concatenate([[0], cuts, [len(work)]])
+  k, n = len(weights), len(work)
+  for i in range(k - 1):  # strictly increasing, room for one unit each after
+    low = cuts[i - 1] + 1 if i else 1
+    cuts[i] = min(max(cuts[i], low), n - (k - 1 - i))
+  edges = np.concatenate([[0], cuts, [n]])
   return tuple(int(n) for n in np.diff(edges))
 
 

@@ -30,6 +30,8 @@ def test_shares_by_work_exactly():
   assert _schmp_launched.shares_by_work(np.ones(10), [1, 1, 3]) == (2, 2, 6)
   assert _schmp_launched.shares_by_work(np.ones(12), [1, 1, 1, 1 / 3]) == (4, 4, 3, 1)
   assert _schmp_launched.shares_by_work(np.array([100, 1, 1, 1]), [1] * 4) == (1, 1, 1, 1)
+  # One heavy unit spans two workers' targets: each still gets a unit.
+  assert _schmp_launched.shares_by_work(np.array([1, 100, 1, 1, 1]), [1] * 4) == (2, 1, 1, 1)
 
 
 def _row(app, scheduler, workers, rounds, seconds=None, final=1.0, diverged=False, size=None,
