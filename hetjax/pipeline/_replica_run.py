@@ -40,11 +40,11 @@ import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, decode_state, encode_state
+from hetjax.core import StepStats, encode_state
 from hetjax.pipeline._replicated import ServiceThread, start_service
+from hetjax.pipeline._step_directories import StepDirectories
 from hetjax.pipeline._sync_service import Board, ServiceReport
 from hetjax.pipeline._sync_values import SyncValuePolicy, resume_state
-from hetjax.train import Hook, StepInfo
 
 
 class ReplicaSync:
@@ -92,7 +92,7 @@ class ReplicaSync:
     return thread.join(timeout_s)
 
 
-class ReplicaCheckpointer:
+class ReplicaCheckpointer(StepDirectories):
   """`hetjax.checkpoint.Checkpointer`'s interface for one replica's checkpoints, in its own
   directory, written by this process alone.
 
@@ -106,16 +106,7 @@ class ReplicaCheckpointer:
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
-    self.directory = os.fspath(directory)
-    self.max_to_keep = max_to_keep
-    os.makedirs(self.directory, exist_ok=True)
-
-  def all_steps(self) -> list[int]:
-    return sorted(int(d) for d in os.listdir(self.directory) if d.isdecimal())
-
-  def latest_step(self) -> int | None:
-    steps = self.all_steps()
-    return steps[-1] if steps else None
+    super().__init__(directory, max_to_keep)
 
   def save(self, state: Any, meta: Mapping[str, Any], policy_state: Any = None) -> None:
     step = int(state.step)
@@ -134,10 +125,6 @@ class ReplicaCheckpointer:
     for old in self.all_steps()[:-self.max_to_keep]:
       shutil.rmtree(os.path.join(self.directory, str(old)))
 
-  def read_meta(self, step: int | None = None) -> dict[str, Any]:
-    with open(os.path.join(self.directory, str(self._require(step)), 'meta.json')) as f:
-      return json.load(f)
-
   def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
     """Checkpoint ``step`` (default: the latest) on the shardings of ``abstract_state``."""
     step = self._require(step)
@@ -150,31 +137,3 @@ class ReplicaCheckpointer:
     placed = [jax.device_put(h.astype(a.dtype), a.sharding)
               for h, a in zip(host, leaves, strict=True)]
     return treedef.unflatten(placed), self.read_meta(step)
-
-  @staticmethod
-  def policy_state(meta: Mapping[str, Any], template: Any) -> Any:
-    """The policy state saved with a checkpoint, in ``template``'s structure, or None (as
-    `hetjax.checkpoint.Checkpointer.policy_state`; orbax is not imported here)."""
-    saved = meta.get('policy')
-    return None if saved is None else decode_state(template, saved)
-
-  def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
-    """Saves every ``every`` steps and after the last one, the policy's state included."""
-    def save(info: StepInfo) -> None:
-      if info.step not in self.all_steps():
-        self.save(info.state, meta, info.policy_state)
-
-    return Hook(save, every=every, at_end=True)
-
-  def wait(self) -> None:
-    pass  # saves are synchronous
-
-  def close(self) -> None:
-    pass
-
-  def _require(self, step: int | None) -> int:
-    step = self.latest_step() if step is None else step
-    if step is None or step not in self.all_steps():
-      raise ConfigError(f'no complete checkpoint{"" if step is None else f" at step {step}"} '
-                        f'in {self.directory}')
-    return step

@@ -33,12 +33,12 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
-from hetjax.core import decode_state, encode_state
+from hetjax.core import encode_state
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
-from hetjax.train import Hook, StepInfo
+from hetjax.pipeline._step_directories import StepDirectories
 
 
-class StageCheckpointer:
+class StageCheckpointer(StepDirectories):
   """`hetjax.checkpoint.Checkpointer`'s interface for a `PipelineTrainer` over processes.
 
   Args:
@@ -51,17 +51,9 @@ class StageCheckpointer:
 
   def __init__(self, directory: str | os.PathLike, trainer: PipelineTrainer,
                barrier: Callable[[str], None] = lambda name: None, *, max_to_keep: int = 3):
-    self.directory, self.trainer, self.barrier = os.fspath(directory), trainer, barrier
-    self.max_to_keep = max_to_keep
-    os.makedirs(self.directory, exist_ok=True)
+    super().__init__(directory, max_to_keep)
+    self.trainer, self.barrier = trainer, barrier
     self._ranges = [list(r) for r in trainer.ranges]
-
-  def all_steps(self) -> list[int]:
-    return sorted(int(d) for d in os.listdir(self.directory) if d.isdecimal())
-
-  def latest_step(self) -> int | None:
-    steps = self.all_steps()
-    return steps[-1] if steps else None
 
   def save(self, state: PipelineState, meta: Mapping[str, Any], policy_state: Any = None
            ) -> None:
@@ -91,10 +83,6 @@ class StageCheckpointer:
         shutil.rmtree(os.path.join(self.directory, str(old)))
     self.barrier(f'checkpoint-{step}-done')
 
-  def read_meta(self, step: int | None = None) -> dict[str, Any]:
-    with open(os.path.join(self.directory, str(self._require(step)), 'meta.json')) as f:
-      return json.load(f)
-
   def restore(self, abstract_state: PipelineState, step: int | None = None
               ) -> tuple[PipelineState, dict]:
     """Checkpoint ``step`` (default: the latest) on ``abstract_state``'s shardings (this
@@ -119,30 +107,3 @@ class StageCheckpointer:
                 for h, a in zip(host, leaves, strict=True)]
       params[s], opt_state[s] = treedef.unflatten(placed)
     return PipelineState(step, tuple(params), tuple(opt_state)), meta
-
-  @staticmethod
-  def policy_state(meta: Mapping[str, Any], template: Any) -> Any:
-    """The policy state saved with a checkpoint, in ``template``'s structure, or None."""
-    saved = meta.get('policy')
-    return None if saved is None else decode_state(template, saved)
-
-  def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
-    """Saves every ``every`` steps and after the last one, the policy's state included."""
-    def save(info: StepInfo) -> None:
-      if info.step not in self.all_steps():
-        self.save(info.state, meta, info.policy_state)
-
-    return Hook(save, every=every, at_end=True)
-
-  def wait(self) -> None:
-    pass  # saves are synchronous
-
-  def close(self) -> None:
-    pass
-
-  def _require(self, step: int | None) -> int:
-    step = self.latest_step() if step is None else step
-    if step is None or step not in self.all_steps():
-      raise ConfigError(f'no complete checkpoint{"" if step is None else f" at step {step}"} '
-                        f'in {self.directory}')
-    return step

@@ -107,6 +107,7 @@ class SchmpProgram:
                         f'over {len(devices)} devices')
     self.global_batch = next(iter(rows))
     self._local = np.array([d.process_index == jax.process_index() for d in devices])
+    self._workers = len({d.process_index for d in devices})
     self.local_rows = self.global_batch // len(devices) * int(self._local.sum())
     row_sharding = NamedSharding(self.mesh, PartitionSpec(AXIS))
     self.data = {k: jax.make_array_from_callback(v.shape, row_sharding,
@@ -167,14 +168,11 @@ class SchmpProgram:
   def _entry(self, round_: int, schedule: Schedule, delta=None) -> dict[str, Any]:
     """A pending round's record, on the devices; its report ``delta`` (Δ per slot, or a dict
     with the priorities) is the round's own output, still computing, or given here."""
-    rep = self._replicated
-    entry = {'round': jax.device_put(np.int32(round_), rep),
-             'blocks': jax.device_put(schedule.blocks, rep),
-             'mask': jax.device_put(schedule.mask, rep),
-             'offset': jax.device_put(np.int32(schedule.offset), rep)}
+    entry = {'round': np.int32(round_), 'blocks': schedule.blocks, 'mask': schedule.mask,
+             'offset': np.int32(schedule.offset)}
     if delta is not None:
-      entry['delta'] = jax.tree.map(lambda a: jax.device_put(a, rep), delta)
-    return entry
+      entry['delta'] = delta
+    return jax.device_put(entry, self._replicated)  # one call for the whole record
 
   @staticmethod
   def _info(entry: dict[str, jax.Array]) -> RoundInfo | None:
@@ -205,7 +203,7 @@ class SchmpProgram:
     time a round takes says what the average worker's work costs, not a small share's)."""
     work = getattr(self.app, 'round_work', None)
     total = self.global_batch if work is None else int(np.asarray(work(offset)).sum())
-    return total / len({d.process_index for d in self.mesh.devices.flat})
+    return total / self._workers
 
   def global_batch_at(self, step: int) -> dict:
     """Nothing per step: every round reads all the data, already on the devices."""
@@ -257,7 +255,7 @@ class SchmpProgram:
     end = time.perf_counter()
     iter_s = end - (start if self._last_return is None else self._last_return)
     self._last_return = end
-    workers = len({d.process_index for d in self.mesh.devices.flat})
+    workers = self._workers
     rows = (self.global_batch // workers,) * workers
     return (SchmpState(state.step + 1, params, pending),
             StepStats(work.step, rows, (iter_s,) * workers, iter_s=iter_s,
