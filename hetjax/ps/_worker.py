@@ -1,0 +1,189 @@
+"""`PsWorker`: a worker of a parameter-server job, as a `StepProgram` of the one loop.
+
+Its state is what it holds between steps (`PsWorkerState`): the parameters it last pulled, each
+server's version of them, and how many of its pushes were accepted. A step computes this
+worker's gradient on its rows of the step's global batch (an equal share: the global batch
+split over the workers), pads it to its emulated host's time, and then:
+
+* push-then-pull (``eager`` off): pushes, waits for the acks, pulls (under bsp the next
+  version, once every worker has pushed; under ssp once the slowest worker is at most
+  ``bound`` pushes behind) and returns the new parameters: compute + push + pull.
+* eager pull: the push of this step's gradient and the pull that follows it at once run on a
+  communication thread while the *next* step computes; a step waits for the previous step's
+  communication only after its own compute, and adopts the parameters it pulled: max(compute,
+  push + pull), for gradients one own step staler. `finish` waits for the last push.
+
+The parameters and optimizer state live on the servers: checkpoints are theirs
+(`hetjax.ps.ServerCheckpointer`); a worker restarts by pulling.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from hetjax._errors import ConfigError
+from hetjax.core import StepStats, Work
+from hetjax.data import Batch, slice_batch
+from hetjax.ps._client import PsClient, PushResult
+from hetjax.ps._config import PsConfig, Sync
+from hetjax.sharding import abstract_model
+from hetjax.train import Task
+from hetjax.train._host import EmulatedHost, host_load
+
+PyTree = Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PsWorkerState:
+  """A worker's view: its steps done, the parameters it holds and each server's version of
+  them, and its accepted pushes (its ssp clock)."""
+
+  step: int = dataclasses.field(metadata={'static': True})
+  params: PyTree
+  versions: tuple[int, ...] = dataclasses.field(metadata={'static': True})
+  clock: int = dataclasses.field(metadata={'static': True}, default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PsStep:
+  """This worker's breakdown of a step (`StepStats.local`).
+
+  Attributes:
+    step: steps done after it.
+    worker: the worker id.
+    compute_s: its gradient, measured; ``dilation_s``: the emulated host's padding.
+    push_s / pull_s: the push and the pull of the communication that finished in this step
+      (eager: the previous step's).
+    wait_s: how long the step waited for that communication after its compute (eager only;
+      push-then-pull: its whole communication).
+    staleness: the servers' staleness of the push (max over servers).
+    accepted: whether the push was accepted; ``reasons`` otherwise.
+    versions: each server's version of the parameters the next step computes on.
+  """
+
+  step: int
+  worker: int
+  compute_s: float
+  dilation_s: float
+  push_s: float
+  pull_s: float
+  wait_s: float
+  staleness: int
+  accepted: bool
+  reasons: tuple[str, ...]
+  versions: tuple[int, ...]
+
+
+class PsWorker:
+  """A parameter-server worker (module docstring).
+
+  Args:
+    task: the model, loss and data (the same on the servers).
+    global_batch: rows per step over all workers; each worker computes its equal share.
+    config: the protocol (`PsConfig`).
+    client: this worker's `PsClient` (its servers, channel, transport and links).
+    workers: how many workers share the global batch.
+    seed: selects the data (and, on the servers, the initial parameters).
+    host: the emulated host this worker runs as (None: the machine's own speed).
+  """
+
+  def __init__(self, task: Task, global_batch: int, config: PsConfig, client: PsClient, *,
+               workers: int, seed: int = 0, host: EmulatedHost | None = None):
+    if global_batch < workers:
+      raise ConfigError(f'global batch {global_batch} is smaller than the {workers} workers')
+    self.task, self.global_batch, self.config, self.client = task, global_batch, config, client
+    self.worker, self.workers, self.seed, self.host = client.worker, workers, seed, host
+    base, extra = divmod(global_batch, workers)
+    self.shares = tuple(base + (i < extra) for i in range(workers))
+    self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
+    self.device = client.transport.device
+    self._grad = jax.jit(self._loss_and_grad)
+    self._comm = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='hetjax-ps-comm')
+                  if config.eager else None)
+    self._inflight: concurrent.futures.Future | None = None
+    self.refused = 0
+    self._accepted = 0  # pushes the servers accepted: this worker's ssp clock
+
+  # -- the StepProgram ---------------------------------------------------------------------------
+
+  def init_state(self) -> PsWorkerState:
+    """The servers' current parameters (version 0 on a fresh job), pulled."""
+    params, versions, _ = self.client.pull()
+    return PsWorkerState(0, params, versions)
+
+  def abstract_state(self) -> PsWorkerState:
+    return PsWorkerState(0, self._abstract, (0,) * self.client.layout.servers)
+
+  def global_batch_at(self, step: int) -> Batch:
+    return self.task.data.global_batch(self.seed, step, self.global_batch)
+
+  def step(self, state: PsWorkerState, work: Work, decision: Any = None
+           ) -> tuple[PsWorkerState, StepStats]:
+    if decision is not None:
+      raise ConfigError('a parameter-server worker takes no share decision (its share is '
+                        'global_batch / workers)')
+    start = time.perf_counter()
+    rows = self.shares[self.worker]
+    batch = jax.device_put(slice_batch(work.batch, self.shares, self.worker), self.device)
+    computed = time.perf_counter()
+    loss, grads = jax.block_until_ready(self._grad(state.params, batch))
+    compute_s = time.perf_counter() - computed
+    slept = self.host.pad(work.step, rows, compute_s)[0] if self.host else 0.0
+    loss = float(loss)
+    waited = time.perf_counter()
+    if self._comm is None:
+      push, params, versions, pull_s = self._communicate(grads, state, rows, loss)
+    else:
+      previous, self._inflight = self._inflight, self._comm.submit(
+          self._communicate, grads, state, rows, loss)
+      if previous is None:  # the first step: nothing to adopt yet
+        push, params, versions, pull_s = None, state.params, state.versions, 0.0
+      else:
+        push, params, versions, pull_s = previous.result()
+    end = time.perf_counter()
+    accepted = push is None or push.accepted
+    self.refused += not accepted
+    local = PsStep(state.step + 1, self.worker, compute_s, slept,
+                   push.seconds if push else 0.0, pull_s, end - waited,
+                   push.staleness if push else 0, accepted, push.reasons if push else (),
+                   versions)
+    stats = StepStats(work.step, (rows,), (compute_s + slept,), sync_s=end - waited,
+                      iter_s=end - start, load=(host_load(self.host, work.step),),
+                      bytes=self.client.layout.nbytes(), loss=jnp.float32(loss), local=local)
+    return PsWorkerState(state.step + 1, params, versions, self._accepted), stats
+
+  def finish(self, state: PsWorkerState) -> PsWorkerState:
+    """Waits for an eager worker's last push and pull, then tells the servers this worker is
+    done. Call once, after the loop."""
+    if self._inflight is not None:
+      _, params, versions, _ = self._inflight.result()
+      state, self._inflight = dataclasses.replace(state, params=params, versions=versions), None
+    if self._comm is not None:
+      self._comm.shutdown()
+    self.client.stop()
+    return state
+
+  # -- internals ---------------------------------------------------------------------------------
+
+  def _communicate(self, grads: PyTree, state: PsWorkerState, rows: int, loss: float
+                   ) -> tuple[PushResult, PyTree, tuple[int, ...], float]:
+    push = self.client.push(grads, state.versions, rows, loss)
+    self._accepted += push.accepted  # only the communication thread (or the step) writes it
+    min_version = max(state.versions) + 1 if self.config.sync is Sync.BSP else 0
+    min_clock = self._accepted - self.config.bound if self.config.sync is Sync.SSP else 0
+    params, versions, pull_s = self.client.pull(min_version, min_clock)
+    return push, params, versions, pull_s
+
+  def _loss_and_grad(self, params: PyTree, batch: Batch):
+    def mean_loss(p):
+      return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
+    return jax.value_and_grad(mean_loss)(params)
+
