@@ -5,7 +5,12 @@
   python -m hetjax.launch --devices 2,1,1 --timeout 600 -- python experiments/train.py ...
 
 ``--devices 2,1,1`` gives each worker its own device count (a 2-device host beside two
-1-device hosts): it sets the number of workers too.
+1-device hosts): it sets the number of workers too. ``--servers K`` adds K parameter-server
+processes after the workers (`hetjax.ps`; their lines come out as ``[s{j}]``); ``--network
+link:LATENCY_MS:BANDWIDTH_MB_S`` emulates each worker's link (`hetjax.emulation.parse_links`).
+
+  python -m hetjax.launch --workers 4 --servers 1 --network link:2:50 --timeout 600 \\
+      -- python experiments/bench_comm.py --role=job ...
 
 Every worker line comes out on stdout as ``[w{i}] line``. If a worker fails, the others are
 stopped and the launcher exits with that worker's status after one line on stderr
@@ -23,7 +28,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hetjax._errors import ConfigError
-from hetjax.emulation import parse_trace
+from hetjax.emulation import parse_links, parse_trace
 from hetjax.runtime._launcher import launch_local
 
 
@@ -63,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                       help='seconds for workers to join, passed on as HETJAX_INIT_TIMEOUT')
   parser.add_argument('--port-range', metavar='LOW-HIGH',
                       help='take the coordinator and transfer ports from this range')
+  parser.add_argument('--servers', type=int, default=0, metavar='K',
+                      help='parameter-server processes after the workers (default 0)')
+  parser.add_argument('--network', metavar='SPEC',
+                      help='emulated links: none or link:LATENCY_MS:BANDWIDTH_MB_S, passed on '
+                           'as HETJAX_NETWORK')
   parser.add_argument('--pin-cores', action='store_true',
                       help='run each worker on one CPU, round robin (Linux): emulated hosts '
                            'hold with more workers than cores')
@@ -100,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           slowdown=args.slowdown, timeout=args.timeout,
                           init_timeout=args.init_timeout, port_range=port_range,
                           validate_slowdown=lambda spec: parse_trace(spec, workers),
-                          pin_cores=args.pin_cores)
+                          pin_cores=args.pin_cores, servers=args.servers,
+                          network=args.network,
+                          validate_network=lambda spec: parse_links(spec, workers))
   except ConfigError as e:
     _fail(str(e))
   if result.returncode != 0:

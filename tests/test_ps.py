@@ -153,3 +153,34 @@ def test_links_pad_pushes_and_pulls():
   _, _, infos = _run(ps.parse_ps('asp'), workers=1, servers=1, steps=2, links=links)
   for info in infos[0]:
     assert info.stats.local.push_s >= 0.03 and info.stats.local.pull_s >= 0.03
+
+
+def test_refused_pushes_are_counted_never_applied():
+  """A push of the wrong shapes or dtype, or from a version the server has not reached, is
+  refused, counted, and leaves the parameters as they were."""
+  task, channel = _task(), LocalChannel()
+  role = ps.PsRole(True, 0, 1, 1)
+  server = ps.make_server(task, optax.sgd(0.1), ps.parse_ps('asp,max_staleness=0'), role,
+                          channel, idle_timeout_s=30)
+  before = [np.asarray(x) for x in server.params]
+  thread = threading.Thread(target=server.serve)
+  thread.start()
+  client = ps.PsClient(0, server.layout, channel, ps.Transport(), timeout_s=30)
+  params, versions, _ = client.pull()
+  wrong_shape = jax.tree.map(lambda x: jnp.zeros((*x.shape[:-1], x.shape[-1] + 1)), params)
+  wrong_dtype = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float16), params)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  results = [client.push(wrong_shape, versions, 4, 1.0), client.push(wrong_dtype, versions, 4, 1.0),
+             client.push(zeros, (versions[0] + 5,), 4, 1.0)]
+  assert [r.accepted for r in results] == [False, False, False]
+  assert 'shapes/dtypes' in results[0].reasons[0] and 'version 5' in results[2].reasons[0]
+  good = client.push(zeros, versions, 4, 1.0)          # staleness 0: accepted
+  stale = client.push(zeros, versions, 4, 1.0)         # staleness 1 > max_staleness 0
+  assert good.accepted and not stale.accepted and 'staleness 1 > 0' in stale.reasons[0]
+  client.stop()
+  thread.join(30)
+  report = server.report()
+  assert report.refused == {'shape': 2, 'version': 1, 'staleness': 1}
+  assert report.version == 1 and report.pushes == 5
+  for b, a in zip(before, server.params, strict=True):
+    np.testing.assert_array_equal(b, np.asarray(a))       # the accepted push was all zeros

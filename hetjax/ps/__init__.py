@@ -20,6 +20,7 @@ from hetjax.ps._job import initial_params as initial_params
 from hetjax.ps._job import make_server as make_server
 from hetjax.ps._job import make_worker as make_worker
 from hetjax.ps._job import ps_role as ps_role
+from hetjax.ps._job import serve as serve
 from hetjax.ps._layout import ServerLayout as ServerLayout
 from hetjax.ps._server import ParameterServer as ParameterServer
 from hetjax.ps._server import ServerReport as ServerReport
@@ -54,4 +55,5 @@ __all__ = [
     'make_worker',
     'parse_ps',
     'ps_role',
+    'serve',
 ]

@@ -24,10 +24,11 @@ class ServerCheckpointer:
     me = jax.process_index()
     self.directory = os.path.abspath(os.path.join(os.fspath(directory), f'server-{server}'))
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False,
+        max_to_keep=max_to_keep, create=False, enable_async_checkpointing=False,
         multiprocessing_options=ocp.options.MultiprocessingOptions(
             primary_host=me, active_processes={me},
             barrier_sync_key_prefix=f'hetjax-ps-server-{server}'))
+    os.makedirs(self.directory, exist_ok=True)  # orbax will not, for a subset of processes
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_version(self) -> int | None:

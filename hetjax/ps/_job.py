@@ -11,7 +11,7 @@ Example (every process; see ``experiments/bench_comm.py``)::
   role = ps.ps_role()
   channel = runtime.Channel('ps')
   if role.is_server:
-    ps.make_server(task, optax.sgd(0.1), config, role, channel).serve()
+    ps.serve(task, optax.sgd(0.1), config, role, channel)
   else:
     worker = ps.make_worker(task, 256, config, role, channel)
     for info in train.training_steps(worker, worker.init_state(), 100):
@@ -21,8 +21,10 @@ Example (every process; see ``experiments/bench_comm.py``)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import jax
@@ -31,11 +33,12 @@ from flax import nnx
 
 from hetjax._errors import ConfigError
 from hetjax.emulation import Links
+from hetjax.ps import _keys as keys
 from hetjax.ps._checkpoint import ServerCheckpointer
 from hetjax.ps._client import PsClient
 from hetjax.ps._config import PsConfig
 from hetjax.ps._layout import ServerLayout
-from hetjax.ps._server import ParameterServer
+from hetjax.ps._server import ParameterServer, ServerReport, write_report
 from hetjax.ps._transport import Transport
 from hetjax.ps._update import ShardUpdate
 from hetjax.ps._worker import PsWorker
@@ -116,6 +119,30 @@ def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsC
                          ShardUpdate(optimizer, config.dc_lambda), config, channel,
                          transport or Transport(), checkpointer=checkpointer,
                          checkpoint_every=checkpoint_every, idle_timeout_s=idle_timeout_s)
+
+
+def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig, role: PsRole,
+          channel: Any, *, report_path: str | os.PathLike | None = None, **kwargs: Any
+          ) -> ServerReport:
+  """Builds server ``role.index`` (`make_server`, ``kwargs`` passed on) and serves until every
+  worker has stopped; writes its report to ``report_path`` if given.
+
+  A server that fails (while starting or serving) records its reason on the channel, so the
+  workers waiting on it end with that reason, prints one line and exits the process with
+  status 1 at once: skipping JAX's shutdown barrier, so the launcher sees the server fail
+  first and names it.
+  """
+  try:
+    report = make_server(task, optimizer, config, role, channel, **kwargs).serve()
+    if report_path is not None:
+      write_report(report, report_path)
+    return report
+  except Exception as e:  # every failure ends the job the same way
+    message = f'server {role.index}: error: {e}'.splitlines()[0][:300]
+    with contextlib.suppress(Exception):
+      channel.set(keys.FAILED.format(role.index), message)
+    print(message, file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def make_worker(task: Task, global_batch: int, config: PsConfig, role: PsRole, channel: Any, *,

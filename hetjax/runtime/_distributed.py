@@ -23,6 +23,7 @@ ENV_TRANSFER_ADDRESS = 'HETJAX_TRANSFER_ADDRESS'
 ENV_INIT_TIMEOUT = 'HETJAX_INIT_TIMEOUT'
 ENV_SLOWDOWN = 'HETJAX_SLOWDOWN'
 ENV_LAUNCHER_PID = 'HETJAX_LAUNCHER_PID'
+ENV_NETWORK = 'HETJAX_NETWORK'
 _WATCH_SECONDS = 1.0
 
 
@@ -35,12 +36,16 @@ class WorkerContext:
     workers: number of workers (`jax.process_count()`).
     coordinator: the coordinator address, or ``None`` for a single-process run.
     slowdown: the slowdown spec this worker was launched with (``HETJAX_SLOWDOWN``), if any.
+    network: the emulated links it was launched with (``HETJAX_NETWORK``, the text of
+      `hetjax.emulation.parse_links`), if any.
   """
 
   worker: int
   workers: int
   coordinator: str | None
   slowdown: str | None = None
+  network: str | None = dataclasses.field(
+      default_factory=lambda: os.environ.get(ENV_NETWORK) or None)
 
   @property
   def is_chief(self) -> bool:

@@ -7,6 +7,8 @@ worker gets its base environment plus what `jax.distributed` and hetjax read::
   HETJAX_NUM_WORKERS=N  HETJAX_WORKER_ID=i
   HETJAX_TRANSFER_ADDRESS=127.0.0.1:Q_i   a different port per worker
   HETJAX_SLOWDOWN=spec  HETJAX_INIT_TIMEOUT=seconds   only when given
+  HETJAX_NETWORK=spec                     emulated links, only when given
+  HETJAX_NUM_SERVERS=K                    a parameter-server job: the last K processes are servers
   HETJAX_LAUNCHER_PID=pid                 a worker exits when this process is gone
   JAX_NUM_CPU_DEVICES=D  JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo  PYTHONUNBUFFERED=1
 
@@ -49,7 +51,8 @@ class LaunchResult:
     returncode: 0 if all workers exited 0; else the first failing worker's status (128 + signal if
       a signal killed it); 124 on timeout; 128 + signal when the launcher gets SIGINT (130),
       SIGTERM or SIGHUP.
-    failed_worker: the id of the first worker that failed, or None.
+    failed_worker: the process index of the first process that failed (servers come after
+      the workers), or None.
     cause: one sentence for people, e.g. ``'worker 2 exited with status 1'``.
   """
 
@@ -138,22 +141,26 @@ def _kill_leftovers() -> None:
     _killpg(pid, signal.SIGKILL)
 
 
-def _pump(worker: int, pipe: IO[bytes], out: TextIO, lock: threading.Lock) -> None:
-  """Re-emits each line of a worker's merged stdout/stderr as ``[w{worker}] line``."""
+def _pump(prefix: str, pipe: IO[bytes], out: TextIO, lock: threading.Lock) -> None:
+  """Re-emits each line of a process's merged stdout/stderr as ``[{prefix}] line``."""
   with pipe:
     for raw in iter(pipe.readline, b''):
       line = raw.decode('utf-8', errors='replace').removesuffix('\n')
       with lock, contextlib.suppress(OSError, ValueError):  # a closed stdout must not block us
-        out.write(f'[w{worker}] {line}\n')
+        out.write(f'[{prefix}] {line}\n')
         out.flush()
 
 
 class _Workers:
   """The worker processes, each the leader of its own process group."""
 
-  def __init__(self, out: TextIO):
-    self._out, self._lock, self._readers = out, threading.Lock(), []
-    self.live: dict[int, subprocess.Popen[bytes]] = {}  # worker id -> process not yet reaped
+  def __init__(self, out: TextIO, workers: int):
+    self._out, self._lock, self._readers, self.workers = out, threading.Lock(), [], workers
+    self.live: dict[int, subprocess.Popen[bytes]] = {}  # process id -> process not yet reaped
+
+  def name(self, i: int) -> str:
+    """``'worker i'``, or ``'server j'`` for the processes after the workers."""
+    return f'worker {i}' if i < self.workers else f'server {i - self.workers}'
 
   def start(self, command: Sequence[str], env: Mapping[str, str],
             cpus: frozenset[int] | None = None) -> None:
@@ -164,11 +171,12 @@ class _Workers:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     except OSError as e:
-      raise ConfigError(f'cannot start worker {i}: {command[0]}: {e.strerror}') from None
+      raise ConfigError(f'cannot start {self.name(i)}: {command[0]}: {e.strerror}') from None
     _LIVE_GROUPS.add(proc.pid)
     self.live[i] = proc
+    prefix = f'w{i}' if i < self.workers else f's{i - self.workers}'
     self._readers.append(threading.Thread(
-        target=_pump, args=(i, proc.stdout, self._out, self._lock), daemon=True))
+        target=_pump, args=(prefix, proc.stdout, self._out, self._lock), daemon=True))
     self._readers[-1].start()
 
   def reap(self) -> list[tuple[int, int]]:
@@ -201,7 +209,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
                  init_timeout: float | None = None, port_range: tuple[int, int] | None = None,
                  env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
                  validate_slowdown: Callable[[str], object] | None = None,
-                 pin_cores: bool = False) -> LaunchResult:
+                 pin_cores: bool = False, servers: int = 0, network: str | None = None,
+                 validate_network: Callable[[str], object] | None = None) -> LaunchResult:
   """Runs ``command`` as ``workers`` local processes and waits for all of them.
 
   The job ends when every worker exited 0; when the first one fails (the others get SIGTERM, then
@@ -231,6 +240,11 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     validate_slowdown: called with ``slowdown`` first; raises `ConfigError` if it is bad.
     pin_cores: run worker i on CPU i mod (CPUs this process may use) only (Linux), so that
       emulated hosts hold with more workers than cores (`hetjax.runtime._affinity`).
+    servers: parameter servers (`hetjax.ps`) started after the workers, one device each, in
+      the same JAX job (``HETJAX_NUM_SERVERS``); their lines come out as ``[s{j}]``, and a
+      failing server is named as ``server j``.
+    network: emulated links, passed on as ``HETJAX_NETWORK`` (`hetjax.emulation.parse_links`).
+    validate_network: called with ``network`` first; raises `ConfigError` if it is bad.
 
   Returns:
     A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.cause``).
@@ -241,23 +255,29 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
   base = dict(os.environ if env is None else env)
   if not 1 <= workers <= MAX_WORKERS:
     raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
-  counts = device_counts(workers, devices_per_worker)
+  if not isinstance(servers, int) or not 0 <= servers <= MAX_WORKERS:
+    raise ConfigError(f'servers must be between 0 and {MAX_WORKERS}, got {servers}')
+  counts = device_counts(workers, devices_per_worker) + (1,) * servers
   _check(command, workers, counts, slowdown, timeout, init_timeout, base)
   if slowdown is not None and validate_slowdown is not None:
     validate_slowdown(slowdown)
-  coordinator, *transfer = find_free_ports(workers + 1, port_range)
-  base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}', 'HETJAX_NUM_WORKERS': str(workers),
-           'PYTHONUNBUFFERED': '1',
+  if network is not None and validate_network is not None:
+    validate_network(network)
+  processes = workers + servers
+  coordinator, *transfer = find_free_ports(processes + 1, port_range)
+  base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}',
+           'HETJAX_NUM_WORKERS': str(processes), 'PYTHONUNBUFFERED': '1',
            'JAX_CPU_COLLECTIVES_IMPLEMENTATION': 'gloo', 'HETJAX_LAUNCHER_PID': str(os.getpid())}
-  optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout}
+  optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout,
+              'HETJAX_NETWORK': network, 'HETJAX_NUM_SERVERS': servers or None}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
-  cpus = worker_cpus(workers) if pin_cores else [None] * workers
+  cpus = worker_cpus(processes) if pin_cores else [None] * processes
   # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
   received: list[int] = []
   main = threading.current_thread() is threading.main_thread()  # only it may set handlers
   previous = {s: signal.signal(s, lambda signum, _: received.append(signum))
               for s in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if main else ())}
-  job = _Workers(sys.stdout if stdout is None else stdout)
+  job = _Workers(sys.stdout if stdout is None else stdout, workers)
   try:
     for i, port in enumerate(transfer):
       job.start(command, base | {'HETJAX_WORKER_ID': str(i), 'JAX_NUM_CPU_DEVICES': str(counts[i]),
@@ -284,7 +304,7 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int]) -> Lau
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       how = (f'exited with status {rc}' if rc > 0 else
              f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
-      return LaunchResult(rc if rc > 0 else 128 - rc, worker, f'worker {worker} {how}')
+      return LaunchResult(rc if rc > 0 else 128 - rc, worker, f'{job.name(worker)} {how}')
     if not job.live:
       return LaunchResult(0, None, 'all workers exited with status 0')
     if time.monotonic() >= deadline:

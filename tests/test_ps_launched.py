@@ -1,0 +1,63 @@
+"""The parameter server as launched processes: ``launch --workers N --servers K``."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from hetjax.runtime import launch_local
+from tests.test_ps import _reference
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+JOB = str(ROOT / 'tests' / 'workers' / 'ps_job.py')
+pytestmark = pytest.mark.timeout(240)
+
+
+def _launch(tmp_path, spec, steps, workers=2, servers=1, die=''):
+  args = [sys.executable, JOB, str(tmp_path), spec, str(steps)] + ([die] if die else [])
+  with open(tmp_path / 'log.txt', 'w') as log:
+    return launch_local(args, workers, servers=servers, timeout=180, init_timeout=60,
+                        stdout=log)
+
+
+def test_bsp_over_processes_equals_one_device(tmp_path):
+  result = _launch(tmp_path, 'bsp', steps=3, workers=2, servers=2)
+  assert result.returncode == 0, (tmp_path / 'log.txt').read_text()[-2000:]
+  got = np.load(tmp_path / 'params.npz')
+  expected = [np.asarray(x) for x in jax.tree.leaves(_reference(3))]
+  for i, leaf in enumerate(expected):
+    np.testing.assert_allclose(got[f'arr_{i}'], leaf, rtol=2e-5, atol=2e-6)
+  reports = [json.loads((tmp_path / f'server-{s}.json').read_text()) for s in range(2)]
+  assert [r['version'] for r in reports] == [3, 3]
+  assert '[s1] ' in (tmp_path / 'log.txt').read_text()   # the servers' lines are prefixed
+
+
+def test_a_dead_server_is_named_and_the_job_ends(tmp_path):
+  result = _launch(tmp_path, 'asp', steps=50, workers=2, servers=1, die='server')
+  assert result.returncode == 3
+  assert result.cause == 'server 0 exited with status 3'
+  assert result.failed_worker == 2
+
+
+def test_servers_checkpoint_with_orbax(tmp_path):
+  result = _launch(tmp_path, 'asp', steps=3, workers=2, servers=1, die='checkpoint')
+  assert result.returncode == 0, (tmp_path / 'log.txt').read_text()[-2000:]
+  saved = sorted(int(p.name) for p in (tmp_path / 'ckpt' / 'server-0').iterdir()
+                 if p.name.isdigit())
+  assert saved[-1] == 6 and len(saved) <= 2   # every 2 versions and at the end; 2 kept
+
+
+def test_launch_cli_rejects_bad_network(tmp_path):
+  proc = subprocess.run([sys.executable, '-m', 'hetjax.launch', '--workers', '2', '--network',
+                         'link:1', '--', 'true'], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [
+      "launch: error: bad links 'link:1'; expected none or link:LATENCY_MS:BANDWIDTH_MB_S "
+      '(one value, or one per worker, each)']
