@@ -5,6 +5,10 @@ workers) against a slowdown trace and a `ClockCosts` model; `simulate_tokens` do
 Fela's token pulling. Every time they report is virtual (modelled), never measured. SDPipe's
 sync policies have their own discrete-event clock, `hetjax.pipeline.simulate_sync`, and a
 pipeline schedule's makespan is `hetjax.pipeline.time_schedule`.
+
+`simulate_comm` trains a `CommProblem` (`LeastSquares`) by a parameter-server or all-reduce
+communication `Scheme` on modelled links (`hetjax.emulation.Links`), 1…1024 workers, and
+`iteration_s` is each scheme's closed-form iteration time.
 """
 
 from hetjax.simulation._shares import ClockCosts as ClockCosts
@@ -13,3 +17,11 @@ from hetjax.simulation._shares import simulate_shares as simulate_shares
 from hetjax.simulation._tokens import simulate_tokens as simulate_tokens
 
 __all__ = ['ClockCosts', 'VirtualRun', 'simulate_shares', 'simulate_tokens']
+from hetjax.simulation._comm import CommRun as CommRun
+from hetjax.simulation._comm import simulate_comm as simulate_comm
+from hetjax.simulation._comm_problem import CommProblem as CommProblem
+from hetjax.simulation._comm_problem import LeastSquares as LeastSquares
+from hetjax.simulation._comm_schemes import Scheme as Scheme
+from hetjax.simulation._comm_schemes import iteration_s as iteration_s
+
+__all__ += ['CommProblem', 'CommRun', 'LeastSquares', 'Scheme', 'iteration_s', 'simulate_comm']
