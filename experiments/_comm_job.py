@@ -23,9 +23,11 @@ if __package__ in (None, ''):
 
 import jax
 import optax
+from flax import nnx
 
 import models
 from hetjax import emulation, ps, runtime, train
+from hetjax.sharding import abstract_model
 
 
 def _host(run: dict, worker: int, workers: int) -> emulation.KnownSpeedHost:
@@ -34,13 +36,26 @@ def _host(run: dict, worker: int, workers: int) -> emulation.KnownSpeedHost:
                                   row_s=run['compute_s'] / rows)
 
 
+def full_loss(task, params) -> float:
+  """The mean loss of ``params`` over every row of the task's data set (the final loss)."""
+  graphdef = abstract_model(task.make_model, 0)[0]
+  rows = {k: jax.numpy.asarray(v) for k, v in task.data.arrays.items()}
+  return float(jax.jit(lambda p: jax.numpy.mean(task.loss(nnx.merge(graphdef, p), rows)))(
+      params))
+
+
 def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transport) -> None:
   task = models.make_task('mlp', **run['model'])
   config = ps.parse_ps(run['ps'])
   channel = runtime.Channel(f'comm/{run["id"]}')
   if role.is_server:
+    def evaluate(server):  # one server holds every leaf: the final parameters' loss
+      if server.layout.servers == 1:
+        loss = full_loss(task, server.layout.merge([server.params]))
+        (out / 'final.json').write_text(json.dumps({'final_loss': loss}))
+
     ps.serve(task, optax.sgd(run['lr']), config, role, channel, transport=transport,
-             idle_timeout_s=120, report_path=out / f'server-{role.index}.json')
+             idle_timeout_s=120, report_path=out / f'server-{role.index}.json', on_done=evaluate)
     return
   links = emulation.parse_links(run['network'], role.workers)
   worker = ps.make_worker(task, run['global_batch'], config, role, channel, transport=transport,
@@ -75,10 +90,15 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
   state = program.flush(state) if hasattr(program, 'flush') else state
   if hasattr(program, 'close'):
     program.close()
-  final = program.final_loss(state) if hasattr(program, 'final_loss') else None
   if ctx.is_chief:
-    (out / f'worker-{ctx.worker}.json').write_text(json.dumps({'steps': steps,
-                                                               'final_loss': final}))
+    params = program.local_view(_params(state))
+    (out / 'final.json').write_text(json.dumps({'final_loss': full_loss(task, params)}))
+  (out / f'worker-{ctx.worker}.json').write_text(json.dumps({'steps': steps}))
+
+
+def _params(state):
+  """The parameters of a `TrainState` or of the all-reduce scheduler's state."""
+  return state.params if hasattr(state, 'params') else state.train.params
 
 
 class _Fixed:

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -122,10 +123,12 @@ def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsC
 
 
 def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig, role: PsRole,
-          channel: Any, *, report_path: str | os.PathLike | None = None, **kwargs: Any
+          channel: Any, *, report_path: str | os.PathLike | None = None,
+          on_done: Callable[[ParameterServer], None] | None = None, **kwargs: Any
           ) -> ServerReport:
   """Builds server ``role.index`` (`make_server`, ``kwargs`` passed on) and serves until every
-  worker has stopped; writes its report to ``report_path`` if given.
+  worker has stopped; then calls ``on_done(server)`` (e.g. to evaluate its final parameters)
+  and writes its report to ``report_path``, if given.
 
   A server that fails (while starting or serving) records its reason on the channel, so the
   workers waiting on it end with that reason, prints one line and exits the process with
@@ -133,7 +136,10 @@ def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig,
   first and names it.
   """
   try:
-    report = make_server(task, optimizer, config, role, channel, **kwargs).serve()
+    server = make_server(task, optimizer, config, role, channel, **kwargs)
+    report = server.serve()
+    if on_done is not None:
+      on_done(server)
     if report_path is not None:
       write_report(report, report_path)
     return report

@@ -1,0 +1,266 @@
+"""bench_comm's plan and analysis (no flags, so tests can import it).
+
+Scenarios: 4 workers on hosts of known speed, each step padded to ``compute_s`` × the host's
+factor (``equal``: static:1,1,1,1; ``straggler``: static:1,1,1,3), at link speeds where the
+baseline's communication is ``ratio`` × ``compute_s``: for the parameter server a push plus a
+pull, 2 (α + b / β) = ratio × C; for all-reduce a ring all-reduce of the gradient,
+`Links.all_reduce_s` = ratio × C (α = 1 ms, less for 64 workers and more, where the ring's
+2 (n − 1) latencies alone would exceed it: `Setup.allreduce_link`; b the model's bytes).
+
+Measures, per run: ``iter_time_s``, the workers' mean iteration time (the first
+``WARM_UP`` steps left out); ``iterations_to_target``, global batches of gradients consumed
+(parameter server: pushes / workers; all-reduce: steps) until the smoothed training loss (the
+losses the workers report with their gradients, a running mean over ``SMOOTH`` global batches)
+first reaches the target — the synchronous scheme's (ps-bsp; allreduce-sync) smoothed loss at
+two thirds of its run; and ``final_loss``, the full data set's mean loss at the final
+parameters (``diverged``: not finite, or above the first loss; then reported as None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+
+import numpy as np
+
+WORKERS = 4
+ALPHA_S = 1e-3
+WARM_UP = 3
+SMOOTH = 2
+HOSTS = {'equal': 'static:1,1,1,1', 'straggler': 'static:1,1,1,3'}
+PS_SCHEMES = {  # name -> ps spec; the first is the baseline
+    'ps-asp': 'asp',
+    'ps-bsp': 'bsp',
+    'ps-asp-stale-lr': 'asp,lr=staleness',
+    'ps-eager': 'asp,eager',
+    'ps-eager-stale-lr': 'asp,eager,lr=staleness',
+}
+AR_SCHEMES = ('allreduce-sync', 'allreduce-overlap')
+BASELINE = {'ps': 'ps-asp', 'allreduce': 'allreduce-sync'}
+BSP = {'ps': 'ps-bsp', 'allreduce': 'allreduce-sync'}
+MEASURED = 'measured: launched workers on hosts of known speed'
+VIRTUAL = 'virtual clock'
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """What every run of one bench shares."""
+
+  compute_s: float = 0.04
+  steps: int = 40
+  global_batch: int = 128
+  lr: float = 0.3
+  model: tuple = (('hidden', 64), ('width', 32))
+  model_bytes: int = 26280    # the mlp's float32 parameters at hidden 64, width 32
+
+  def ps_network(self, ratio: float) -> str:
+    """Links where a push plus a pull takes ``ratio`` × the compute."""
+    return _spec(self.model_bytes / (ratio * self.compute_s / 2 - ALPHA_S))
+
+  def allreduce_network(self, ratio: float, workers: int = WORKERS) -> str:
+    """Links where a ring all-reduce of the gradient takes ``ratio`` × the compute."""
+    alpha, beta = self.allreduce_link(ratio, workers)
+    return _spec(beta, alpha)
+
+  def allreduce_link(self, ratio: float, workers: int) -> tuple[float, float]:
+    """(α, β) for `allreduce_network`: α = 1 ms, or less where the ring's 2 (n − 1) latencies
+    would take more than a quarter of the all-reduce (64 workers and more)."""
+    steps = 2 * (workers - 1)
+    alpha = min(ALPHA_S, ratio * self.compute_s / (4 * steps))
+    return alpha, steps * self.model_bytes / workers / (ratio * self.compute_s - steps * alpha)
+
+
+def _spec(bandwidth: float, alpha: float = ALPHA_S) -> str:
+  if bandwidth <= 0:
+    raise ValueError('the link latency alone exceeds that communication time')
+  return f'link:{alpha * 1e3:.6g}:{bandwidth / 1e6:.6g}'
+
+
+def runs(setup: Setup, family: str, scenario: str, ratios) -> list[dict]:
+  """The runs of one launched job: every scheme of ``family`` at every ratio, interleaved."""
+  out = []
+  for ratio in ratios:
+    if family == 'ps':
+      schemes = [(name, {'ps': spec, 'network': setup.ps_network(ratio)})
+                 for name, spec in PS_SCHEMES.items()]
+    else:
+      schemes = [(name, {'overlap': name == 'allreduce-overlap',
+                         'network': setup.allreduce_network(ratio)}) for name in AR_SCHEMES]
+    for name, extra in schemes:
+      out.append({'id': f'{scenario}-{ratio:g}-{name}', 'scheme': name, 'ratio': ratio,
+                  'scenario': scenario, 'hosts': HOSTS[scenario], 'compute_s': setup.compute_s,
+                  'steps': setup.steps, 'global_batch': setup.global_batch, 'lr': setup.lr,
+                  'model': dict(setup.model), **extra})
+  return out
+
+
+# -- reading a job's output --------------------------------------------------------------------
+
+
+def curve(out: pathlib.Path, run: dict) -> list[float]:
+  """The training loss per global batch of gradients, in the order they were applied."""
+  if run['scheme'].startswith('ps-'):
+    updates = json.loads((out / 'server-0.json').read_text())['updates']
+    losses = [u['loss'] for u in updates for _ in u['workers']]   # per push
+    return [float(np.mean(losses[i:i + WORKERS])) for i in range(0, len(losses), WORKERS)]
+  return [s['loss'] for s in json.loads((out / 'worker-0.json').read_text())['steps']]
+
+
+def measured(out: pathlib.Path, run: dict) -> dict:
+  """One run's measurements (module docstring), before the comparisons."""
+  times = []
+  for w in range(WORKERS):
+    steps = json.loads((out / f'worker-{w}.json').read_text())['steps']
+    times.append(statistics.mean(s['iter_s'] for s in steps[WARM_UP:]))
+  record = {'scheme': run['scheme'], 'scenario': run['scenario'], 'comm_ratio': run['ratio'],
+            'workers': WORKERS, 'source': MEASURED, 'iter_time_s': statistics.mean(times),
+            'final_loss': json.loads((out / 'final.json').read_text())['final_loss'],
+            'curve': smooth(curve(out, run))}
+  if run['scheme'].startswith('ps-'):
+    server = json.loads((out / 'server-0.json').read_text())
+    staleness = [s for u in server['updates'] for s in u['staleness']]
+    record |= {'staleness_mean': statistics.mean(staleness) if staleness else 0.0,
+               'refused': sum(server['refused'].values())}
+  return record
+
+
+def smooth(values: list[float], window: int = SMOOTH) -> list[float]:
+  return [float(np.mean(values[max(0, i - window + 1):i + 1])) for i in range(len(values))]
+
+
+def first_below(values: list[float], target: float) -> int | None:
+  """Iterations (1-based) until ``values`` first reaches ``target``; None if never."""
+  return next((i + 1 for i, v in enumerate(values) if v <= target), None)
+
+
+def compare(records: list[dict]) -> list[dict]:
+  """Adds the ratios to the baseline (and BSP) of each record's family, scenario and ratio."""
+  rows = []
+  for r in records:
+    family = 'ps' if r['scheme'].startswith('ps-') else 'allreduce'
+    group = [o for o in records if o['scenario'] == r['scenario'] and
+             o['comm_ratio'] == r['comm_ratio'] and o['workers'] == r['workers'] and
+             o['source'] == r['source'] and o['scheme'].startswith(family)]
+    base = next(o for o in group if o['scheme'] == BASELINE[family])
+    bsp = next(o for o in group if o['scheme'] == BSP[family])
+    target = bsp['curve'][max(0, 2 * len(bsp['curve']) // 3 - 1)]
+    reached = first_below(r['curve'], target)
+    base_reached = first_below(base['curve'], target)
+    diverged = _diverged(r)
+    row = {k: v for k, v in r.items() if k != 'curve'}
+    row |= {'final_loss': None if diverged else r['final_loss'], 'diverged': diverged,
+            'target_loss': target, 'iterations_run': len(r['curve']),
+            'iterations_to_target': reached,
+            'iter_time_vs_baseline': r['iter_time_s'] / base['iter_time_s'],
+            'iterations_to_target_vs_baseline':
+                None if reached is None or not base_reached else reached / base_reached,
+            'final_loss_vs_bsp': None if diverged or _diverged(bsp)
+            else r['final_loss'] / bsp['final_loss'], 'baseline': base['scheme']}
+    rows.append(row)
+  return rows
+
+
+def _diverged(record: dict) -> bool:
+  loss = record['final_loss']
+  return loss is None or not math.isfinite(loss) or loss > record['curve'][0]
+
+
+def table(rows: list[dict]) -> str:
+  head = (f'{"scheme":20s} {"scenario":9s} {"comm":>4s} {"n":>5s} {"source":8s} {"iter_s":>7s} '
+          f'{"iter/base":>9s} {"it→tgt":>6s} {"/base":>6s} {"final":>7s} {"/bsp":>6s}')
+  lines = [head]
+  for r in rows:
+    lines.append(
+        f'{r["scheme"]:20s} {r["scenario"]:9s} {r["comm_ratio"]:4g} {r["workers"]:5d} '
+        f'{r["source"][:8]:8s} {r["iter_time_s"]:7.4f} {r["iter_time_vs_baseline"]:9.2f} '
+        f'{_fmt(r["iterations_to_target"], "6d")} '
+        f'{_fmt(r["iterations_to_target_vs_baseline"], "6.2f")} '
+        f'{"diverged" if r["diverged"] else _fmt(r["final_loss"], "7.3f")} '
+        f'{_fmt(r["final_loss_vs_bsp"], "6.3f")}')
+  return '\n'.join(lines)
+
+
+def _fmt(value, spec: str) -> str:
+  width = int(spec.split('.')[0].rstrip('df') or 0)
+  return ' ' * (width - 1) + '—' if value is None else format(value, spec)
+
+
+def goals(rows: list[dict]) -> list[str]:
+  """The issue's three goals, each with the numbers it was decided on (measured rows only)."""
+  out = []
+  m = [r for r in rows if r['source'] == MEASURED]
+
+  def get(scheme, scenario, ratio=1.0):
+    return next((r for r in m if r['scheme'] == scheme and r['scenario'] == scenario and
+                 r['comm_ratio'] == ratio), None)
+
+  eager = get('ps-eager', 'equal')
+  if eager:
+    less = 1 - eager['iter_time_vs_baseline']
+    out.append(f'eager pull: {less:.0%} less time per iteration than push-then-pull asp where '
+               f'communication = compute (goal >= 40%): {"met" if less >= 0.4 else "NOT met"}')
+  for scheme, plain in (('ps-eager-stale-lr', 'ps-eager'), ('ps-asp-stale-lr', 'ps-asp')):
+    a, b = get(scheme, 'straggler'), get(plain, 'straggler')
+    if a and b:
+      ia, ib = a['iterations_to_target'], b['iterations_to_target']
+      if ia is None:
+        verdict = f'{scheme} did not reach the target ({a["target_loss"]:.3f}): NOT met'
+      elif ib is None:
+        verdict = (f'{scheme} reached it in {ia}, {plain} never in {b["iterations_run"]}: '
+                   'met')
+      else:
+        fewer = 1 - ia / ib
+        verdict = f'{ia} vs {ib} iterations, {fewer:.0%} fewer: {"met" if fewer >= 0.25 else "NOT met"}'
+      out.append(f'staleness-aware rate with a 3x straggler, {scheme} vs {plain} (goal >= 25% '
+                 f'fewer iterations to the target): {verdict}')
+  overlap = get('allreduce-overlap', 'equal')
+  if overlap:
+    faster = 1 - overlap['iter_time_vs_baseline']
+    loss = overlap['final_loss_vs_bsp']
+    ok = faster >= 0.2 and loss is not None and abs(loss - 1) <= 0.01
+    out.append(f'all-reduce scheduler: {faster:.0%} less time per iteration than synchronous '
+               f'all-reduce where communication = compute, final loss {loss:.4f}x BSP\'s '
+               f'(goal >= 20% and within 1%): {"met" if ok else "NOT met"}')
+  return out
+
+
+# -- the virtual clock ---------------------------------------------------------------------------
+
+VIRTUAL_SCHEMES = ('ps-asp', 'ps-bsp', 'ps-eager', 'ps-eager-stale-lr', 'allreduce-sync',
+                   'allreduce-overlap')
+
+
+def virtual_records(setup: Setup, workers: int, scenario: str, ratio: float, iterations: int,
+                    lr: float) -> list[dict]:
+  """The same comparisons on the virtual clock (`hetjax.simulation.simulate_comm`): ``workers``
+  workers (``straggler``: the last one 3× slow), the links of ``ratio`` as in the measured
+  runs, a noisy least-squares problem (its full-data excess loss is the loss), one ``lr`` for
+  every scheme; ``iterations`` global batches of gradients each."""
+  from hetjax.emulation import Links
+  from hetjax.simulation import simulate_comm
+  compute = [setup.compute_s] * workers
+  if scenario == 'straggler':
+    compute[-1] *= 3
+  b = setup.model_bytes
+  ps_link = ALPHA_S, b / (ratio * setup.compute_s / 2 - ALPHA_S)
+  ar_link = setup.allreduce_link(ratio, workers)
+  out = []
+  for scheme in VIRTUAL_SCHEMES:
+    alpha, beta = ps_link if scheme.startswith('ps-') else ar_link
+    links = Links((alpha,) * workers, (beta,) * workers)
+    asynchronous = scheme.startswith('ps-') and scheme != 'ps-bsp'
+    run = simulate_comm(scheme, compute, links, b, iterations * (workers if asynchronous else 1),
+                        lr)
+    losses = np.asarray(run.losses)
+    per_batch = losses[workers - 1::workers] if asynchronous else losses
+    record = {'scheme': scheme, 'scenario': scenario, 'comm_ratio': ratio, 'workers': workers,
+              'source': VIRTUAL, 'iter_time_s': run.iter_s,
+              'final_loss': float(per_batch[-1]), 'curve': [float(x) for x in per_batch]}
+    if scheme.startswith('ps-'):
+      record |= {'staleness_mean': float(np.mean(run.staleness)) if len(run.staleness) else 0.0,
+                 'refused': run.refused}
+    out.append(record)
+  return out

@@ -1,0 +1,72 @@
+"""bench_comm's plan and analysis (`experiments._comm_bench`), without launching anything."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments import _comm_bench as cb
+from hetjax.emulation import parse_links
+
+
+def test_links_give_the_asked_communication_time():
+  setup = cb.Setup(compute_s=0.04, model_bytes=26280)
+  for ratio in (0.5, 1.0, 2.0):
+    ps = parse_links(setup.ps_network(ratio), 4)
+    assert 2 * ps.transfer_s(0, setup.model_bytes) == pytest.approx(ratio * 0.04, rel=1e-5)
+    ar = parse_links(setup.allreduce_network(ratio), 4)
+    assert ar.all_reduce_s(range(4), setup.model_bytes) == pytest.approx(ratio * 0.04, rel=1e-5)
+  alpha, _ = setup.allreduce_link(1.0, 1024)   # latency capped at a quarter of the ring
+  assert 2 * 1023 * alpha == pytest.approx(0.01)
+
+
+def test_runs_interleave_every_scheme_at_each_ratio():
+  runs = cb.runs(cb.Setup(), 'ps', 'straggler', (0.5, 1.0))
+  assert [r['scheme'] for r in runs[:5]] == list(cb.PS_SCHEMES)
+  assert [r['ratio'] for r in runs] == [0.5] * 5 + [1.0] * 5
+  assert {r['hosts'] for r in runs} == {'static:1,1,1,3'}
+  assert len({r['id'] for r in runs}) == len(runs)
+
+
+def _record(scheme, iter_s, curve, final, scenario='straggler'):
+  return {'scheme': scheme, 'scenario': scenario, 'comm_ratio': 1.0, 'workers': 4,
+          'source': cb.MEASURED, 'iter_time_s': iter_s, 'final_loss': final, 'curve': curve}
+
+
+def test_compare_and_goals():
+  records = [
+      _record('ps-asp', 0.10, [2.0, 1.8, 1.6, 1.4, 1.2, 1.0], 1.0),
+      _record('ps-bsp', 0.16, [2.0, 1.9, 1.7, 1.5, 1.3, 1.1], 1.1),   # target: 1.5 (4 of 6)
+      _record('ps-asp-stale-lr', 0.10, [2.0, 1.6, 1.4, 1.2, 1.0, 0.9], 0.9),
+      _record('ps-eager', 0.05, [2.0, 2.5, 3.0, math.inf, math.nan, math.nan], math.nan),
+      _record('ps-eager-stale-lr', 0.05, [2.0, 1.7, 1.5, 1.4, 1.3, 1.2], 1.2),
+      _record('ps-asp', 0.10, [2.0, 1.5, 1.0], 1.0, 'equal'),
+      _record('ps-bsp', 0.10, [2.0, 1.5, 1.0], 1.0, 'equal'),
+      _record('ps-eager', 0.055, [2.0, 1.5, 1.0], 1.0, 'equal'),
+  ]
+  rows = {(r['scheme'], r['scenario']): r for r in cb.compare(records)}
+  asp, slr = rows['ps-asp', 'straggler'], rows['ps-asp-stale-lr', 'straggler']
+  assert asp['target_loss'] == 1.5 and asp['iterations_to_target'] == 4
+  assert slr['iterations_to_target'] == 3 and slr['iterations_to_target_vs_baseline'] == 0.75
+  assert rows['ps-bsp', 'straggler']['iter_time_vs_baseline'] == pytest.approx(1.6)
+  eager = rows['ps-eager', 'straggler']
+  assert eager['diverged'] and eager['final_loss'] is None and eager['final_loss_vs_bsp'] is None
+  assert rows['ps-eager-stale-lr', 'straggler']['iterations_to_target'] == 3
+  assert slr['final_loss_vs_bsp'] == pytest.approx(0.9 / 1.1)
+  goals = cb.goals(list(rows.values()))
+  assert goals[0].startswith('eager pull: 45% less time') and goals[0].endswith('met')
+  assert 'ps-eager-stale-lr reached it in 3, ps-eager never in 6: met' in goals[1]
+  assert '3 vs 4 iterations, 25% fewer: met' in goals[2]
+  assert 'diverged' in cb.table(list(rows.values()))
+
+
+def test_virtual_records_at_a_glance():
+  records = cb.virtual_records(cb.Setup(), 4, 'equal', 1.0, iterations=8, lr=0.1)
+  assert [r['scheme'] for r in records] == list(cb.VIRTUAL_SCHEMES)
+  by = {r['scheme']: r for r in records}
+  assert by['ps-eager']['iter_time_s'] == pytest.approx(0.5 * by['ps-asp']['iter_time_s'])
+  assert by['allreduce-overlap']['iter_time_s'] == pytest.approx(
+      0.5 * by['allreduce-sync']['iter_time_s'])
+  assert all(len(r['curve']) == 8 for r in records)
+  assert all(r['source'] == cb.VIRTUAL for r in records)
