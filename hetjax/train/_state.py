@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import optax
 
 PyTree = Any
 
@@ -26,3 +27,13 @@ class TrainState:
   step: jax.Array
   params: PyTree
   opt_state: PyTree
+
+  def apply_gradients(self, optimizer: optax.GradientTransformation, grads: PyTree) -> TrainState:
+    """One optimizer step with ``grads``: the next state (``step`` + 1).
+
+    Example::
+
+      state = state.apply_gradients(optax.sgd(0.1), grads)   # params - 0.1 * grads
+    """
+    updates, opt_state = optimizer.update(grads, self.opt_state, self.params)
+    return TrainState(self.step + 1, optax.apply_updates(self.params, updates), opt_state)

@@ -39,6 +39,12 @@ class Strategy(enum.Enum):
     """``'hybrid'`` → `Strategy.HYBRID`; a clear `ConfigError` for an unknown name."""
     return parse_choice(cls, name, 'strategy')
 
+  @classmethod
+  def describe(cls, rules: ShardingRules) -> str:
+    """``'strategy hybrid'``: the strategy whose rules ``rules`` are (for an error message),
+    or ``'these rules'``."""
+    return next((f'strategy {s.value}' for s in cls if s.rules() == rules), 'these rules')
+
   def rules(self) -> ShardingRules:
     if self is Strategy.DATA_PARALLEL:
       return ShardingRules(params=LogicalRules(), compute=LogicalRules.of({'batch': _ALL}))

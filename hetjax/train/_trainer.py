@@ -107,9 +107,7 @@ class Trainer:
 
   def _train_step(self, state: TrainState, batch: dict[str, jax.Array]):
     loss, grads = jax.value_and_grad(self.loss)(state.params, batch)
-    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return TrainState(state.step + 1, params, opt_state), {'loss': loss}
+    return state.apply_gradients(self.optimizer, grads), {'loss': loss}
 
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes, dtypes and shardings of a placed global batch (from step 0's host batch)."""

@@ -11,10 +11,10 @@ Each worker's program returns its partial sum already divided by X; the combine 
 `lax.psum` over the ``'proc'`` axis of a mesh made of every worker's devices, and applies the
 optimizer in the same program, so the state (replicated over workers) never leaves the devices.
 
-Tensor fusion: every gradient that is replicated inside a worker (all of them under local data
-parallelism), and the loss, travel in one flat buffer, so a step costs one all-reduce instead of
-one per parameter. With gloo on CPU a 7-tensor all-reduce over 4 workers took 30.6 ms and the
-same bytes fused took 5.2 ms (measured on the 2-core development machine).
+Tensor fusion (`FusedLayout`): the loss and every gradient replicated inside a worker travel in
+one flat buffer, one all-reduce a step instead of one per parameter. With gloo on CPU a 7-tensor
+all-reduce over 4 workers took 30.6 ms and the same bytes fused took 5.2 ms (measured on the
+2-core development machine).
 
 Workers of different device counts (``launch --devices 2,1,1``) cannot form that grid. Their
 parameters must be replicated inside each worker (data parallel; `replicated_layout` names the
@@ -43,9 +43,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.data import Batch, slice_batch
+from hetjax.emulation import Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
+from hetjax.train._fused import FusedLayout
 from hetjax.train._head import StepHead
-from hetjax.train._host import EmulatedHost, host_load
+from hetjax.train._host import EmulatedHost
+from hetjax.train._partial import partial_gradient
 from hetjax.train._share_programs import SharePrograms
 from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
@@ -94,6 +97,9 @@ class WorkerTrainer:
       each size is compiled when first needed.
     host: the emulated host this worker runs as (`hetjax.emulation.KnownSpeedHost`): each
       step's compute is padded by sleep to the host's time. None: this machine's own speed.
+    links: the emulated network (`hetjax.emulation.Links`): each step's combine is padded by
+      sleep to a ring all-reduce of `all_reduce_bytes` on the slowest link, from its start
+      (inside ``collective_s``). None: this machine's own transfers.
   """
 
   def __init__(
@@ -106,9 +112,10 @@ class WorkerTrainer:
       seed: int = 0,
       bucket: int | None = None,
       host: EmulatedHost | None = None,
+      links: Links | None = None,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
-    self.host = host
+    self.host, self.links = host, links
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
     self.worker, self.workers = jax.process_index(), jax.process_count()
     self.local_shapes = local_shapes(local_shape)
@@ -119,7 +126,7 @@ class WorkerTrainer:
       self.layout = state_layout(task, optimizer, self.mesh, self.rules.params, seed)
     else:
       self.layout = replicated_layout(task, optimizer, self.mesh, self.rules, self.local_shapes,
-                                      _strategy_name(self.rules), seed)
+                                      Strategy.describe(self.rules), seed)
     self.graphdef = self.layout.graphdef
     self.batch_degrees = batch_degrees(self.rules, local_shape)
     self.local_batch_degree = self.batch_degrees[self.worker]
@@ -131,31 +138,25 @@ class WorkerTrainer:
                             f' (the least common multiple of the workers\' degrees '
                             f'{self.batch_degrees})'))
 
-    # Gradient leaves in flat order; replicated ones are fused into one buffer with the loss.
-    leaves, self._treedef = jax.tree.flatten(self.layout.abstract.params)
-    specs = self._treedef.flatten_up_to(self.layout.param_specs)
-    self._shapes = [leaf.shape for leaf in leaves]
-    self._fused = [i for i, spec in enumerate(specs) if all(e is None for e in spec)]
-    self._separate = [i for i in range(len(leaves)) if i not in self._fused]
-    # Fused buffer: [the step's head (`StepHead`), replicated grads...]; each worker writes its
-    # own slots of the head, so the psum hands everyone everyone's timing.
+    # Replicated gradient leaves are fused into one buffer behind the step's head (`StepHead`):
+    # each worker writes its own slots of the head, so the psum hands everyone everyone's timing.
     self._layout_head = StepHead(self.workers)
-    self._head = self._layout_head.size
-    self._fused_size = self._head + sum(int(np.prod(self._shapes[i])) for i in self._fused)
-    self._separate_specs = [specs[i] for i in self._separate]
-    self._separate_bytes = sum(int(np.prod(self._shapes[i])) * leaves[i].dtype.itemsize
-                               for i in self._separate)
+    self.fused_layout = FusedLayout.of(self.layout.abstract.params, self.layout.param_specs,
+                                       self._layout_head.size)
+    self._fused_size, separate = self.fused_layout.size, self.fused_layout.separate
+    specs = self.fused_layout.treedef.flatten_up_to(self.layout.param_specs)
+    self._separate_specs = [specs[i] for i in separate]
     self._separate_stacked = [
-        NamedSharding(self.mesh, stacked_spec(specs[i], len(self._shapes[i])))
-        for i in self._separate]
+        NamedSharding(self.mesh, stacked_spec(specs[i], len(self.fused_layout.shapes[i])))
+        for i in separate]
     self._fused_stacked = NamedSharding(self.mesh, PartitionSpec(self._axis))
     # Unequal workers: each worker's buffer on its first local device, zeros on the others.
     self._first = self.local_mesh.devices.flat[0]
     self._zeros = {} if self._axis == PROC else {
         d: jax.device_put(np.zeros((self._fused_size,), np.float32), d)
         for d in self.local_mesh.devices.flat[1:]}
-    local_separate = [NamedSharding(self.local_mesh, specs[i]) for i in self._separate]
-    local_out = (self._local_replicated, local_separate)
+    local_out = (self._local_replicated, [NamedSharding(self.local_mesh, specs[i])
+                                          for i in separate])
     self._grad = jax.jit(self._local_grad, out_shardings=local_out)
     self.programs = SharePrograms(lambda p, b: self._grad.lower(p, b), bucket,
                                   global_batch - (self.workers - 1) * (bucket or 0))
@@ -199,6 +200,11 @@ class WorkerTrainer:
     """Float32 elements in the fused buffer each step's all-reduce carries (loss included)."""
     return self._fused_size
 
+  @property
+  def all_reduce_bytes(self) -> int:
+    """Bytes one worker contributes to each step's all-reduces (fused buffer and the rest)."""
+    return 4 * self._fused_size + self.fused_layout.separate_bytes
+
   # -- state -------------------------------------------------------------------------------------
 
   def init_state(self) -> TrainState:
@@ -218,50 +224,31 @@ class WorkerTrainer:
 
   # -- the two programs --------------------------------------------------------------------------
 
-  def _pack(self, loss: jax.Array, grads: PyTree):
-    """``(flat [loss, 0…, replicated grads…], [other grads…])``: what crosses workers."""
-    leaves = self._treedef.flatten_up_to(grads)
-    head = jnp.zeros((self._head,), jnp.float32).at[0].set(loss)
-    fused = jnp.concatenate([head] + [leaves[i].ravel() for i in self._fused])
-    return fused, [leaves[i] for i in self._separate]
-
-  def _unpack(self, fused: jax.Array, separate: list[jax.Array]):
-    leaves: list[jax.Array | None] = [None] * len(self._shapes)
-    offset = self._head
-    for i in self._fused:
-      size = int(np.prod(self._shapes[i]))
-      leaves[i] = fused[offset:offset + size].reshape(self._shapes[i])
-      offset += size
-    for i, leaf in zip(self._separate, separate, strict=True):
-      leaves[i] = leaf
-    return fused[:self._head], self._treedef.unflatten(leaves)
-
   def _local_grad(self, params: PyTree, batch: dict[str, jax.Array]):
     def partial_loss(p):
       model = nnx.merge(self.graphdef, p)
       with activation_rules(self.local_mesh, self.rules.compute):
         return jnp.sum(self.task.loss(model, batch)) / self.global_batch
-    return self._pack(*jax.value_and_grad(partial_loss)(params))
+    return self.fused_layout.pack(*jax.value_and_grad(partial_loss)(params))
 
   def _zero_grad(self):
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self.layout.abstract.params)
-    return self._pack(jnp.zeros((), jnp.float32), zeros)
+    return self.fused_layout.pack(jnp.zeros((), jnp.float32), zeros)
 
   def _combine_and_update(self, state: TrainState, fused: jax.Array, separate: list[jax.Array]):
     def total(fused_parts, separate_parts):
       return (lax.psum(fused_parts, self._axis),
               [lax.psum(x, PROC) if x.ndim == len(shape) else lax.psum(x, PROC)[0]
-               for x, shape in zip(separate_parts, [self._shapes[i] for i in self._separate],
+               for x, shape in zip(separate_parts, [self.fused_layout.shapes[i]
+                                                   for i in self.fused_layout.separate],
                                    strict=True)])
 
     stacked_specs = [s.spec for s in self._separate_stacked]
     fused, separate = jax.shard_map(
         total, mesh=self.mesh, in_specs=(PartitionSpec(self._axis), stacked_specs),
         out_specs=(PartitionSpec(), self._separate_specs))(fused, separate)
-    head, grads = self._unpack(fused, separate)
-    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return TrainState(state.step + 1, params, opt_state), head
+    head, grads = self.fused_layout.unpack(fused, separate)
+    return state.apply_gradients(self.optimizer, grads), head
 
   def _stack(self, local: jax.Array, sharding: NamedSharding) -> jax.Array:
     """Every worker's ``local`` concatenated along dimension 0, as one global array."""
@@ -337,10 +324,16 @@ class WorkerTrainer:
     Returns:
       ``(state, head)``: the new state and the summed head (`StepHead.read` names its parts).
     """
+    return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows))
+
+  def stacked(self, packed, busy_s: float = 0.0, load: float = 0.0, sampled: bool = True,
+              rows: int = 0) -> tuple[jax.Array, list[jax.Array]]:
+    """``packed`` with this worker's values in its slots of the head, stacked over workers as
+    global arrays: what `combine`'s all-reduce sums (each worker holds its own shards)."""
     fused, separate = packed
     fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows], np.float32))
-    stacked = [self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
-    return self._update(state, self._stack_fused(fused), stacked)
+    return self._stack_fused(fused), [
+        self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
 
   def read_head(self, head) -> dict[str, np.ndarray]:
     """The summed head of `combine` as named host arrays (waits for the combine)."""
@@ -351,35 +344,21 @@ class WorkerTrainer:
 
     Builds this worker's slice (``data_s``), compiles its program if the share size is new
     (``compile_s``), computes its partial gradient and waits for it (``compute_s``), pads the
-    step to its emulated host's time (``dilation_s``, see `hetjax.emulation.KnownSpeedHost`),
-    then joins the combine and optimizer update and waits for it (``collective_s``). Timing
-    needs those waits, so unlike an SPMD step this one syncs.
+    step to its emulated host's time (``dilation_s``, see `hetjax.emulation.KnownSpeedHost`;
+    all of it `partial_gradient`), then joins the combine and optimizer update, waits for it and
+    pads it to the emulated network's time (``collective_s``). Timing needs those waits, so unlike an
+    SPMD step this one syncs.
     """
-    shares = tuple(int(s) for s in shares)
-    self.check_shares(shares)
-    step, rows = work.step, shares[self.worker]
-    start = time.perf_counter()
-    batch = jax.block_until_ready(self.place(slice_batch(work.batch, shares, self.worker)))
-    computed = time.perf_counter()
-    compiling = self.programs.compiling
-    packed = jax.block_until_ready(self.local_gradient(state, batch))
-    compile_s = self.last_compile_s
-    compute_s = time.perf_counter() - computed - compile_s
-    # Pieces, or a compile competing for the cores: a true time, but not this worker's speed.
-    sampled = not (self.programs.last_ran_pieces or compiling or self.programs.compiling)
-    slept, overrun = self.host.pad(step, rows, compute_s) if self.host else (0.0, 0.0)
-    load = host_load(self.host, step)
+    part = partial_gradient(self, state, work, tuple(int(s) for s in shares))
     combine = time.perf_counter()
-    state, head = jax.block_until_ready(self.combine(
-        state, packed, busy_s=compute_s + slept, load=load, sampled=sampled, rows=rows))
+    state, head = jax.block_until_ready(self.combine(state, part.packed, **part.head_values()))
+    if self.links is not None:
+      self.links.pad(self.links.all_reduce_s(range(self.workers), self.all_reduce_bytes),
+                     time.perf_counter() - combine)
     end = time.perf_counter()
-    head = self.read_head(head)
-    local = WorkerTiming(
-        step=step + 1, worker=self.worker, share=rows,
-        slowdown=self.host.factor(step) if self.host else 1.0, data_s=computed - start,
-        compute_s=compute_s, dilation_s=slept, collective_s=end - combine,
-        step_s=end - start, compile_s=compile_s, load=load, overrun_s=overrun)
-    return state, self.stats(step, head, end - start, compile_s, local)
+    local = part.timing(self.worker, end - combine, end)
+    return state, self.stats(work.step, self.read_head(head), end - part.start, part.compile_s,
+                             local)
 
   def stats(self, step: int, head: dict[str, np.ndarray], iter_s: float, compile_s: float,
             local: WorkerTiming, tokens: tuple[int, ...] = ()) -> StepStats:
@@ -391,7 +370,7 @@ class WorkerTrainer:
         sync_s=max(iter_s - local.data_s - float(busy.max()), 0.0),
         iter_s=iter_s, load=tuple(head['load'].tolist()),
         sampled=tuple(bool(x) for x in head['sampled'] > 0.5), compile_s=compile_s,
-        bytes=4 * self._fused_size + self._separate_bytes, loss=head['loss'], tokens=tokens,
+        bytes=self.all_reduce_bytes, loss=head['loss'], tokens=tokens,
         local=local)
 
   def time_gradient(self, state: TrainState, rows: int, repeats: int = 3) -> tuple[float, ...]:
@@ -418,7 +397,3 @@ class WorkerTrainer:
     slept = self.host.pad(0, rows, best)[0] if self.host else 0.0
     return rows / (best + slept)
 
-
-def _strategy_name(rules: ShardingRules) -> str:
-  """The `Strategy` whose rules ``rules`` are, for an error message."""
-  return next((f'strategy {s.value}' for s in Strategy if s.rules() == rules), 'these rules')

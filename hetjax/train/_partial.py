@@ -1,0 +1,98 @@
+"""`partial_gradient`: one worker's part of a per-worker step, timed phase by phase.
+
+A step of `WorkerTrainer` (and of `OverlapTrainer`) starts the same way on every worker: build
+and place its rows of the global batch (``data_s``), compile the share size's program if it is
+new (``compile_s``), compute ``Σ loss / X`` and ``Σ ∇loss / X`` over its rows and wait for them
+(``compute_s``), and pad that compute to the emulated host's time (``dilation_s``). What
+follows differs (a combine now, or a reduction overlapped with the next step), so this module
+stops at the packed partial gradient and the numbers that ride in the combine's head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from hetjax.core import Work, WorkerTiming
+from hetjax.data import slice_batch
+from hetjax.train._host import host_load
+
+if TYPE_CHECKING:
+  from hetjax.train._workers import WorkerTrainer
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialGradient:
+  """This worker's packed partial gradient of a step and how long its phases took.
+
+  Attributes:
+    packed: ``(fused, separate)`` as `WorkerTrainer.local_gradient` returns it (unstamped).
+    step: the step (the batch's index).
+    rows: rows this worker computed.
+    start: ``time.perf_counter()`` when the step started.
+    data_s, compute_s, compile_s: see `WorkerTiming`.
+    slept: the host's padding (``dilation_s``); ``overrun_s``: see `WorkerTiming`.
+    load: the host-load input given to the share policy.
+    sampled: False when the time is not a speed sample (pieces ran, or a compile competed).
+    slowdown: the emulated host's slowdown (1.0 without one).
+  """
+
+  packed: Any
+  step: int
+  rows: int
+  start: float
+  data_s: float
+  compute_s: float
+  compile_s: float
+  slept: float
+  overrun_s: float
+  load: float
+  sampled: bool
+  slowdown: float
+
+  @property
+  def busy_s(self) -> float:
+    """Compute and emulated padding: the worker's busy time that the head carries."""
+    return self.compute_s + self.slept
+
+  def head_values(self) -> dict[str, Any]:
+    """`WorkerTrainer.combine`'s keyword arguments for this worker's slots of the head."""
+    return {'busy_s': self.busy_s, 'load': self.load, 'sampled': self.sampled, 'rows': self.rows}
+
+  def timing(self, worker: int, collective_s: float, end: float) -> WorkerTiming:
+    """This worker's `WorkerTiming` of the step, given its collective time and its end."""
+    return WorkerTiming(
+        step=self.step + 1, worker=worker, share=self.rows, slowdown=self.slowdown,
+        data_s=self.data_s, compute_s=self.compute_s, dilation_s=self.slept,
+        collective_s=collective_s, step_s=end - self.start, compile_s=self.compile_s,
+        load=self.load, overrun_s=self.overrun_s)
+
+
+def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
+                     shares: tuple[int, ...]) -> PartialGradient:
+  """This worker's rows of ``work`` with ``shares``, its gradient at ``state.params``, padded.
+
+  Example::
+
+    part = partial_gradient(trainer, state, work, (40, 24))
+    state, head = trainer.combine(state, part.packed, **part.head_values())
+  """
+  trainer.check_shares(shares)
+  step, rows, host = work.step, shares[trainer.worker], trainer.host
+  start = time.perf_counter()
+  batch = jax.block_until_ready(trainer.place(slice_batch(work.batch, shares, trainer.worker)))
+  computed = time.perf_counter()
+  compiling = trainer.programs.compiling
+  packed = jax.block_until_ready(trainer.local_gradient(state, batch))
+  compile_s = trainer.last_compile_s
+  compute_s = time.perf_counter() - computed - compile_s
+  # Pieces, or a compile competing for the cores: a true time, but not this worker's speed.
+  sampled = not (trainer.programs.last_ran_pieces or compiling or trainer.programs.compiling)
+  slept, overrun = host.pad(step, rows, compute_s) if host else (0.0, 0.0)
+  return PartialGradient(
+      packed, step, rows, start, data_s=computed - start, compute_s=compute_s,
+      compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(host, step),
+      sampled=sampled, slowdown=host.factor(step) if host else 1.0)
