@@ -184,3 +184,15 @@ def test_refused_pushes_are_counted_never_applied():
   assert report.version == 1 and report.pushes == 5
   for b, a in zip(before, server.params, strict=True):
     np.testing.assert_array_equal(b, np.asarray(a))       # the accepted push was all zeros
+
+
+def test_a_restarted_server_restores_its_checkpoint(tmp_path):
+  _, reports, _ = _run(ps.parse_ps('asp'), workers=2, servers=1, steps=3,
+                       checkpoint_dir=tmp_path, checkpoint_every=2)
+  assert reports[0].version == 6
+  role = ps.PsRole(True, 0, 2, 1)
+  again = ps.make_server(_task(), optax.sgd(0.1), ps.parse_ps('asp'), role, LocalChannel(),
+                         checkpoint_dir=tmp_path)
+  assert again.restored_from == 6 and again.version == 6 and again.clocks == [3, 3]
+  fresh = ps.make_server(_task(), optax.sgd(0.1), ps.parse_ps('asp'), role, LocalChannel())
+  assert any(not np.array_equal(a, b) for a, b in zip(again.params, fresh.params, strict=True))
