@@ -6,6 +6,8 @@ from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
 from hetjax.train._metrics import MetricsLogger as MetricsLogger
 from hetjax.train._optimizers import Optimizer as Optimizer
+from hetjax.train._overlap import OverlapState as OverlapState
+from hetjax.train._overlap import OverlapTrainer as OverlapTrainer
 from hetjax.train._state import TrainState as TrainState
 from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
@@ -23,6 +25,8 @@ __all__ = [
     'Hook',
     'MetricsLogger',
     'Optimizer',
+    'OverlapState',
+    'OverlapTrainer',
     'StepInfo',
     'Strategy',
     'Task',

@@ -8,3 +8,8 @@ MODELS = {
     'mlp': ({'hidden': 64, 'width': 32}, 64),
     'wide_deep': ({'rows': 2048, 'dim': 16, 'hidden': 64, 'hidden2': 32}, 64),
 }
+
+# tests/workers/train_overlap.py: steps and shares of its runs, the fusion threshold of its
+# bucketed run, and its timed runs (steps, compute a step on the known-speed hosts, links).
+OVERLAP_STEPS, OVERLAP_SHARES, OVERLAP_BUCKET_BYTES = 30, (40, 24), 4096
+OVERLAP_TIMED, OVERLAP_HOST_S, OVERLAP_LINKS = 8, 0.04, 'link:20:inf'

@@ -1,0 +1,251 @@
+"""The all-reduce scheduler (`OverlapTrainer`) against its plain recurrence and the synchronous
+step, the emulated links on the synchronous step, fusion buckets, and background failures.
+
+The launched cases share one 2-worker job (tests/workers/train_overlap.py, about 20 s); the
+others run in this process as a single worker, where the local gradient is the whole gradient.
+"""
+
+import dataclasses
+import doctest
+import itertools
+import json
+import math
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+from hetjax._errors import ConfigError
+from hetjax.core import Work
+from hetjax.data import slice_batch
+from hetjax.emulation import Links
+from hetjax.runtime import launch_local
+from hetjax.train import OverlapTrainer, Strategy, WorkerTrainer, _background, _fused
+from hetjax.train._fused import bucket_bounds
+from tests.conftest import require_devices
+from tests.workers.common import MODELS, OPTIMIZER, OVERLAP_HOST_S, OVERLAP_SHARES, OVERLAP_STEPS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH_TIMEOUT = 180
+KWARGS, BATCH = MODELS['mlp']
+
+
+def test_doctests():
+  assert doctest.testmod(_fused).failed == 0
+  assert doctest.testmod(_background).failed == 0
+
+
+@pytest.mark.parametrize('sizes, threshold, expected', [
+    ((5, 32, 2048, 10), None, ((0, 2095),)),               # None: one bucket
+    ((5, 32, 2048, 10), 4096, ((0, 37), (37, 2085), (2085, 2095))),  # a large leaf alone
+    ((5, 32, 2048, 10), 10**9, ((0, 2095),)),
+    ((5, 32, 10), 4 * 37, ((0, 37), (37, 47))),            # exactly at the threshold: kept
+    ((5, 32, 10), 4, ((0, 5), (5, 37), (37, 47))),         # below every leaf: one leaf each
+])
+def test_bucket_bounds_cover_the_buffer_in_order(sizes, threshold, expected):
+  bounds = bucket_bounds(sizes, threshold)
+  assert bounds == expected
+  assert bounds[0][0] == 0 and bounds[-1][1] == sum(sizes)
+  assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+
+
+@pytest.mark.parametrize('threshold', [0, -8])
+def test_bucket_bounds_refuse_a_non_positive_threshold(threshold):
+  with pytest.raises(ConfigError, match=f'bucket_bytes {threshold} must be a positive'):
+    bucket_bounds((1, 2), threshold)
+
+
+# -- one worker, in this process ------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def task():
+  require_devices(8)
+  return models.make_task('mlp', **KWARGS)
+
+
+def _run(program, steps, shares=(BATCH,)):
+  state, stats = program.init_state(), []
+  for step in range(steps):
+    state, s = program.step(state, Work(step, program.global_batch_at(step)), shares)
+    stats.append(s)
+  return state, stats
+
+
+def test_one_worker_overlap_is_the_synchronous_step_bucketed_or_not(task):
+  # One worker's local gradient is the whole gradient, so w̃ₜ₊₁ = wₜ₊₁: the overlap computes
+  # what the synchronous step does (up to float rounding of two programs against one), and
+  # buckets only cut the psum (elementwise, so exactly).
+  steps = 4
+  sync_state, sync_stats = _run(WorkerTrainer(task, OPTIMIZER, BATCH), steps)
+  results = {}
+  for bucket_bytes in (None, 4096):
+    program = OverlapTrainer(task, OPTIMIZER, BATCH, bucket_bytes=bucket_bytes)
+    state, stats = _run(program, steps)
+    assert int(state.step) == steps and int(state.train.step) == steps - 1
+    assert [s.step for s in stats] == [0, 0, 1, 2]  # each reports the step whose reduction landed
+    assert stats[0].sampled == (False,) and math.isnan(float(stats[0].loss))
+    np.testing.assert_allclose([float(s.loss) for s in stats[1:]],
+                               [float(s.loss) for s in sync_stats[:-1]], rtol=1e-6)
+    flushed = program.flush(state)
+    assert int(flushed.step) == int(flushed.train.step) == steps and int(flushed.ahead) == 0
+    assert program.flush(flushed) is flushed
+    program.close()
+    results[bucket_bytes] = (program.buckets, jax.device_get(flushed.train.params))
+  buckets, one = results[None]
+  split, params = results[4096]
+  assert len(buckets) == 1 and len(split) == 4 and split[-1][1] == buckets[0][1]
+  jax.tree.map(np.testing.assert_array_equal, params, one)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+               one, jax.device_get(sync_state.params))
+
+
+def test_overlap_state_is_its_abstract_state(task):
+  program = OverlapTrainer(task, OPTIMIZER, BATCH)
+  got = jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), program.init_state())
+  want = jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), program.abstract_state())
+  assert got == want
+  program.close()
+
+
+class _BrokenLinks(Links):
+  """A link that fails when asked for an all-reduce's time: a failure on the background thread."""
+
+  def all_reduce_s(self, workers, nbytes):
+    raise RuntimeError('link down')
+
+
+def test_a_failure_on_the_background_thread_surfaces_at_the_step(task):
+  program = OverlapTrainer(task, OPTIMIZER, BATCH, links=_BrokenLinks.none(1))
+  state = program.init_state()
+  state, _ = program.step(state, Work(0, program.global_batch_at(0)), (BATCH,))  # no reduction
+  start = time.monotonic()
+  with pytest.raises(RuntimeError, match='link down'):
+    program.step(state, Work(1, program.global_batch_at(1)), (BATCH,))
+  program.close()
+  assert not program._background.busy and time.monotonic() - start < 30
+
+
+def test_overlap_refuses_gradients_split_inside_a_worker(task):
+  with pytest.raises(ConfigError) as error:
+    OverlapTrainer(task, OPTIMIZER, BATCH, (4, 2), Strategy.HYBRID.rules())
+  message = str(error.value)
+  assert '\n' not in message and 'strategy hybrid splits' in message, message
+
+
+# -- two launched workers ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def launched(tmp_path_factory):
+  out = tmp_path_factory.mktemp('overlap') / 'out.json'
+  result = launch_local([sys.executable, str(ROOT / 'tests' / 'workers' / 'train_overlap.py'),
+                         str(out)], workers=2, timeout=LAUNCH_TIMEOUT, init_timeout=60)
+  assert result.returncode == 0, result
+  return json.loads(out.read_text())
+
+
+def _mlp():
+  """The task, its graph and its parameters' tree structure, for plain JAX on one device."""
+  task = models.make_task('mlp', **KWARGS)
+  with nnx.use_eager_sharding(False):
+    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
+  return task, nnx.graphdef(model), jax.tree.structure(nnx.to_pure_dict(nnx.state(model)))
+
+
+def _reference(init, steps, shares):
+  """The overlap's recurrence on one device: each worker i computes its partial gradient at its
+  own w̃ᵢ; w̃ᵢ ← opt(w, gᵢ · X / xᵢ); w ← opt(w, Σᵢ gᵢ)."""
+  task, graphdef, treedef = _mlp()
+  params = jax.tree.unflatten(treedef, [jnp.asarray(x, jnp.float32) for x in init])
+
+  def update(p, opt_state, g):
+    updates, opt_state = OPTIMIZER.update(g, opt_state, p)
+    return jax.tree.map(jnp.add, p, updates), opt_state
+
+  @jax.jit
+  def step(params, opt_state, tilde, batches):
+    grads = [jax.grad(lambda q, b=b: jnp.sum(task.loss(nnx.merge(graphdef, q), b)) / BATCH)(w)
+             for w, b in zip(tilde, batches, strict=True)]
+    tilde = [update(params, opt_state, jax.tree.map(lambda x, r=r: x * BATCH / r, g))[0]
+             for g, r in zip(grads, shares, strict=True)]
+    return *update(params, opt_state, jax.tree.map(lambda *g: sum(g), *grads)), tilde
+
+  opt_state, tilde = OPTIMIZER.init(params), [params] * len(shares)
+  for t in range(steps):
+    host = task.data.global_batch(0, t, BATCH)
+    params, opt_state, tilde = step(params, opt_state, tilde,
+                                    [slice_batch(host, shares, i) for i in range(len(shares))])
+  return params
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_links_pad_the_synchronous_all_reduce(launched):
+  links = launched['links']
+  assert links['modelled_s'] == pytest.approx(0.040)  # link:20:inf, 2 workers: 2 steps of 20 ms
+  for timing in links['sync']:
+    assert timing['collective_s'] >= links['modelled_s'], timing
+    assert timing['iter_s'] >= OVERLAP_HOST_S + links['modelled_s'], timing
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_overlap_hides_the_links_behind_the_next_gradient(launched):
+  # Steady steps (the first two compile): the synchronous step is host + links (80 ms); the
+  # overlap's is the longer of the two (40 ms) plus the update. 0.8 leaves 24 ms of slack.
+  sync = np.median([t['iter_s'] for t in launched['links']['sync'][2:]])
+  overlap = np.median([t['iter_s'] for t in launched['links']['overlap'][2:]])
+  assert overlap < 0.8 * sync, (overlap, sync)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_overlap_after_a_flush_is_the_plain_recurrence(launched):
+  want = _reference(launched['init'], OVERLAP_STEPS, OVERLAP_SHARES)
+  got = launched['overlap']
+  assert got['reported'] == [0, *range(OVERLAP_STEPS - 1)]
+  for got_leaf, want_leaf in zip(got['params'], jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(np.asarray(got_leaf), want_leaf, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_overlap_trains_as_well_as_the_synchronous_step(launched):
+  task, graphdef, treedef = _mlp()
+  held_out = task.data.global_batch(0, OVERLAP_STEPS, BATCH)  # a batch neither run trained on
+
+  def loss(leaves):
+    params = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
+    return float(jnp.mean(task.loss(nnx.merge(graphdef, params), held_out)))
+
+  sync, overlap = loss(launched['sync']['params']), loss(launched['overlap']['params'])
+  assert overlap == pytest.approx(sync, rel=0.01), (overlap, sync)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_buckets_split_in_leaf_order_and_reduce_exactly_as_one(launched):
+  split, one = launched['buckets'], launched['overlap']
+  assert one['buckets'] == [[0, split['fused_size']]]
+  # The head (1 + 4 x 2 slots) and down's bias (32) first, then down's kernel (64 x 32, 8 KB,
+  # over 4 KB: alone), head's bias and kernel and up's bias, then up's kernel (64 x 64).
+  assert split['buckets'] == [[0, 41], [41, 2089], [2089, 2483], [2483, 6579]]
+  for a, b in zip(split['params'], one['params'], strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # 2 workers: a + b either way
+  assert split['losses'][1:] == one['losses'][1:]
+
+
+def test_partial_gradient_timing_is_a_value():
+  # The frozen record a step is assembled from: replacing its start moves step_s only.
+  from hetjax.train._partial import PartialGradient
+  part = PartialGradient(None, 3, 8, 1.0, 0.1, 0.2, 0.0, 0.05, 0.0, 1.0, True, 1.0)
+  moved = dataclasses.replace(part, start=0.5)
+  assert part.timing(0, 0.3, 2.0).step_s == 1.0 and moved.timing(0, 0.3, 2.0).step_s == 1.5
+  assert part.head_values() == {'busy_s': 0.25, 'load': 1.0, 'sampled': True, 'rows': 8}
