@@ -16,7 +16,7 @@ from tests.test_ps import _reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JOB = str(ROOT / 'tests' / 'workers' / 'ps_job.py')
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.multiprocess]
 
 
 def _launch(tmp_path, spec, steps, workers=2, servers=1, die=''):
