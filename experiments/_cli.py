@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -12,8 +13,16 @@ from hetjax import ConfigError
 
 
 def fail(script: str, message: str) -> None:
-  """Prints ``script: error: message`` to stderr and exits with status 2."""
-  print(f'{script}: error: {message}', file=sys.stderr)
+  """Prints ``script: error: message`` to stderr and exits with status 2.
+
+  In a job of several processes the exit is immediate (``os._exit``): JAX's shutdown barrier
+  would otherwise hold this process until its peers' waits time out and then abort it, and the
+  launcher would name a SIGABRT instead of this line's status 2.
+  """
+  print(f'{script}: error: {message}', file=sys.stderr, flush=True)
+  if jax.distributed.is_initialized():
+    sys.stdout.flush()
+    os._exit(2)
   sys.exit(2)
 
 

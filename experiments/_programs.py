@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 import time
 from typing import Any
 
@@ -17,12 +18,13 @@ import jax
 import numpy as np
 
 import models
-from experiments import _hosts, _replicas, configs
+from experiments import _comm_options, _hosts, _replicas, configs
 from hetjax import (
     ConfigError,
     balance,
     emulation,
     planner,
+    ps,
     runtime,
     schmp,
     sharding,
@@ -74,6 +76,8 @@ def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
   mode = parse_choice(Mode, config.mode, 'mode')
   if mode is Mode.AUTO and config.model in schmp.APPS:
     return Mode.SCHMP
+  if mode is Mode.AUTO and os.environ.get(ps.ENV_NUM_SERVERS):
+    return Mode.PS
   if mode is Mode.AUTO and config.plan:
     return Mode.PLAN
   if mode is not Mode.AUTO:
@@ -249,6 +253,9 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
     ConfigError: options that do not fit the mode or each other, one line.
   """
   mode = mode_of(config, ctx)
+  _comm_options.check(config, ctx, mode)
+  if mode is Mode.PS:
+    raise ConfigError('mode ps runs through experiments/train.py under launch --servers K')
   if mode is Mode.SCHMP or config.model in schmp.APPS:
     return _schmp(config, ctx, mode, channel)
   task = make_task(config)
@@ -318,10 +325,18 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
     devices = f'{ctx.workers} workers of {",".join(map(str, counts))} ' \
               f'{jax.devices()[0].platform} devices'
   policy, bucket = _share_policy(config, ctx, degree, trace, counts)
-  trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
-                                strategy.rules(), config.seed, bucket=bucket)
-  trainer.check_shares(policy.update(policy.init(), None)[0])
-  host = emulated_host(config, ctx, trainer, trace, channel)
+  links = _comm_options.links_of(config, ctx, ctx.workers)
+  if config.overlap:
+    trainer = train.OverlapTrainer(task, optimizer, config.global_batch, mesh_shape,
+                                   strategy.rules(), seed=config.seed, bucket=bucket, links=links,
+                                   bucket_bytes=config.bucket_bytes or None)
+    devices += ', all-reduce scheduler'
+  else:
+    trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
+                                  strategy.rules(), config.seed, bucket=bucket, links=links)
+  inner = getattr(trainer, 'sync', trainer)   # the scheduler's synchronous pieces
+  inner.check_shares(policy.update(policy.init(), None)[0])
+  host = emulated_host(config, ctx, inner, trace, channel)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))

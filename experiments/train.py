@@ -9,9 +9,14 @@ below are shorthands for the common ones. ``mode`` picks the step program: ``spm
 ``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
 (stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
 ``sync`` policy), ``plan`` (a Fela plan: each sub-model on its group of workers with its own
-layout; one SPMD step, or stages on the groups); ``auto`` is plan given a plan, else spmd on
-one process and shares under several workers. All of them run in one loop with the same
-checkpoints, metrics and telemetry.
+layout; one SPMD step, or stages on the groups), ``ps`` (a parameter server: under
+``launch --servers K`` the last K processes serve, the workers push and pull; ``--set ps=…``
+picks bsp, asp, ssp, eager pull and the staleness-aware rate); ``auto`` is plan given a plan,
+ps in a job with servers, else spmd on one process and shares under several workers. All of
+them run in one loop with the same checkpoints, metrics and telemetry.
+
+  python -m hetjax.launch --workers 4 --servers 1 --network link:1:10 -- python \\
+      experiments/train.py --config=mlp --set ps=asp,eager,lr=staleness --workdir=runs/ps
 
 Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
 one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
@@ -47,7 +52,7 @@ if __package__ in (None, ''):  # run as a script: make the checkout's packages i
 
 from absl import flags
 
-from experiments import _cli, _programs, configs
+from experiments import _cli, _programs, _ps_train, configs
 from hetjax import ConfigError, checkpoint, pipeline, runtime, train
 from hetjax.pipeline import PipelineTrainer
 from hetjax.report import summary_fields
@@ -152,7 +157,7 @@ def _probe_speeds(built, state, telemetry, ctx, policy_state):
   program, policy = built.program, built.policy
   first = policy.update(policy.init() if policy_state is None else policy_state, None)[0]
   rows = (program.tokens.token_rows if built.mode is configs.Mode.TOKENS
-          else max(first[ctx.worker], program.local_batch_degree))
+          else max(first[ctx.worker], getattr(program, 'sync', program).local_batch_degree))
   speed = program.measure_speed(state, rows)
   cluster = runtime.discover_cluster(speed, telemetry.channel)
   if ctx.is_chief:
@@ -169,6 +174,9 @@ def run() -> dict | None:
     runtime.enable_compilation_cache()
   workdir = pathlib.Path(_WORKDIR.value or f'runs/{pathlib.Path(_CONFIG.value).stem}')
   channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
+  if _programs.mode_of(config, ctx) is configs.Mode.PS:
+    return _ps_train.run(config, ctx, channel, workdir, prepare=lambda: _prepare_workdir(workdir),
+                         resume=_RESUME.value)
   built = _programs.build(config, ctx, channel)
   program, policy = built.program, built.policy
   multi = built.mode in (configs.Mode.SHARES, configs.Mode.TOKENS)

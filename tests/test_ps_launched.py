@@ -35,7 +35,7 @@ def test_bsp_over_processes_equals_one_device(tmp_path):
     np.testing.assert_allclose(got[f'arr_{i}'], leaf, rtol=2e-5, atol=2e-6)
   reports = [json.loads((tmp_path / f'server-{s}.json').read_text()) for s in range(2)]
   assert [r['version'] for r in reports] == [3, 3]
-  assert '[s1] ' in (tmp_path / 'log.txt').read_text()   # the servers' lines are prefixed
+  assert '[s1] server 1 done' in (tmp_path / 'log.txt').read_text()   # servers' lines: [sJ]
 
 
 def test_a_dead_server_is_named_and_the_job_ends(tmp_path):
@@ -61,3 +61,26 @@ def test_launch_cli_rejects_bad_network(tmp_path):
   assert proc.stderr.strip().splitlines() == [
       "launch: error: bad links 'link:1'; expected none or link:LATENCY_MS:BANDWIDTH_MB_S "
       '(one value, or one per worker, each)']
+
+
+def test_train_py_mode_ps_resumes_from_the_servers_checkpoints(tmp_path):
+  """``launch --servers 1 -- train.py``: mode ps by itself; --resume continues the metrics and
+  the servers' versions from their checkpoints."""
+  def run(steps, *extra):
+    command = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',
+               '--set', 'optimizer=sgd', '--set', 'learning_rate=0.3', '--set',
+               'global_batch=32', '--set', 'checkpoint_every=2', '--set', 'ps=asp,eager',
+               f'--steps={steps}', f'--workdir={tmp_path / "run"}', *extra]
+    with open(tmp_path / 'log.txt', 'a') as log:
+      return launch_local(command, 2, servers=1, network='link:1:100', timeout=180,
+                          init_timeout=60, stdout=log)
+
+  assert run(4).returncode == 0, (tmp_path / 'log.txt').read_text()[-3000:]
+  assert run(8, '--resume').returncode == 0, (tmp_path / 'log.txt').read_text()[-3000:]
+  rows = [json.loads(x) for x in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['step'] for r in rows] == list(range(1, 9))
+  server = json.loads((tmp_path / 'run' / 'server-0.json').read_text())
+  assert server['version'] == 16 and server['refused'] == {'shape': 0, 'version': 0,
+                                                           'staleness': 0}
+  run_info = json.loads((tmp_path / 'run' / 'run.json').read_text())
+  assert run_info['ps'] == 'asp,eager' and run_info['network'] == 'link:1:100'

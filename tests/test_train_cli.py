@@ -88,6 +88,16 @@ BAD_INPUT = [
     (['--config=mlp', '--mode=pipeline', '--sync=gossip'], ["unknown sync policy 'gossip'"]),
     (['--config=mlp', '--mode=pipeline', '--sync=all-reduce'],
      ["sync 'all-reduce' groups pipeline replicas: it takes mode pipeline under several workers"]),
+    (['--config=mlp', '--set', 'ps=bsp,eager'], ['eager pull needs asp or ssp']),
+    (['--config=mlp', '--set', 'ps=ssp'], ['ssp needs its bound, e.g. ssp:2']),
+    (['--config=mlp', '--mode=ps'], ['mode ps needs parameter servers: launch it with']),
+    (['--config=mlp', '--set', 'network=link:1:10'],
+     ['network (link:1:10) emulates the links of modes shares and ps; mode spmd has none']),
+    (['--config=mlp', '--mode=shares', '--set', 'network=link:1'], ["bad links 'link:1'"]),
+    (['--config=mlp', '--mode=tokens', '--set', 'overlap=True'],
+     ['overlap and bucket_bytes run the all-reduce scheduler of mode shares, not mode tokens']),
+    (['--config=mlp', '--mode=shares', '--set', 'bucket_bytes=4096'],
+     ['bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True']),
 ]
 
 

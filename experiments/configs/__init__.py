@@ -22,13 +22,15 @@ from typing import Any
 from hetjax import ConfigError
 from hetjax._errors import parse_choice
 from hetjax.pipeline._policies import parse_sync_name
+from hetjax.ps import parse_ps
 
 
 class Mode(enum.Enum):
   """How a step runs (`Config.mode`).
 
-  ``auto`` is ``schmp`` for a SchMP app (`hetjax.schmp.APPS`), ``plan`` when a plan is given,
-  else ``spmd`` on one process and ``shares`` under several workers.
+  ``auto`` is ``schmp`` for a SchMP app (`hetjax.schmp.APPS`), ``ps`` in a job with parameter
+  servers (``launch --servers K``), ``plan`` when a plan is given, else ``spmd`` on one process
+  and ``shares`` under several workers.
   """
 
   AUTO = 'auto'
@@ -38,6 +40,7 @@ class Mode(enum.Enum):
   PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
   PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
   SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks (`hetjax.schmp`)
+  PS = 'ps'              # a parameter server: ``launch --servers K`` (`hetjax.ps`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,15 @@ class Config:
     staleness: mode schmp: rounds old the information each round's schedule comes from (0:
       exact, no overlap of scheduling with the devices' work).
     objective_every: mode schmp: rounds between objective evaluations.
+    ps: mode ps: the parameter server's protocol (`hetjax.ps.parse_ps`), e.g. ``'bsp'``,
+      ``'asp,eager,lr=staleness'`` or ``'ssp:2'``.
+    network: emulated links (`hetjax.emulation.parse_links`), e.g. ``'link:1:100'``: the
+      shares mode's all-reduce and the parameter server's pushes and pulls take that long;
+      None: the launcher's ``--network``, else none.
+    overlap: mode shares: the all-reduce scheduler (`hetjax.train.OverlapTrainer`): each step's
+      all-reduce runs under the next step's gradient; False: the exact synchronous step.
+    bucket_bytes: with ``overlap``, the largest gradient bucket each all-reduce carries (0: one
+      fused buffer).
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
@@ -122,6 +134,10 @@ class Config:
   schedule_size: int | None = None
   staleness: int = 1
   objective_every: int = 1
+  ps: str = 'asp'
+  network: str | None = None
+  overlap: bool = False
+  bucket_bytes: int = 0
   log_every: int = 10
   checkpoint_every: int = 50
   compilation_cache: bool = True
@@ -131,7 +147,7 @@ class Config:
                  'micro_batches', 'objective_every'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}')
-    for name in ('bucket', 'token_rows'):
+    for name in ('bucket', 'token_rows', 'bucket_bytes'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0 (0: automatic), got {getattr(self, name)}')
     if self.schedule_size is not None and self.schedule_size < 1:
@@ -141,6 +157,7 @@ class Config:
       raise ConfigError(f'staleness must be >= 0 (0: exact), got {self.staleness}')
     parse_choice(Mode, self.mode, 'mode')
     parse_sync_name(self.sync)
+    parse_ps(self.ps)
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self) | {'model_args': dict(self.model_args)}

@@ -15,6 +15,7 @@ from hetjax.ps._config import LrRule as LrRule
 from hetjax.ps._config import PsConfig as PsConfig
 from hetjax.ps._config import Sync as Sync
 from hetjax.ps._config import parse_ps as parse_ps
+from hetjax.ps._job import ENV_NUM_SERVERS as ENV_NUM_SERVERS
 from hetjax.ps._job import PsRole as PsRole
 from hetjax.ps._job import initial_params as initial_params
 from hetjax.ps._job import make_server as make_server
@@ -33,6 +34,7 @@ from hetjax.ps._worker import PsWorker as PsWorker
 from hetjax.ps._worker import PsWorkerState as PsWorkerState
 
 __all__ = [
+    'ENV_NUM_SERVERS',
     'LrRule',
     'ParameterServer',
     'PsClient',

@@ -60,6 +60,7 @@ class PsClient:
     self.links = links if links is not None and not links.free else None
     self.timeout_s = timeout_s
     self._addresses: dict[int, str] = {}
+    self.last_clock = 0  # this worker's pushes the servers hold, as of the latest pull
     channel.set(keys.WORKER_ADDRESS.format(worker), transport.address)
 
   # -- requests ----------------------------------------------------------------------------------
@@ -98,6 +99,7 @@ class PsClient:
       ack = self._answer(s, ticket)
       shards.append(self.transport.take(self._address(s), ack['number'], self.layout.specs(s)))
       versions.append(int(ack['version']))
+      self.last_clock = int(ack.get('clock', 0))
     jax.block_until_ready(shards)
     self._spend_link(self.layout.nbytes(), time.perf_counter() - start)
     return self.layout.merge(shards), tuple(versions), time.perf_counter() - start

@@ -12,7 +12,8 @@ Under a run's prefix:
     ``accepted`` (or ``reason``), the server's ``version`` after it and the push's ``staleness``.
   - ``{'op': 'pull', 'worker', 'min_version', 'min_clock'}``: answered once the server is at
     ``min_version`` or later and every running worker has pushed ``min_clock`` times (ssp),
-    with the ``version`` offered and its ``number`` on the server's transport.
+    with the ``version`` offered, its ``number`` on the server's transport and the worker's
+    ``clock`` (its pushes the server accepted).
   - ``{'op': 'stop', 'worker'}``: the worker is done; the server ends when all are.
 * ``failed/S``: set by a server that stops on an error (its one-line reason), so clients waiting
   on it end with that reason instead of a timeout.

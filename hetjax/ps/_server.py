@@ -28,6 +28,8 @@ import os
 import time
 from typing import Any
 
+import jax
+
 from hetjax._errors import ConfigError
 from hetjax.ps import _keys as keys
 from hetjax.ps._config import LrRule, PsConfig, Sync
@@ -92,12 +94,13 @@ class ParameterServer:
     self.params = list(params)
     self.opt_state = update.init(self.params)
     self.version, self.clocks = 0, [0] * workers
-    self.restored_from = None
+    self.restored_from = self._saved = None
     if checkpointer is not None and checkpointer.latest_version() is not None:
-      (self.params, self.opt_state), meta = checkpointer.restore((self.params, self.opt_state))
+      restored, meta = checkpointer.restore((self.params, self.opt_state))
+      self.params, self.opt_state = jax.device_put(restored, transport.device)
       self.params = list(self.params)
       self.version, self.clocks = int(meta['version']), list(meta['clocks'])
-      self.restored_from = self.version
+      self.restored_from = self._saved = self.version
     self._refuse_above = config.refuse_above(workers)
     self._held: list[dict] = []           # pulls waiting for a version or the slowest worker
     self._round: dict[int, tuple] = {}    # bsp: worker -> (grads, rows, loss) of this version
@@ -131,7 +134,7 @@ class ParameterServer:
     except Exception as e:
       self.channel.set(keys.FAILED.format(self.server), f'server {self.server}: {e}'[:300])
       raise
-    if self.checkpointer is not None:
+    if self.checkpointer is not None and self._saved != self.version:
       self._save()
     return self.report()
 
@@ -234,12 +237,14 @@ class ParameterServer:
         self.pulls += 1
         worker = int(pull['worker'])
         self._pulled[worker] = [*self._pulled.get(worker, []), self.version][-2:]
-        self._ack(pull['ticket'], {'version': self.version, 'number': number})
+        self._ack(pull['ticket'], {'version': self.version, 'number': number,
+                                   'clock': self.clocks[worker]})
       else:
         still.append(pull)
     self._held = still
 
   def _save(self) -> None:
+    self._saved = self.version
     self.checkpointer.save(self.version, (self.params, self.opt_state),
                            {'version': self.version, 'clocks': self.clocks,
                             'sync': self.config.describe()})

@@ -115,9 +115,25 @@ class PsWorker:
   # -- the StepProgram ---------------------------------------------------------------------------
 
   def init_state(self) -> PsWorkerState:
-    """The servers' current parameters (version 0 on a fresh job), pulled."""
+    """The servers' current parameters (version 0 on a fresh job), pulled; the step is the
+    number of this worker's pushes the servers hold (0 on a fresh job; a restored server's
+    count on a resumed one), so the data continues where it stopped."""
     params, versions, _ = self.client.pull()
-    return PsWorkerState(0, params, versions)
+    self._accepted = self.client.last_clock
+    return PsWorkerState(self.client.last_clock, params, versions, self.client.last_clock)
+
+  def time_gradient(self, state: PsWorkerState, repeats: int = 3) -> tuple[float, ...]:
+    """``repeats`` timed gradients of this worker's share (step 0's rows), after one untimed
+    run that compiles it: what a host of known speed is calibrated from."""
+    batch = jax.device_put(slice_batch(self.global_batch_at(0), self.shares, self.worker),
+                           self.device)
+    jax.block_until_ready(self._grad(state.params, batch))
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      jax.block_until_ready(self._grad(state.params, batch))
+      times.append(time.perf_counter() - start)
+    return tuple(times)
 
   def abstract_state(self) -> PsWorkerState:
     return PsWorkerState(0, self._abstract, (0,) * self.client.layout.servers)

@@ -45,6 +45,7 @@ def main() -> None:
              report_path=out / f'server-{role.index}.json',
              checkpoint_dir=out / 'ckpt' if die == 'checkpoint' else None,
              checkpoint_every=2, idle_timeout_s=60)
+    print(f'server {role.index} done', flush=True)
     return
   worker = ps.make_worker(task, GLOBAL_BATCH, config, role, channel, timeout_s=60)
   state = worker.init_state()

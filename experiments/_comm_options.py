@@ -1,0 +1,37 @@
+"""The communication options of a config: its emulated links and the all-reduce scheduler.
+
+``network`` (or the launcher's ``--network``) emulates each worker's link; it reaches the
+shares mode's all-reduce (`hetjax.train.WorkerTrainer`'s ``links``) and the parameter server's
+pushes and pulls (mode ps). ``overlap`` (with ``bucket_bytes``) runs the shares mode with the
+all-reduce scheduler (`hetjax.train.OverlapTrainer`). Any other mode given one of them is
+refused with one line, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from experiments import configs
+from hetjax import ConfigError, emulation, runtime
+
+Mode = configs.Mode
+
+
+def links_of(config: configs.Config, ctx: runtime.WorkerContext, workers: int
+             ) -> emulation.Links | None:
+  """The config's links (else the launcher's) for ``workers`` workers; None without either."""
+  spec = config.network or ctx.network
+  return None if spec is None else emulation.parse_links(spec, workers)
+
+
+def check(config: configs.Config, ctx: runtime.WorkerContext, mode: Mode) -> None:
+  """Refuses communication options ``mode`` has no use for."""
+  network = config.network or ctx.network
+  if network is not None and network.strip() != 'none' and mode not in (Mode.SHARES, Mode.PS):
+    where = 'network' if config.network else 'the launcher\'s --network'
+    raise ConfigError(f'{where} ({network}) emulates the links of modes shares and ps; mode '
+                      f'{mode.value} has none to pad: drop it or pick one of those modes')
+  if (config.overlap or config.bucket_bytes) and mode is not Mode.SHARES:
+    raise ConfigError(f'overlap and bucket_bytes run the all-reduce scheduler of mode shares, '
+                      f'not mode {mode.value}')
+  if config.bucket_bytes and not config.overlap:
+    raise ConfigError('bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True '
+                      'too (the synchronous step sends one fused buffer)')
