@@ -36,12 +36,16 @@ def _host(run: dict, worker: int, workers: int) -> emulation.KnownSpeedHost:
                                   row_s=run['compute_s'] / rows)
 
 
-def full_loss(task, params) -> float:
-  """The mean loss of ``params`` over every row of the task's data set (the final loss)."""
-  graphdef = abstract_model(task.make_model, 0)[0]
-  rows = {k: jax.numpy.asarray(v) for k, v in task.data.arrays.items()}
-  return float(jax.jit(lambda p: jax.numpy.mean(task.loss(nnx.merge(graphdef, p), rows)))(
-      params))
+class FullLoss:
+  """The mean loss over every row of the task's data set, jitted once: the curves' measure."""
+
+  def __init__(self, task):
+    graphdef = abstract_model(task.make_model, 0)[0]
+    rows = {k: jax.numpy.asarray(v) for k, v in task.data.arrays.items()}
+    self._loss = jax.jit(lambda p: jax.numpy.mean(task.loss(nnx.merge(graphdef, p), rows)))
+
+  def __call__(self, params) -> float:
+    return float(self._loss(params))
 
 
 def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transport) -> None:
@@ -49,13 +53,20 @@ def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transpo
   config = ps.parse_ps(run['ps'])
   channel = runtime.Channel(f'comm/{run["id"]}')
   if role.is_server:
-    def evaluate(server):  # one server holds every leaf: the final parameters' loss
-      if server.layout.servers == 1:
-        loss = full_loss(task, server.layout.merge([server.params]))
-        (out / 'final.json').write_text(json.dumps({'final_loss': loss}))
+    full, curve = FullLoss(task), []
+    every = 1 if config.sync is ps.Sync.BSP else role.workers   # a global batch of gradients
+
+    def sample(server):  # one server holds every leaf: the loss of its parameters
+      if server.version % every == 0:
+        curve.append([server.version // every, full(server.layout.merge([server.params]))])
+
+    def evaluate(server):
+      loss = full(server.layout.merge([server.params]))
+      (out / 'final.json').write_text(json.dumps({'final_loss': loss, 'curve': curve}))
 
     ps.serve(task, optax.sgd(run['lr']), config, role, channel, transport=transport,
-             idle_timeout_s=120, report_path=out / f'server-{role.index}.json', on_done=evaluate)
+             idle_timeout_s=120, report_path=out / f'server-{role.index}.json', on_done=evaluate,
+             on_update=sample if role.servers == 1 else None)
     return
   links = emulation.parse_links(run['network'], role.workers)
   worker = ps.make_worker(task, run['global_batch'], config, role, channel, transport=transport,
@@ -83,22 +94,25 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
     program = train.WorkerTrainer(task, optax.sgd(run['lr']), run['global_batch'], **kwargs)
   share = run['global_batch'] // ctx.workers
   policy = _Fixed((share,) * ctx.workers)
-  state, steps = program.init_state(), []
+  state, steps, curve, full = program.init_state(), [], [], FullLoss(task)
   for info in train.training_steps(program, state, run['steps'], policy=policy):
     state = info.state
     steps.append({'iter_s': info.stats.iter_s, 'loss': float(info.stats.loss)})
+    if ctx.is_chief:   # the exact parameters: the scheduler's lag one step behind its batches
+      exact = _exact(state)
+      curve.append([int(exact.step), full(program.local_view(exact.params))])
   state = program.flush(state) if hasattr(program, 'flush') else state
   if hasattr(program, 'close'):
     program.close()
   if ctx.is_chief:
-    params = program.local_view(_params(state))
-    (out / 'final.json').write_text(json.dumps({'final_loss': full_loss(task, params)}))
+    loss = full(program.local_view(_exact(state).params))
+    (out / 'final.json').write_text(json.dumps({'final_loss': loss, 'curve': curve}))
   (out / f'worker-{ctx.worker}.json').write_text(json.dumps({'steps': steps}))
 
 
-def _params(state):
-  """The parameters of a `TrainState` or of the all-reduce scheduler's state."""
-  return state.params if hasattr(state, 'params') else state.train.params
+def _exact(state) -> train.TrainState:
+  """The exact `TrainState` of a synchronous step's state or of the scheduler's."""
+  return state if isinstance(state, train.TrainState) else state.train
 
 
 class _Fixed:

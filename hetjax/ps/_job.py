@@ -107,9 +107,10 @@ def initial_params(task: Task, seed: int) -> Any:
 def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsConfig,
                 role: PsRole, channel: Any, *, seed: int = 0, transport: Transport | None = None,
                 checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0,
-                idle_timeout_s: float = 300.0) -> ParameterServer:
+                idle_timeout_s: float = 300.0,
+                on_update: Callable[[ParameterServer], None] | None = None) -> ParameterServer:
   """Server ``role.index``: its leaves of the initial parameters (or of its latest checkpoint
-  in ``checkpoint_dir``), ``optimizer`` on them."""
+  in ``checkpoint_dir``), ``optimizer`` on them; ``on_update(server)`` after every update."""
   if not role.is_server:
     raise ConfigError(f'{role.name} is not a server')
   layout = ServerLayout.of(abstract_model(task.make_model, seed)[1], role.servers)
@@ -119,7 +120,8 @@ def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsC
   return ParameterServer(role.index, role.workers, layout, params,
                          ShardUpdate(optimizer, config.dc_lambda), config, channel,
                          transport or Transport(), checkpointer=checkpointer,
-                         checkpoint_every=checkpoint_every, idle_timeout_s=idle_timeout_s)
+                         checkpoint_every=checkpoint_every, idle_timeout_s=idle_timeout_s,
+                         on_update=on_update)
 
 
 def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig, role: PsRole,

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -81,15 +82,17 @@ class ParameterServer:
     checkpointer: saves every ``checkpoint_every`` versions and at the end (None: never);
       restored from when it holds a version.
     idle_timeout_s: a server that hears nothing for this long fails with a one-line error.
+    on_update: called with the server after every applied update (e.g. to evaluate it).
   """
 
   def __init__(self, server: int, workers: int, layout: ServerLayout, params: list, update:
                ShardUpdate, config: PsConfig, channel: Any, transport: Transport, *,
-               checkpointer: Any = None, checkpoint_every: int = 0, idle_timeout_s: float = 300.0):
+               checkpointer: Any = None, checkpoint_every: int = 0, idle_timeout_s: float = 300.0,
+               on_update: Callable[[ParameterServer], None] | None = None):
     self.server, self.workers, self.layout, self.config = server, workers, layout, config
     self.channel, self.transport, self.update = channel, transport, update
     self.checkpointer, self.checkpoint_every = checkpointer, checkpoint_every
-    self.idle_timeout_s = idle_timeout_s
+    self.idle_timeout_s, self.on_update = idle_timeout_s, on_update
     self.specs = [(tuple(s), d) for s, d in layout.specs(server)]
     self.params = list(params)
     self.opt_state = update.init(self.params)
@@ -214,6 +217,8 @@ class ParameterServer:
       self._forget_old_versions()
     self._log.append(UpdateRecord(self.version, time.perf_counter() - self._start, workers,
                                   staleness, scale, loss))
+    if self.on_update is not None:
+      self.on_update(self)
     if self.checkpointer is not None and self.checkpoint_every and \
         self.version % self.checkpoint_every == 0:
       self._save()
