@@ -12,8 +12,9 @@ Measures, per run: ``iter_time_s``, the workers' mean iteration time (the first
 (parameter server: pushes / workers; all-reduce: steps) until the full data set's mean loss at
 the parameters (the server's after every global batch of pushes; the all-reduce's exact ones,
 on worker 0, after every step) first reaches the target — the synchronous scheme's (ps-bsp;
-allreduce-sync) at two thirds of its run; and ``final_loss``, that loss at the final
-parameters (``diverged``: not finite, or above the first loss; then reported as None).
+allreduce-sync) at two thirds of its run; and ``final_loss``, that loss averaged over the last
+tenth of the run (`final`; ``last_loss``: at the final parameters alone) (``diverged``: not
+finite, or above the first loss; then reported as None).
 """
 
 from __future__ import annotations
@@ -111,16 +112,25 @@ def measured(out: pathlib.Path, run: dict) -> dict:
   for w in range(WORKERS):
     steps = json.loads((out / f'worker-{w}.json').read_text())['steps']
     times.append(statistics.mean(s['iter_s'] for s in steps[WARM_UP:]))
+  points = curve(out)
   record = {'scheme': run['scheme'], 'scenario': run['scenario'], 'comm_ratio': run['ratio'],
             'workers': WORKERS, 'source': MEASURED, 'iter_time_s': statistics.mean(times),
-            'final_loss': json.loads((out / 'final.json').read_text())['final_loss'],
-            'curve': curve(out)}
+            'final_loss': final(points),
+            'last_loss': json.loads((out / 'final.json').read_text())['final_loss'],
+            'curve': points}
   if run['scheme'].startswith('ps-'):
     server = json.loads((out / 'server-0.json').read_text())
     staleness = [s for u in server['updates'] for s in u['staleness']]
     record |= {'staleness_mean': statistics.mean(staleness) if staleness else 0.0,
                'refused': sum(server['refused'].values())}
   return record
+
+
+def final(points: list[float]) -> float:
+  """The mean loss over the last tenth of a run (at least 3 points): at a learning rate near
+  the edge of stability single points swing ±30% (bench_comm at lr 0.3)."""
+  tail = points[-max(3, len(points) // 10):]
+  return float(np.mean(tail)) if tail else math.nan
 
 
 def first_below(values: list[float], target: float) -> int | None:
@@ -249,9 +259,10 @@ def virtual_records(setup: Setup, workers: int, scenario: str, ratio: float, ite
                         lr)
     losses = np.asarray(run.losses)
     per_batch = losses[workers - 1::workers] if asynchronous else losses
+    points = [float(x) for x in per_batch]
     record = {'scheme': scheme, 'scenario': scenario, 'comm_ratio': ratio, 'workers': workers,
-              'source': VIRTUAL, 'iter_time_s': run.iter_s,
-              'final_loss': float(per_batch[-1]), 'curve': [float(x) for x in per_batch]}
+              'source': VIRTUAL, 'iter_time_s': run.iter_s, 'final_loss': final(points),
+              'last_loss': points[-1], 'curve': points}
     if scheme.startswith('ps-'):
       record |= {'staleness_mean': float(np.mean(run.staleness)) if len(run.staleness) else 0.0,
                  'refused': run.refused}

@@ -30,7 +30,7 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
 
   import models
-  from experiments import _programs, configs
+  from experiments import _hosts, configs
   from hetjax import balance, emulation, train
   from hetjax.core import ShareRules
 
@@ -42,7 +42,7 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
                                 train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)
-  host = _programs.emulated_host(config, ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
+  host = _hosts.emulated_host(config, ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
   rules = ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
   runs = {}
   for name in ('uniform', compared):

@@ -11,7 +11,6 @@ import dataclasses
 import inspect
 import math
 import os
-import time
 from typing import Any
 
 import jax
@@ -167,7 +166,7 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
              f'{config.micro_batches} micro-batches, {config.schedule}')
   host = None
   if trace is not None:
-    host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, MARGIN)
+    host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
   return Built(trainer, None, devices, Mode.PLAN, host)
 
 
@@ -193,7 +192,7 @@ def _schmp(config, ctx, mode, channel) -> Built:
   policy = app.policy(size, config.seed)
   host = _trace(config, ctx)
   if host is not None:
-    host = _hosts.schmp_host(config, ctx, program, policy, host, channel, MARGIN)
+    host = _hosts.schmp_host(config, ctx, program, policy, host, channel, _hosts.MARGIN)
   return Built(program, policy, f'{len(devices)} {devices[0].platform} devices, {size} blocks a '
                f'round, scheduler {app.scheduler}, staleness {config.staleness}', Mode.SCHMP, host)
 
@@ -317,7 +316,8 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
     rules = train.TokenRules(config.global_batch, rows, degree, config.endgame)
     trainer = train.TokenTrainer(task, optimizer, config.global_batch, rules, channel,
                                  mesh_shape, strategy.rules(), config.seed)
-    return Built(trainer, rules, devices, mode, emulated_host(config, ctx, trainer, trace, channel))
+    return Built(trainer, rules, devices, mode,
+                 _hosts.emulated_host(config, ctx, trainer, trace, channel))
   # Workers of different device counts: shares are multiples of every worker's degree.
   degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
                       for w in range(ctx.workers)))
@@ -336,88 +336,8 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
                                   strategy.rules(), config.seed, bucket=bucket, links=links)
   inner = getattr(trainer, 'sync', trainer)   # the scheduler's synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
-  host = emulated_host(config, ctx, inner, trace, channel)
+  host = _hosts.emulated_host(config, ctx, inner, trace, channel)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))
   return Built(trainer, policy, devices, mode, host)
-
-
-MARGIN = 1.5  # host time over the calibrated compute: 1.25 left 10–30% of steps overrunning
-STREAM_CALLS = 24  # token-shaped calibration: calls per size, the sizes alternating
-TAIL = 0.9  # … and the quantile of its slow spells the host covers
-
-
-def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
-                  ) -> emulation.KnownSpeedHost | None:
-  """This worker's emulated host, when a slowdown is given, attached to ``trainer``: every
-  worker runs as a host of one calibrated cost (the largest any worker measured, times
-  `MARGIN`) slowed by the trace. ``config.host_row_s`` given: that cost per row, nothing fixed.
-
-  Workers of different device counts: a worker of k devices, where the fewest any worker has
-  is k₀, is a host of speed k / k₀ (`KnownSpeedHost.speed`: its per-row cost divided by it; its
-  devices as fast as the others'), so a 2-device worker among 1-device ones is twice as fast
-  per row at the same slowdown. The common cost (and ``host_row_s``) is then that of a k₀-device
-  worker; each worker calibrates at its uniform share (equal rows per device) and publishes its
-  per-row cost times its speed, so the largest holds for every worker.
-
-  Every worker calibrates at once, so the timings carry the contention of a step in which all
-  of them compute. Share steps (one call a step): medians of `WorkerTrainer.time_gradient` at
-  a uniform share and a quarter of one. Token steps (mode tokens: a stream of calls, one per
-  token): `STREAM_CALLS` single calls at the token size and at a uniform share, alternating,
-  and the line scaled to the `TAIL` quantile of the slow spells they meet
-  (`hetjax.emulation.calibrate_row_cost`'s ``tail``). With workers pinned to cores (what the
-  token benchmark does) the tail is close to the median and the margin decides. Four workers on two cores can time the larger size no slower than the
-  smaller (no cost per row found): such a worker measures again, up to ``attempts`` times,
-  before it publishes.
-  """
-  if trace is None:
-    return None
-  counts = [math.prod(shape) for shape in trainer.local_shapes]
-  speed = counts[ctx.worker] / min(counts)
-  row_s, fixed_s = config.host_row_s, 0.0
-  if not row_s:
-    degree = trainer.local_batch_degree
-    share = config.global_batch * counts[ctx.worker] // sum(counts)
-    rows = max(degree, share // degree * degree)
-    state = trainer.init_state()
-    if mode_of(config, ctx) is Mode.TOKENS:
-      tokens = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
-      sizes, measure = (tokens, rows), _one_call(trainer, state, (tokens, rows))
-      kwargs = {'repeats': STREAM_CALLS, 'tail': TAIL}
-    else:
-      sizes = (max(rows // 4 // degree * degree, degree), rows)
-      measure, kwargs = (lambda n: float(np.median(trainer.time_gradient(state, n)))), {}
-    for attempt in range(1, attempts + 1):
-      try:
-        cost = emulation.calibrate_row_cost(measure, sizes, margin=MARGIN, **kwargs)
-        break
-      except ConfigError as e:
-        if attempt == attempts:
-          raise
-        print(f'worker {ctx.worker}: host calibration {attempt} of {attempts} failed ({e}); '
-              'measuring again', flush=True)
-    row_s, fixed_s = cost.row_s * speed, cost.fixed_s
-    if channel is not None and ctx.workers > 1:  # one host model for all: the slowest probe
-      channel.set(f'calibrate/{ctx.worker}', [row_s, fixed_s])
-      costs = [channel.get(f'calibrate/{w}') for w in range(ctx.workers)]
-      row_s, fixed_s = max(c[0] for c in costs), max(c[1] for c in costs)
-  host = emulation.KnownSpeedHost(trace, ctx.worker, row_s, fixed_s, speed=speed)
-  trainer.host = host
-  return host
-
-
-def _one_call(trainer, state, sizes):
-  """``measure(rows)``: the seconds of one local gradient of ``rows`` rows, each size's batch
-  placed and its program compiled beforehand."""
-  batches = {}
-  for n in sizes:
-    batches[n] = trainer.place(trainer.task.data.global_batch(trainer.seed, 0, n))
-    trainer.time_gradient(state, n, repeats=1)
-
-  def measure(rows: int) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(trainer.local_gradient(state, batches[rows]))
-    return time.perf_counter() - start
-
-  return measure

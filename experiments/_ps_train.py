@@ -6,7 +6,7 @@ Every process runs train.py; the last K serve (`hetjax.ps.serve`: checkpoints ev
 writing ``metrics.jsonl`` (its own steps: under asp the loss of its minibatches; samples/s
 counts a global batch per step of worker 0, exact under bsp) and ``summary.json``. A slowdown
 makes every worker a host of known speed (its step padded to rows × a per-row cost × its
-factor: ``host_row_s``, or the largest any worker measured × `MARGIN`); the network (``network``
+factor: ``host_row_s``, or the largest any worker measured × `_hosts.MARGIN`); the network (``network``
 or ``launch --network``) pads every push and pull. ``--resume``: the servers restore their
 latest checkpoints and each worker continues from its own pushes' count.
 """
@@ -20,10 +20,8 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from experiments import _comm_options, _programs, configs
+from experiments import _comm_options, _hosts, _programs, configs
 from hetjax import ConfigError, emulation, ps, runtime, train
-
-MARGIN = 1.5
 
 
 def _check(config: configs.Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
@@ -49,7 +47,7 @@ def _host(config, ctx, role, worker, state, channel) -> emulation.KnownSpeedHost
   if not row_s:
     rows = worker.shares[role.index]
     channel.set(f'ps-host/{role.index}',
-                MARGIN * float(np.median(worker.time_gradient(state))) / rows)
+                _hosts.MARGIN * float(np.median(worker.time_gradient(state))) / rows)
     row_s = max(channel.get(f'ps-host/{w}') for w in range(role.workers))
   return emulation.KnownSpeedHost(trace, role.index, row_s)
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import _programs
+from experiments import _hosts, _programs
 from hetjax import ConfigError
 from hetjax.core import StepStats, Work, decode_state, encode_state
 from hetjax.train import Hook, training_steps
@@ -162,7 +162,7 @@ def test_the_oracle_under_train_py_knows_its_hosts_costs():
 
 def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch):
   """Mode tokens: the host is fitted to single calls at the token size and a uniform share,
-  alternating, scaled to the tail of their slow spells (`_programs.TAIL`), not to medians."""
+  alternating, scaled to the tail of their slow spells (`_hosts.TAIL`), not to medians."""
   from experiments import configs
   from hetjax import emulation, runtime
 
@@ -173,18 +173,18 @@ def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch)
     seen.append((tuple(rows), kwargs, cost))
     return cost
 
-  monkeypatch.setattr(_programs.emulation, 'calibrate_row_cost', spy)
-  monkeypatch.setattr(_programs, 'STREAM_CALLS', 3)
+  monkeypatch.setattr(_hosts.emulation, 'calibrate_row_cost', spy)
+  monkeypatch.setattr(_hosts, 'STREAM_CALLS', 3)
   ctx = runtime.WorkerContext(0, 1, None)
   for mode, sizes, kwargs in [
-      ('tokens', (256, 2048), {'repeats': 3, 'tail': _programs.TAIL}),
+      ('tokens', (256, 2048), {'repeats': 3, 'tail': _hosts.TAIL}),
       ('shares', (512, 2048), {})]:
     config = configs.override(configs.load('mlp'), [
         f'mode={mode}', 'slowdown=static:2', 'mesh=8x1', 'global_batch=2048', 'token_rows=256'])
     built = _programs.build(config, ctx, None)
     rows, used, cost = seen.pop()
-    assert (rows, used) == (sizes, {'margin': _programs.MARGIN, **kwargs})
+    assert (rows, used) == (sizes, {'margin': _hosts.MARGIN, **kwargs})
     assert (built.host.row_s, built.host.fixed_s) == (cost.row_s, cost.fixed_s)
     assert built.program.host is built.host and built.host.factor(0) == 2.0
     assert len(cost.measured) == 2 * (3 if mode == 'tokens' else 5)
-    assert cost.scale >= _programs.MARGIN
+    assert cost.scale >= _hosts.MARGIN

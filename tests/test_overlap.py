@@ -225,8 +225,10 @@ def test_overlap_trains_as_well_as_the_synchronous_step(launched):
     params = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
     return float(jnp.mean(task.loss(nnx.merge(graphdef, params), held_out)))
 
+  # The overlap is another trajectory (gradients at w̃): it must end no more than 1% above the
+  # synchronous loss (the goal); ending lower is allowed.
   sync, overlap = loss(launched['sync']['params']), loss(launched['overlap']['params'])
-  assert overlap == pytest.approx(sync, rel=0.01), (overlap, sync)
+  assert overlap <= 1.01 * sync, (overlap, sync)
 
 
 @pytest.mark.multiprocess
