@@ -159,6 +159,9 @@ def compare(records: list[dict]) -> list[dict]:
             'iter_time_vs_baseline': r['iter_time_s'] / base['iter_time_s'],
             'iterations_to_target_vs_baseline':
                 None if reached is None or not base_reached else reached / base_reached,
+            'time_to_target_vs_baseline':  # iterations x the mean iteration time
+                None if reached is None or not base_reached else
+                reached * r['iter_time_s'] / (base_reached * base['iter_time_s']),
             'final_loss_vs_bsp': None if diverged or _diverged(bsp)
             else r['final_loss'] / bsp['final_loss'], 'baseline': base['scheme']}
     rows.append(row)
@@ -172,7 +175,8 @@ def _diverged(record: dict) -> bool:
 
 def table(rows: list[dict]) -> str:
   head = (f'{"scheme":20s} {"scenario":9s} {"comm":>4s} {"n":>5s} {"source":8s} {"iter_s":>7s} '
-          f'{"iter/base":>9s} {"it→tgt":>6s} {"/base":>6s} {"final":>7s} {"/bsp":>6s}')
+          f'{"iter/base":>9s} {"it→tgt":>6s} {"/base":>6s} {"t/base":>6s} {"final":>7s} '
+          f'{"/bsp":>6s}')
   lines = [head]
   for r in rows:
     lines.append(
@@ -180,6 +184,7 @@ def table(rows: list[dict]) -> str:
         f'{r["source"][:8]:8s} {r["iter_time_s"]:7.4f} {r["iter_time_vs_baseline"]:9.2f} '
         f'{_fmt(r["iterations_to_target"], "6d")} '
         f'{_fmt(r["iterations_to_target_vs_baseline"], "6.2f")} '
+        f'{_fmt(r["time_to_target_vs_baseline"], "6.2f")} '
         f'{"diverged" if r["diverged"] else _fmt(r["final_loss"], "7.3f")} '
         f'{_fmt(r["final_loss_vs_bsp"], "6.3f")}')
   return '\n'.join(lines)

@@ -15,7 +15,9 @@ virtual clock at 4, 64 and 1024 workers, on a noisy least-squares problem.
 
 Rows: ``scheme``, ``scenario``, ``comm_ratio``, ``workers``, ``source`` (measured or virtual
 clock), ``iter_time_s``, ``iter_time_vs_baseline``, ``iterations_to_target`` (global batches
-of gradients), ``iterations_to_target_vs_baseline``, ``final_loss``, ``final_loss_vs_bsp``,
+of gradients), ``iterations_to_target_vs_baseline``, ``time_to_target_vs_baseline``
+(iterations × mean iteration time), ``final_loss`` (mean over the last tenth of the run),
+``last_loss``, ``final_loss_vs_bsp``,
 ``target_loss``, ``diverged``, ``baseline``; parameter-server rows add ``staleness_mean`` and
 ``refused``. Baselines: push-then-pull asp for the parameter server, synchronous all-reduce
 for all-reduce; "bsp": ps-bsp and synchronous all-reduce.

@@ -49,6 +49,7 @@ def test_compare_and_goals():
   asp, slr = rows['ps-asp', 'straggler'], rows['ps-asp-stale-lr', 'straggler']
   assert asp['target_loss'] == 1.5 and asp['iterations_to_target'] == 4
   assert slr['iterations_to_target'] == 3 and slr['iterations_to_target_vs_baseline'] == 0.75
+  assert slr['time_to_target_vs_baseline'] == pytest.approx(0.75)
   assert rows['ps-bsp', 'straggler']['iter_time_vs_baseline'] == pytest.approx(1.6)
   eager = rows['ps-eager', 'straggler']
   assert eager['diverged'] and eager['final_loss'] is None and eager['final_loss_vs_bsp'] is None
