@@ -11,8 +11,9 @@ Measures, per run: ``iter_time_s``, the workers' mean iteration time (the first
 ``WARM_UP`` steps left out); ``iterations_to_target``, global batches of gradients applied
 (parameter server: pushes / workers; all-reduce: steps) until the full data set's mean loss at
 the parameters (the server's after every global batch of pushes; the all-reduce's exact ones,
-on worker 0, after every step) first reaches the target — the synchronous scheme's (ps-bsp;
-allreduce-sync) at two thirds of its run; and ``final_loss``, that loss averaged over the last
+on worker 0, after every step), its trailing mean over ``SMOOTH`` global batches, first
+reaches the target — the synchronous scheme's (ps-bsp; allreduce-sync) at two thirds of its
+run; and ``final_loss``, that loss averaged over the last
 tenth of the run (`final`; ``last_loss``: at the final parameters alone) (``diverged``: not
 finite, or above the first loss; then reported as None).
 """
@@ -30,6 +31,7 @@ import numpy as np
 WORKERS = 4
 ALPHA_S = 1e-3
 WARM_UP = 3
+SMOOTH = 3
 HOSTS = {'equal': 'static:1,1,1,1', 'straggler': 'static:1,1,1,3'}
 PS_SCHEMES = {  # name -> ps spec; the first is the baseline
     'ps-asp': 'asp',
@@ -133,6 +135,12 @@ def final(points: list[float]) -> float:
   return float(np.mean(tail)) if tail else math.nan
 
 
+def trailing_mean(values: list[float], window: int = SMOOTH) -> list[float]:
+  """Each point's mean with the ``window − 1`` before it: a curve that swings (asp's jumps
+  from 1.3 to 3.8 and back) does not reach a target by one lucky point."""
+  return [float(np.mean(values[max(0, i - window + 1):i + 1])) for i in range(len(values))]
+
+
 def first_below(values: list[float], target: float) -> int | None:
   """Iterations (1-based) until ``values`` first reaches ``target``; None if never."""
   return next((i + 1 for i, v in enumerate(values) if v <= target), None)
@@ -148,9 +156,10 @@ def compare(records: list[dict]) -> list[dict]:
              o['source'] == r['source'] and o['scheme'].startswith(family)]
     base = next(o for o in group if o['scheme'] == BASELINE[family])
     bsp = next(o for o in group if o['scheme'] == BSP[family])
-    target = bsp['curve'][max(0, 2 * len(bsp['curve']) // 3 - 1)]
-    reached = first_below(r['curve'], target)
-    base_reached = first_below(base['curve'], target)
+    smoothed = trailing_mean(bsp['curve'])
+    target = smoothed[max(0, 2 * len(smoothed) // 3 - 1)]
+    reached = first_below(trailing_mean(r['curve']), target)
+    base_reached = first_below(trailing_mean(base['curve']), target)
     diverged = _diverged(r)
     row = {k: v for k, v in r.items() if k != 'curve'}
     row |= {'final_loss': None if diverged else r['final_loss'], 'diverged': diverged,
