@@ -10,8 +10,10 @@ baseline) and bsp, asp with the staleness-aware rate, eager pull with and withou
 All-reduce jobs run the synchronous fused all-reduce (`hetjax.train.WorkerTrainer`, the
 baseline) and the all-reduce scheduler (`hetjax.train.OverlapTrainer`). Every scheme trains the
 digits mlp with SGD at one learning rate (``--lr``, the best of 0.1, 0.3 and 1 for bsp).
-Virtual part (`hetjax.simulation.simulate_comm`): the same schemes and link ratios on the
-virtual clock at 4, 64 and 1024 workers, on a noisy least-squares problem.
+The full run adds the two all-reduce schemes for `LONG_STEPS` steps (equal hosts, ratio 1:
+scenario ``equal-long``), where the loss curve flattens. Virtual part
+(`hetjax.simulation.simulate_comm`): the same schemes and link ratios on the virtual clock at 4,
+64 and 1024 workers, on a noisy least-squares problem.
 
 Rows: ``scheme``, ``scenario``, ``comm_ratio``, ``workers``, ``source`` (measured or virtual
 clock), ``iter_time_s``, ``iter_time_vs_baseline``, ``iterations_to_target`` (global batches
@@ -32,6 +34,7 @@ where communication ≈ compute, its final loss within 1% of bsp's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import sys
@@ -52,6 +55,7 @@ _LR = flags.DEFINE_float('lr', 0.3, 'SGD learning rate of every scheme')
 _VIRTUAL = flags.DEFINE_bool('virtual', True, 'add the virtual-clock rows (4, 64, 1024 workers)')
 _TIMEOUT = flags.DEFINE_float('timeout', 900, 'seconds before a launched job is stopped')
 JOB = pathlib.Path(__file__).with_name('_comm_job.py')
+LONG_STEPS = 300
 
 
 def _launch(out: pathlib.Path, runs: list[dict], servers: int) -> None:
@@ -88,6 +92,13 @@ def main() -> None:
         _launch(out, runs, servers=1 if family == 'ps' else 0)
         records += [_comm_bench.measured(out / run['id'], run) for run in runs]
         print(f'{family} {scenario}: done at {time.perf_counter() - start:.0f} s', flush=True)
+    if 'allreduce' in families and not quick:  # the scheduler's loss where the curve flattens
+      long = dataclasses.replace(setup, steps=LONG_STEPS)
+      runs = _comm_bench.runs(long, 'allreduce', 'equal-long', (1.0,))
+      _launch(root / 'allreduce-equal-long', runs, servers=0)
+      records += [_comm_bench.measured(root / 'allreduce-equal-long' / run['id'], run)
+                  for run in runs]
+      print(f'allreduce to a plateau: done at {time.perf_counter() - start:.0f} s', flush=True)
   if _VIRTUAL.value:
     for workers in (4, 64, 1024):
       for scenario, ratios in plan.items():
