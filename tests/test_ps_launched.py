@@ -53,14 +53,18 @@ def test_servers_checkpoint_with_orbax(tmp_path):
   assert saved[-1] == 6 and len(saved) <= 2   # every 2 versions and at the end; 2 kept
 
 
-def test_launch_cli_rejects_bad_network(tmp_path):
-  proc = subprocess.run([sys.executable, '-m', 'hetjax.launch', '--workers', '2', '--network',
-                         'link:1', '--', 'true'], capture_output=True, text=True, timeout=60,
-                        cwd=ROOT)
+@pytest.mark.parametrize('flags, error', [
+    (['--network', 'link:1'], "launch: error: bad links 'link:1'; expected none or "
+     'link:LATENCY_MS:BANDWIDTH_MB_S (one value, or one per worker, each)'),
+    (['--network', 'link:1:1,2,3'], 'launch: error: link bandwidth has 3 values for 2 workers; '
+     'give 2 or 1'),
+    (['--servers', '-1'], 'launch: error: servers must be between 0 and 1024, got -1'),
+])
+def test_launch_cli_rejects_bad_servers_and_networks(flags, error):
+  proc = subprocess.run([sys.executable, '-m', 'hetjax.launch', '--workers', '2', *flags, '--',
+                         'true'], capture_output=True, text=True, timeout=60, cwd=ROOT)
   assert proc.returncode == 2
-  assert proc.stderr.strip().splitlines() == [
-      "launch: error: bad links 'link:1'; expected none or link:LATENCY_MS:BANDWIDTH_MB_S "
-      '(one value, or one per worker, each)']
+  assert proc.stderr.strip().splitlines() == [error]
 
 
 def test_train_py_mode_ps_resumes_from_the_servers_checkpoints(tmp_path):
