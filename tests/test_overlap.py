@@ -251,3 +251,25 @@ def test_partial_gradient_timing_is_a_value():
   moved = dataclasses.replace(part, start=0.5)
   assert part.timing(0, 0.3, 2.0).step_s == 1.0 and moved.timing(0, 0.3, 2.0).step_s == 1.5
   assert part.head_values() == {'busy_s': 0.25, 'load': 1.0, 'sampled': True, 'rows': 8}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 60)
+def test_train_py_overlap_checkpoints_and_resumes(tmp_path):
+  """``--set overlap=True`` under train.py: the scheduler's state (with its pending gradient)
+  is checkpointed, and --resume continues the metrics at the next step."""
+  def run(steps, *extra):
+    command = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',
+               '--mode=shares', '--mesh=1x1', '--strategy=data_parallel', '--set',
+               'overlap=True', '--set', 'checkpoint_every=2', '--set', 'global_batch=32',
+               f'--steps={steps}', f'--workdir={tmp_path / "run"}', *extra]
+    with open(tmp_path / 'log.txt', 'a') as log:
+      return launch_local(command, 2, network='link:1:100', timeout=LAUNCH_TIMEOUT,
+                          init_timeout=60, stdout=log)
+
+  assert run(4).returncode == 0, (tmp_path / 'log.txt').read_text()[-3000:]
+  assert run(6, '--resume').returncode == 0, (tmp_path / 'log.txt').read_text()[-3000:]
+  rows = [json.loads(x) for x in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['step'] for r in rows] == list(range(1, 7))
+  summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  assert summary['checkpoint_steps'][-1] == 6

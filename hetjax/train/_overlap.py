@@ -153,7 +153,7 @@ class OverlapTrainer:
     if sync.fused_layout.separate:
       raise ConfigError(f'the overlapped all-reduce needs every gradient replicated inside a '
                         f'worker (data parallel); {Strategy.describe(sync.rules)} splits '
-                        f'{len(sync.fused_layout.separate)} of them')
+                        f'{len(sync.fused_layout.separate)} of them (use strategy data_parallel)')
     self.sync, self.links, self.global_batch = sync, links, global_batch
     self.buckets = sync.fused_layout.buckets(bucket_bytes)
     replicated = NamedSharding(sync.mesh, PartitionSpec())
@@ -174,6 +174,10 @@ class OverlapTrainer:
   @property
   def workers(self) -> int:
     return self.sync.workers
+
+  @property
+  def task(self) -> Task:
+    return self.sync.task
 
   def close(self) -> None:
     """Waits for the background reduction if one is running (its thread never outlives the
