@@ -174,14 +174,19 @@ def test_refused_pushes_are_counted_never_applied():
              client.push(zeros, (versions[0] + 5,), 4, 1.0)]
   assert [r.accepted for r in results] == [False, False, False]
   assert 'shapes/dtypes' in results[0].reasons[0] and 'version 5' in results[2].reasons[0]
+  ticket = channel.increment('ticket/0')               # a malformed request, by hand
+  channel.set(f'req/0/{ticket}', {'op': 'push', 'worker': 0, 'version': 0, 'number': 99,
+                                  'specs': 'bogus', 'rows': 4, 'loss': 1.0})
+  malformed = channel.wait(f'ack/0/{ticket}', timeout_s=30)
+  assert not malformed['accepted'] and 'shapes/dtypes None' in malformed['reason']
   good = client.push(zeros, versions, 4, 1.0)          # staleness 0: accepted
   stale = client.push(zeros, versions, 4, 1.0)         # staleness 1 > max_staleness 0
   assert good.accepted and not stale.accepted and 'staleness 1 > 0' in stale.reasons[0]
   client.stop()
   thread.join(30)
   report = server.report()
-  assert report.refused == {'shape': 2, 'version': 1, 'staleness': 1}
-  assert report.version == 1 and report.pushes == 5
+  assert report.refused == {'shape': 3, 'version': 1, 'staleness': 1}
+  assert report.version == 1 and report.pushes == 6
   for b, a in zip(before, server.params, strict=True):
     np.testing.assert_array_equal(b, np.asarray(a))       # the accepted push was all zeros
 
@@ -196,3 +201,16 @@ def test_a_restarted_server_restores_its_checkpoint(tmp_path):
   assert again.restored_from == 6 and again.version == 6 and again.clocks == [3, 3]
   fresh = ps.make_server(_task(), optax.sgd(0.1), ps.parse_ps('asp'), role, LocalChannel())
   assert any(not np.array_equal(a, b) for a, b in zip(again.params, fresh.params, strict=True))
+
+
+def test_dc_asgd_compensates_stale_pushes_only():
+  """DC-ASGD changes an update only when its gradient is stale: one worker, push-then-pull
+  (τ = 0 every time), ends where plain asp does; two eager workers do not."""
+  plain, _, _ = _run(ps.parse_ps('asp'), workers=1, servers=1, steps=3)
+  dc, _, _ = _run(ps.parse_ps('asp,dc=0.5'), workers=1, servers=1, steps=3)
+  jax.tree.map(np.testing.assert_array_equal, plain[0].params, dc[0].params)
+  plain, reports, _ = _run(ps.parse_ps('asp,eager'), workers=1, servers=1, steps=4)
+  dc, _, _ = _run(ps.parse_ps('asp,eager,dc=0.5'), workers=1, servers=1, steps=4)
+  assert max(s for u in reports[0].updates for s in u.staleness) == 1
+  assert any(not np.array_equal(a, b) for a, b in zip(
+      jax.tree.leaves(plain[0].params), jax.tree.leaves(dc[0].params), strict=True))

@@ -3,10 +3,10 @@
 `ParameterServer.serve` answers requests (`hetjax.ps._keys`) in ticket order, one at a time,
 so every decision is a function of the order requests arrived in:
 
-* a push is taken from the worker's transport (the bytes move), then checked: its shapes and
-  dtypes must be the server's leaves', its version at most the server's and its staleness
-  τ = version − its version within ``PsConfig.refuse_above``; a failed check refuses and counts
-  it (never applied). bsp holds accepted pushes until every worker's push of that version is in,
+* a push must declare the server's leaves' shapes and dtypes (else it is refused before any
+  bytes move: its offer is never taken); then it is taken from the worker's transport and
+  checked: its version at most the server's and its staleness τ = version − its version within
+  ``PsConfig.refuse_above``. A failed check refuses and counts it (never applied). bsp holds accepted pushes until every worker's push of that version is in,
   then applies their rows-weighted mean once; asp and ssp apply each at once, the update scaled
   by 1 / max(1, τ) under the staleness-aware rule, DC-ASGD compensating it if asked.
 * a pull waits (held, not blocking other requests) until the server reaches its ``min_version``
@@ -107,7 +107,8 @@ class ParameterServer:
     self._refuse_above = config.refuse_above(workers)
     self._held: list[dict] = []           # pulls waiting for a version or the slowest worker
     self._round: dict[int, tuple] = {}    # bsp: worker -> (grads, rows, loss) of this version
-    self._then: dict[int, list] = {0: self.params} if config.dc_lambda is not None else {}
+    self._then: dict[int, list] = ({self.version: self.params} if config.dc_lambda is not None
+                                   else {})
     self._stopped: set[int] = set()
     self._addresses: dict[int, str] = {}
     self._pulled: dict[int, list[int]] = {}  # worker -> the versions of its last two pulls
@@ -167,16 +168,17 @@ class ParameterServer:
   def _push(self, request: dict) -> dict:
     self.pushes += 1
     worker, version = int(request['worker']), int(request['version'])
-    declared = [(tuple(s), d) for s, d in request['specs']]
+    declared = _specs(request.get('specs'))
+    staleness = self.version - version
+    if declared != self.specs:  # refused before any bytes move: such an offer may not exist
+      self.refused['shape'] += 1
+      return {'accepted': False, 'reason': f'shapes/dtypes {declared} are not the server\'s '
+              f'{self.specs}', 'version': self.version, 'staleness': staleness}
     if worker not in self._addresses:
       self._addresses[worker] = self.channel.get(keys.WORKER_ADDRESS.format(worker))
-    address = self._addresses[worker]
-    grads = self.transport.take(address, int(request['number']), declared)  # the bytes move
-    staleness = self.version - version
+    grads = self.transport.take(self._addresses[worker], int(request['number']), declared)
     reason = None
-    if declared != self.specs:
-      reason, why = 'shape', f'shapes/dtypes {declared} are not the server\'s {self.specs}'
-    elif version > self.version or (self.config.sync is Sync.BSP and version != self.version):
+    if version > self.version or (self.config.sync is Sync.BSP and version != self.version):
       reason, why = 'version', f'version {version} but the server is at {self.version}'
     elif self._refuse_above is not None and staleness > self._refuse_above:
       reason, why = 'staleness', f'staleness {staleness} > {self._refuse_above}'
@@ -253,6 +255,14 @@ class ParameterServer:
     self.checkpointer.save(self.version, (self.params, self.opt_state),
                            {'version': self.version, 'clocks': self.clocks,
                             'sync': self.config.describe()})
+
+
+def _specs(raw: Any) -> list | None:
+  """A push's declared ``[(shape, dtype), …]``, or None when it is not one."""
+  try:
+    return [(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in raw]
+  except (TypeError, ValueError):
+    return None
 
 
 def write_report(report: ServerReport, path: str | os.PathLike) -> None:
