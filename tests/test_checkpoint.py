@@ -3,6 +3,7 @@
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -11,7 +12,7 @@ import models
 from hetjax import ConfigError
 from hetjax.checkpoint import Checkpointer, check_compatible
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, training_steps
+from hetjax.train import Strategy, Trainer, TrainState, training_steps
 from tests.conftest import require_devices
 
 STEPS, SAVE_AT = 6, 3
@@ -89,3 +90,35 @@ def test_check_compatible_allows_new_layout_but_not_new_task():
     check_compatible(saved, {**saved, 'task': {'name': 'mlp', 'hidden': 512}}, 'ckpt')
   with pytest.raises(ConfigError, match='its data is'):
     check_compatible(saved, {**saved, 'data': {'seed': 1}}, 'ckpt')
+
+
+def _flip_bytes(directory):
+  """Flips 16 bytes in the middle of the two largest files under ``directory``."""
+  files = sorted((p for p in directory.rglob('*') if p.is_file()), key=lambda p: p.stat().st_size)
+  for path in files[-2:]:
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 16):
+      data[i] ^= 0xFF
+    path.write_bytes(data)
+
+
+def test_a_corrupt_latest_checkpoint_is_skipped_with_one_warning(tmp_path, capsys):
+  """Flipped bytes in the latest checkpoint's arrays: the one before it is restored, with one
+  warning line naming the unreadable step; asked for by step, it is a one-line ConfigError."""
+  ckpt = Checkpointer(tmp_path / 'ckpt')
+  for step in (1, 2):
+    state = TrainState(jnp.int32(step), {'w': jnp.arange(1000, dtype=jnp.float32) * step}, {})
+    ckpt.save(state, {'k': 1})
+  ckpt.wait()
+  _flip_bytes(tmp_path / 'ckpt' / '2' / 'state')
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          state)
+  restored, meta = ckpt.restore(abstract)
+  assert int(restored.step) == 1 and meta['step'] == 1
+  np.testing.assert_array_equal(restored.params['w'], np.arange(1000, dtype=np.float32))
+  [line] = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith(f'warning: checkpoint step 2 in {tmp_path / "ckpt"} is unreadable (')
+  assert line.endswith('); using step 1')
+  with pytest.raises(ConfigError, match=r'checkpoint step 2 in .* is unreadable'):
+    ckpt.restore(abstract, step=2)
+  ckpt.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,20 +65,52 @@ class Checkpointer:
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta))))
 
   def read_meta(self, step: int | None = None) -> dict[str, Any]:
-    """The JSON record of checkpoint ``step`` (default: the latest) without loading arrays."""
+    """The JSON record of checkpoint ``step`` (default: the latest) without loading arrays.
+
+    Raises:
+      ConfigError: no such checkpoint, or its record does not read back (one line).
+    """
     step = self._require(step)
-    return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    try:
+      return self._manager.restore(step,
+                                   args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    except Exception as e:  # a corrupt record: one line, not orbax's traceback
+      reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+      raise ConfigError(f'the record of checkpoint step {step} in {self.directory} is '
+                        f'unreadable ({reason})') from None
 
   def restore(
       self, abstract_state: TrainState, step: int | None = None
   ) -> tuple[TrainState, dict[str, Any]]:
-    """Loads checkpoint ``step`` (default: the latest) into the layout of ``abstract_state``."""
-    step = self._require(step)
-    restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-    return restored.state, restored.meta
+    """Loads checkpoint ``step`` (default: the latest readable one) into the layout of
+    ``abstract_state``.
+
+    A checkpoint whose files do not read back (flipped bytes, a truncated file: orbax and
+    tensorstore fail with DATA_LOSS, a decode error, …) is skipped with one warning line naming
+    it, and the one before it is used — in a single process. In a job of several processes a
+    process cannot skip alone (they would resume from different steps): the unreadable step is
+    a one-line `ConfigError` instead of orbax's traceback.
+
+    Raises:
+      ConfigError: no complete checkpoint, the asked ``step`` unreadable, or none readable.
+    """
+    candidates = [self._require(step)] if step is not None else \
+        sorted(self._manager.all_steps(), reverse=True) or [self._require(None)]
+    for i, candidate in enumerate(candidates):
+      try:
+        restored = self._manager.restore(
+            candidate,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        return restored.state, restored.meta
+      except Exception as e:  # corrupt files fail in many ways; ConfigError below names it
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        where = f'checkpoint step {candidate} in {self.directory} is unreadable ({reason})'
+        if step is not None or jax.process_count() > 1 or i + 1 == len(candidates):
+          more = '' if step is not None or jax.process_count() > 1 else '; no older one reads'
+          raise ConfigError(where + more) from None
+        print(f'warning: {where}; using step {candidates[i + 1]}', file=sys.stderr, flush=True)
+    raise AssertionError('unreachable')
 
   @staticmethod
   def policy_state(meta: Mapping[str, Any], template: Any) -> Any:
