@@ -26,7 +26,8 @@ import optax
 from flax import nnx
 
 import models
-from hetjax import emulation, ps, runtime, train
+from hetjax import balance, emulation, ps, runtime, train
+from hetjax.core import ShareRules
 from hetjax.sharding import abstract_model
 
 
@@ -92,8 +93,7 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
                                    bucket_bytes=run.get('bucket_bytes'), **kwargs)
   else:
     program = train.WorkerTrainer(task, optax.sgd(run['lr']), run['global_batch'], **kwargs)
-  share = run['global_batch'] // ctx.workers
-  policy = _Fixed((share,) * ctx.workers)
+  policy = balance.Uniform(ShareRules(run['global_batch'], ctx.workers))
   state, steps, curve, full = program.init_state(), [], [], FullLoss(task)
   for info in train.training_steps(program, state, run['steps'], policy=policy):
     state = info.state
@@ -113,19 +113,6 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
 def _exact(state) -> train.TrainState:
   """The exact `TrainState` of a synchronous step's state or of the scheduler's."""
   return state if isinstance(state, train.TrainState) else state.train
-
-
-class _Fixed:
-  """The equal shares every step (a policy with no state)."""
-
-  def __init__(self, shares):
-    self.shares = shares
-
-  def init(self):
-    return None
-
-  def update(self, state, stats):
-    return self.shares, state
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work
+from hetjax.core import ShareRules, StepStats, Work
 from hetjax.data import Batch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
@@ -101,8 +101,7 @@ class PsWorker:
       raise ConfigError(f'global batch {global_batch} is smaller than the {workers} workers')
     self.task, self.global_batch, self.config, self.client = task, global_batch, config, client
     self.worker, self.workers, self.seed, self.host = client.worker, workers, seed, host
-    base, extra = divmod(global_batch, workers)
-    self.shares = tuple(base + (i < extra) for i in range(workers))
+    self.shares = ShareRules(global_batch, workers).uniform().values  # X // n, remainder first
     self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
     self.device = client.transport.device
     self._grad = jax.jit(self._loss_and_grad)
