@@ -48,7 +48,9 @@ def test_stopped_and_resumed_run_repeats_the_uninterrupted_losses(tmp_path, unin
   trainer = _trainer((4, 2), Strategy.HYBRID)  # a new process would build a new trainer too
   ckpt = Checkpointer(tmp_path / 'ckpt')
   state, meta = ckpt.restore(trainer.abstract_state())
+  checksums = meta.pop('checksums')  # verified on restore: tests/test_checkpoint_verify.py
   assert meta == {'k': 1, 'step': SAVE_AT} and int(state.step) == SAVE_AT
+  assert 'params/embedding/table' in checksums and checksums['step']['dtype'] == 'int32'
   rest, final = _losses(trainer, state, STEPS)
   assert first + rest == uninterrupted[0]  # same program, same data: bit-identical
   jax.tree.map(np.testing.assert_array_equal,
