@@ -129,7 +129,7 @@ class ReplicaCheckpointer(StepDirectories):
     """Checkpoint ``step`` (default: the latest) on the shardings of ``abstract_state``."""
     step = self._require(step)
     leaves, treedef = jax.tree.flatten(abstract_state)
-    with np.load(os.path.join(self.directory, str(step), 'state.npz')) as saved:
+    with np.load(os.path.join(self.directory, str(step), 'state.npz'), allow_pickle=False) as saved:
       host = [saved[f'arr_{i}'] for i in range(len(saved.files))]
     if len(host) != len(leaves) or any(h.shape != a.shape for h, a in zip(host, leaves, strict=True)):
       raise ConfigError(f'checkpoint {step} in {self.directory} does not fit this pipeline '

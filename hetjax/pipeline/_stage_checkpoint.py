@@ -96,7 +96,8 @@ class StageCheckpointer(StepDirectories):
     for s in self.trainer.local_stages:
       target = (abstract_state.params[s], abstract_state.opt_state[s])
       leaves, treedef = jax.tree.flatten(target)
-      with np.load(os.path.join(self.directory, str(step), f'stage-{s}.npz')) as saved:
+      with np.load(os.path.join(self.directory, str(step), f'stage-{s}.npz'),
+                   allow_pickle=False) as saved:
         host = [saved[f'arr_{i}'] for i in range(len(saved.files))]
       if len(host) != len(leaves) or any(h.shape != a.shape
                                          for h, a in zip(host, leaves, strict=True)):

@@ -8,7 +8,8 @@ rows go from which device to which. Three cases, from cheapest:
   dst_sharding)``, whatever the two layouts.
 * **Same layout, one process to another** (meshes of one shape, one partition spec, each
   stage on one process): one ``jax.device_put`` over the cross-host transfer socket
-  (``jax_cross_host_transfer_socket_address``, set per process by `hetjax.runtime.initialize`),
+  (``jax_cross_host_transfer_socket_address``, set per process by `hetjax.runtime.initialize`:
+  loopback under `hetjax.launch`; a port taken by then is a `ConfigError`, `_cross_host_put`),
   shard for shard. This is the classic pipeline of one stage per process.
 * **Anything else** (groups of different sizes, stages that span processes or share some):
   an exchange program. One jitted program over the devices of both stages (`_exchange`) takes
@@ -52,6 +53,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from hetjax._errors import ConfigError
+from hetjax.runtime._rendezvous import port_in_use
 
 PyTree = Any
 
@@ -155,6 +157,21 @@ def _placeholder(spec: jax.ShapeDtypeStruct, sharding) -> jax.Array:
   return jax.make_array_from_single_device_arrays(spec.shape, sharding, [], dtype=spec.dtype)
 
 
+def _cross_host_put(value: PyTree, dst: NamedSharding) -> PyTree:
+  """``jax.device_put(value, dst)`` across processes; JAX binds this process's transfer socket
+  on the first one, so a port taken since `hetjax.runtime.initialize` checked it is a
+  `ConfigError` here."""
+  try:
+    return jax.device_put(value, dst)
+  except jax.errors.JaxRuntimeError as e:  # 'FAILED_PRECONDITION: bind: Address already in use'
+    if 'Address already in use' not in str(e):
+      raise
+    from jax._src import xla_bridge  # the flag has no public reader
+    address = xla_bridge.CROSS_HOST_TRANSFER_SOCKET_ADDRESS.value
+    raise ConfigError(port_in_use(address, "this process's transfer socket, "
+                                  'jax_cross_host_transfer_socket_address')) from None
+
+
 def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedSharding,
          direct: bool = True) -> PyTree | None:
   """``value`` (held on ``src``; ``None`` on a process holding none of it) on ``dst``, or
@@ -172,7 +189,7 @@ def move(value: PyTree | None, spec: PyTree, src: NamedSharding, dst: NamedShard
   if direct and _same_layout(src, dst):
     if me not in src_processes:
       value = jax.tree.map(lambda a: _placeholder(a, src), spec)
-    moved = jax.device_put(value, dst)
+    moved = _cross_host_put(value, dst)
     return moved if me in dst_processes else None
   leaves, tree = jax.tree.flatten(spec)
   held = [None] * len(leaves) if me not in src_processes else tree.flatten_up_to(value)

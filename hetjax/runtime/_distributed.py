@@ -1,4 +1,31 @@
-"""Starting a multi-controller JAX job with settings that fail fast instead of hanging."""
+"""Starting a multi-controller JAX job with settings that fail fast instead of hanging.
+
+What listens where, for a job of `hetjax.launch` (``HETJAX_COORDINATOR=127.0.0.1:P``):
+
+* JAX's coordinator (worker 0): the coordinator address itself, so loopback; JAX's own default
+  is every interface (``[::]:P``). ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it.
+* The roll call (worker 0, `roll_call`): the same address, closed before JAX binds it.
+* Gloo, the CPU collectives (every worker): the coordinator's host when that is loopback; JAX's
+  default is whatever the machine's host name resolves to (a LAN address on many machines).
+* The cross-host transfer socket (every worker, on its first cross-host ``device_put``):
+  ``HETJAX_TRANSFER_ADDRESS`` (``127.0.0.1:Q``), and its data transports on that host, any
+  port; JAX's default for those is ``0.0.0.0:0`` four times. A
+  ``jax_cross_host_transport_addresses`` set before `initialize` is kept.
+* The parameter server's transfer servers (`hetjax.ps.Transport`): ``127.0.0.1:0`` unless
+  given another address.
+
+With ``HETJAX_COORDINATOR`` set by hand the same rules apply to the addresses given. Under
+SLURM, Open MPI, Kubernetes or Cloud TPU, JAX's cluster detection and JAX's defaults apply
+unchanged: the coordinator listens on every interface (``[::]:port``), as a multi-host job
+needs, and gloo on the host name's address.
+
+A port that is already taken is a one-line `ConfigError` naming it and what it is for
+(``port P on 127.0.0.1 (the coordinator, HETJAX_COORDINATOR) is already in use``): worker 0
+checks the coordinator's port before the roll call, every worker its transfer socket's port.
+The checks cannot be race-free; if the port is taken in the microseconds between the check and
+JAX's own bind, JAX's coordinator crashes the process (a segmentation fault: nothing to catch),
+while a taken transfer port is caught where it is first bound (`hetjax.pipeline`, `hetjax.ps`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +40,7 @@ import time
 import jax
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._rendezvous import roll_call
+from hetjax.runtime._rendezvous import check_port, host_port, is_loopback, roll_call
 
 #: Environment variables that `hetjax.launch` sets for each local worker.
 ENV_COORDINATOR = 'HETJAX_COORDINATOR'
@@ -24,6 +51,8 @@ ENV_INIT_TIMEOUT = 'HETJAX_INIT_TIMEOUT'
 ENV_SLOWDOWN = 'HETJAX_SLOWDOWN'
 ENV_LAUNCHER_PID = 'HETJAX_LAUNCHER_PID'
 ENV_NETWORK = 'HETJAX_NETWORK'
+ENV_BIND = 'JAX_COORDINATOR_BIND_ADDRESS'  # JAX's own; honoured here (JAX skips it given ours)
+_TRANSPORTS = 4  # JAX's number of data transports per transfer socket
 _WATCH_SECONDS = 1.0
 
 
@@ -71,10 +100,11 @@ def initialize(
   Three cases:
 
   * Launched by ``python -m hetjax.launch`` (``HETJAX_COORDINATOR`` is set): the coordinator
-    binds to that loopback address only (JAX's default binds every interface), a roll call on
-    that port names any worker that does not start (JAX would abort the process), CPU collectives
-    use gloo, and each worker gets its own cross-host transfer socket
-    (``HETJAX_TRANSFER_ADDRESS``) for stage-to-stage transfers.
+    binds to that loopback address only (JAX's default binds every interface;
+    ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it), a roll call on that port names any worker
+    that does not start (JAX would abort the process), CPU collectives use gloo (on loopback
+    too), and each worker gets its own cross-host transfer socket (``HETJAX_TRANSFER_ADDRESS``)
+    for stage-to-stage transfers. A taken port is a `ConfigError` (module docstring).
   * Under SLURM, Open MPI, Kubernetes (JobSet) or Cloud TPU (``auto_detect``): JAX's own cluster
     detection supplies the addresses; only the timeouts below are ours.
   * Otherwise: a single-process run; nothing is initialised.
@@ -88,7 +118,8 @@ def initialize(
     this process's `WorkerContext`.
 
   Raises:
-    ConfigError: bad launcher environment, or peers that did not connect in time.
+    ConfigError: bad launcher environment, a port already in use, or peers that did not
+      connect in time.
   """
   slowdown = os.environ.get(ENV_SLOWDOWN) or None
   if jax.distributed.is_initialized():
@@ -107,25 +138,68 @@ def initialize(
       except ValueError:
         raise ConfigError(f'{ENV_INIT_TIMEOUT}={os.environ[ENV_INIT_TIMEOUT]!r} is not a '
                           'number of seconds') from None
-    roll_call(coordinator, workers, worker, init_timeout_s)
+    bind = os.environ.get(ENV_BIND) or coordinator
+    what = f'the coordinator, {ENV_BIND if os.environ.get(ENV_BIND) else ENV_COORDINATOR}'
+    transfer = os.environ.get(ENV_TRANSFER_ADDRESS)
+    if transfer:
+      check_port(transfer, f"worker {worker}'s transfer socket, {ENV_TRANSFER_ADDRESS}")
+    if worker == 0:
+      check_port(bind, what)
+    roll_call(coordinator, workers, worker, init_timeout_s, bind=bind, what=what)
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-    if os.environ.get(ENV_TRANSFER_ADDRESS):
-      jax.config.update('jax_cross_host_transfer_socket_address', os.environ[ENV_TRANSFER_ADDRESS])
+    if transfer:
+      _transfer_on(transfer)
     try:
       jax.distributed.initialize(
           coordinator_address=coordinator, num_processes=workers, process_id=worker,
-          coordinator_bind_address=coordinator, initialization_timeout=init_timeout_s,
+          coordinator_bind_address=bind, initialization_timeout=init_timeout_s,
           **timeouts)
     except Exception as e:  # JAX raises XlaRuntimeError/RuntimeError with a long gRPC text
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise ConfigError(
           f'worker {worker} of {workers} could not join the job at {coordinator} within '
           f'{init_timeout_s} s (did every worker start?): {first[:200]}') from None
+    host = host_port(coordinator)[0]
+    if is_loopback(host):  # every worker is on this machine
+      _gloo_on(host)
     return WorkerContext(worker, workers, coordinator, slowdown)
   if auto_detect and _cluster_detected():
     jax.distributed.initialize(initialization_timeout=init_timeout_s, **timeouts)
     return WorkerContext(jax.process_index(), jax.process_count(), 'auto', slowdown)
   return WorkerContext(0, 1, None, slowdown)
+
+
+def _transfer_on(address: str) -> None:
+  """The cross-host transfer socket on ``address``, its data transports on the same host."""
+  from jax._src import xla_bridge  # the flag has no public reader; env variables do not set it
+
+  jax.config.update('jax_cross_host_transfer_socket_address', address)
+  if not xla_bridge.CROSS_HOST_TRANSPORT_ADDRESSES.value:
+    host = address.rpartition(':')[0] or '127.0.0.1'
+    jax.config.update('jax_cross_host_transport_addresses', ','.join([f'{host}:0'] * _TRANSPORTS))
+
+
+def _gloo_on(host: str) -> None:
+  """Gloo (the CPU collectives) listening on ``host`` instead of the host name's address.
+
+  JAX makes its gloo collectives without a host, and gloo then binds the address the machine's
+  name resolves to. The CPU backend is made lazily, so registering its factory again, with
+  collectives made for ``host``, takes effect; if the backend exists already, or this JAX has
+  no such hooks, JAX's default stays.
+  """
+  try:
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+    make_collectives, make_client = _jax.make_gloo_tcp_collectives, xla_bridge.make_cpu_client
+  except (ImportError, AttributeError):
+    return
+
+  def make_cpu_client():
+    return make_client(collectives=make_collectives(
+        distributed_client=distributed.global_state.client, hostname=host))
+
+  with contextlib.suppress(RuntimeError):  # the CPU backend already exists
+    xla_bridge.register_backend_factory('cpu', make_cpu_client, priority=0, fail_quietly=False)
 
 
 def _exit_with_launcher() -> None:
