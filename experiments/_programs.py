@@ -133,7 +133,11 @@ def _divisor_at_most(total: int, target: int, degree: int) -> int:
 
 def _trace(config: configs.Config, ctx: runtime.WorkerContext):
   spec = config.slowdown or ctx.slowdown
-  return emulation.parse_trace(spec, ctx.workers) if spec else None
+  if not spec:
+    return None
+  # A job restarted on fewer workers keeps its spec; each worker keeps its own host's speed.
+  trace = emulation.parse_trace(spec, runtime.original_workers(ctx.workers))
+  return emulation.subset(trace, runtime.hosts(ctx.workers))
 
 
 def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:

@@ -36,6 +36,14 @@ calibrated per-row cost × its slowdown. ``--resume`` continues the run in ``--w
 last checkpoint, the policy's state (shares, predictor history; a sync policy's windows, epoch
 and group numbers) included; replicas resume from the latest step every one of them saved.
 
+Under ``launch --max-restarts N`` a restarted run resumes on its own (no ``--resume`` to add;
+``--overwrite`` is ignored after the first launch): the rows of steps lost with the failed
+launch leave ``metrics.jsonl`` and ``telemetry.jsonl``, ``restarts.jsonl`` gets one row per
+restart (cause, step resumed from, steps lost) and ``summary.json`` counts them. On fewer
+workers (``--min-workers``) the parameters and optimizer state restore onto the new layout with
+the same global batch, and the shares start over from the survivors' measured speeds. Every
+worker reports its progress to a stall watchdog (`hetjax.runtime.ProgressWatchdog`).
+
 Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
 batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
 """
@@ -52,7 +60,7 @@ if __package__ in (None, ''):  # run as a script: make the checkout's packages i
 
 from absl import flags
 
-from experiments import _cli, _programs, _ps_train, configs
+from experiments import _cli, _elastic, _programs, _ps_train, configs
 from hetjax import ConfigError, checkpoint, pipeline, runtime, train
 from hetjax.pipeline import PipelineTrainer
 from hetjax.report import summary_fields
@@ -104,22 +112,26 @@ def _config() -> configs.Config:
   return configs.override(config, assignments)
 
 
-def _prepare_workdir(workdir: pathlib.Path) -> None:
+def _prepare_workdir(workdir: pathlib.Path, resume: bool) -> None:
+  if runtime.restart_attempt() > 0:  # a restart: the run dir is this job's, kept as it is
+    workdir.mkdir(parents=True, exist_ok=True)
+    return
   exists = (workdir / 'checkpoints').exists() or (workdir / 'metrics.jsonl').exists()
-  if exists and not _RESUME.value:
+  if exists and not resume:
     if not _OVERWRITE.value:
       raise ConfigError(f'{workdir} already holds a run; pass --resume or --overwrite')
     shutil.rmtree(workdir)
-  if _RESUME.value and not exists:
+  if resume and not exists:
     raise ConfigError(f'--resume: no run in {workdir}')
   workdir.mkdir(parents=True, exist_ok=True)
 
 
-def _restore(ckpt, built, meta, step=None):
-  """The state and policy state to start from: fresh, or the checkpoint's (``--resume``) at
-  ``step`` (default: the latest)."""
+def _restore(ckpt, built, meta, resume, step=None, reseed=None):
+  """The state and policy state to start from: fresh, or the checkpoint's (``resume``) at
+  ``step`` (default: the latest); ``reseed(saved meta)`` gives the policy's state when the
+  checkpoint was saved by another number of workers."""
   program, policy = built.program, built.policy
-  if not _RESUME.value:
+  if not resume:
     return program.init_state(), None
   saved = ckpt.read_meta(step)
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))
@@ -128,20 +140,23 @@ def _restore(ckpt, built, meta, step=None):
               if isinstance(program, PipelineTrainer | pipeline.ReplicaDriver)
               else program.abstract_state())
   state, saved = ckpt.restore(abstract, step)
+  checkpoint.check_compatible(saved, meta, str(ckpt.directory))  # an older step if it skipped
   if policy is None or 'policy' not in saved:
     return state, None
   if saved.get('policy_name') != policy.name:
     print(f'resume: the checkpoint\'s policy is {saved.get("policy_name")!r}, this run\'s '
           f'{policy.name!r}: its state starts fresh', flush=True)
     return state, None
+  if saved.get('layout', {}).get('workers') != meta['layout']['workers']:
+    return state, reseed(saved)  # shares of other workers: derived anew
   return state, ckpt.policy_state(saved, policy.init())
 
 
-def _replica_checkpoints(workdir, ctx, channel):
-  """This replica's checkpointer, and the step the replicas resume from (``--resume``): the
+def _replica_checkpoints(workdir, ctx, channel, resume):
+  """This replica's checkpointer, and the step the replicas resume from (``resume``): the
   latest one every replica saved."""
   ckpt = pipeline.ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
-  if not _RESUME.value:
+  if not resume:
     return ckpt, None
   channel.set(f'resume/{ctx.worker}', ckpt.latest_step() or 0)
   steps = [channel.get(f'resume/{w}') for w in range(ctx.workers)]
@@ -174,15 +189,16 @@ def run() -> dict | None:
     runtime.enable_compilation_cache()
   workdir = pathlib.Path(_WORKDIR.value or f'runs/{pathlib.Path(_CONFIG.value).stem}')
   channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
+  resume = _elastic.auto_resume(_RESUME.value, workdir)
   if _programs.mode_of(config, ctx) is configs.Mode.PS:
-    return _ps_train.run(config, ctx, channel, workdir, prepare=lambda: _prepare_workdir(workdir),
-                         resume=_RESUME.value)
+    return _ps_train.run(config, ctx, channel, workdir,
+                         prepare=lambda: _prepare_workdir(workdir, resume), resume=resume)
   built = _programs.build(config, ctx, channel)
   program, policy = built.program, built.policy
   multi = built.mode in (configs.Mode.SHARES, configs.Mode.TOKENS)
 
   if ctx.is_chief:
-    _prepare_workdir(workdir)
+    _prepare_workdir(workdir, resume)
   if channel:
     channel.barrier('workdir-ready')
   task = program.task
@@ -190,23 +206,31 @@ def run() -> dict | None:
       'task': {'name': task.name, **task.config},
       'data': {'seed': config.seed, 'global_batch': config.global_batch},
       'layout': {'mode': built.mode.value, 'plan': config.plan, 'strategy': config.strategy,
-                 'mesh': config.mesh, 'workers': ctx.workers},
+                 'mesh': config.mesh, 'workers': ctx.workers,
+                 'hosts': list(runtime.hosts(ctx.workers))},
       'policy_name': None if policy is None else policy.name,
   }
   replicas = isinstance(program, pipeline.ReplicaDriver)
   if replicas:
-    ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel)
+    ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel, resume)
   elif isinstance(program, PipelineTrainer) and ctx.workers > 1:  # stages on their processes
     ckpt, resume_step = pipeline.StageCheckpointer(workdir / 'checkpoints', program,
                                                    channel.barrier), None
   else:
-    ckpt, resume_step = checkpoint.Checkpointer(workdir / 'checkpoints'), None
-  logger = telemetry = None
+    ckpt, resume_step = checkpoint.Checkpointer(workdir / 'checkpoints',
+                                                asynchronous=config.checkpoint_async), None
+  logger = telemetry = watchdog = None
   segment: dict[str, list] = {}
   report = None
   try:
-    state, policy_state = _restore(ckpt, built, meta, resume_step)
+    state, policy_state = _restore(
+        ckpt, built, meta, resume, resume_step,
+        reseed=lambda saved: _elastic.reseed_policy(policy, saved, workdir, ctx, channel))
     start = int(state.step)
+    if ctx.is_chief and runtime.restart_attempt() > 0:
+      _elastic.record_restart(workdir, start, ctx.workers)
+    elif ctx.is_chief and resume:
+      _elastic.trim_after(workdir, start)
     hooks = [ckpt.hook(meta, every=config.checkpoint_every),
              train.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
              train.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
@@ -233,13 +257,16 @@ def run() -> dict | None:
       hooks.insert(0, logger.hook())
     if multi and start < config.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
+    if channel is not None:  # reports after the other hooks: a worker stuck in one is named
+      watchdog = _elastic.watchdog(channel, ctx)
+      hooks.append(train.Hook(lambda i: watchdog.report(i.step)))
     if replicas and start < config.steps:  # compiles and connects the groups before the clock
       program.warm_up(state)               # of the scheduler starts (else the first steps
                                            # would time out waiting for a compiling replica)
     for _ in train.training_steps(program, state, config.steps, hooks, policy, policy_state):
       pass
   finally:
-    for closable in (logger, telemetry, ckpt):
+    for closable in (watchdog, logger, telemetry, ckpt):
       if closable:
         closable.close()
     if hasattr(program, 'close'):
@@ -251,7 +278,7 @@ def run() -> dict | None:
   # Throughput as `python -m hetjax.report` computes it (warm-up and compiling steps left out).
   summary = logger.summary() | summary_fields(workdir) | {
       'checkpoint_steps': ckpt.all_steps(), 'first_shares': segment.get('first'),
-      'last_shares': segment.get('last')}
+      'last_shares': segment.get('last')} | _elastic.summary_fields(workdir)
   if report is not None:
     summary['sync'] = {k: v for k, v in report.to_json().items() if k != 'policy'}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')

@@ -14,9 +14,21 @@ link:LATENCY_MS:BANDWIDTH_MB_S`` emulates each worker's link (`hetjax.emulation.
 
 Every worker line comes out on stdout as ``[w{i}] line``. If a worker fails, the others are
 stopped and the launcher exits with that worker's status after one line on stderr
-(``launch: worker 2 exited with status 1``); 124 on ``--timeout``, 130 on Ctrl-C. Bad input
-prints ``launch: error: …`` and exits with 2. The work is done by
-`hetjax.runtime._launcher.launch_local`; this file only parses arguments.
+(``launch: worker 2 exited with status 1``); 124 on ``--timeout``, 130 on Ctrl-C. The worker
+named is the one to blame: a worker stopped by SIGSTOP, or named by the stall watchdog, rather
+than the peers that failed waiting for it. Bad input prints ``launch: error: …`` and exits
+with 2.
+
+Elastic runs: ``--max-restarts N`` relaunches a failed job (``experiments/train.py`` resumes
+from its last complete checkpoint on its own); ``--min-workers M`` leaves out a worker that
+fails twice in a row, down to M workers; ``--stall-timeout S`` is how long a worker may make no
+progress (default: five times the recent step time, at least 10 s).
+
+  python -m hetjax.launch --workers 4 --max-restarts 3 --min-workers 3 --timeout 900 \\
+      -- python experiments/train.py --config=mlp --workdir=runs/elastic
+
+The work is done by `hetjax.runtime.launch_elastic` and `launch_local`; this file only parses
+arguments.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from typing import NoReturn
 
 from hetjax._errors import ConfigError
 from hetjax.emulation import parse_links, parse_trace
-from hetjax.runtime._launcher import launch_local
+from hetjax.runtime._elastic import launch_elastic
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -73,6 +85,15 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--network', metavar='SPEC',
                       help='emulated links: none or link:LATENCY_MS:BANDWIDTH_MB_S, passed on '
                            'as HETJAX_NETWORK')
+  parser.add_argument('--max-restarts', type=int, default=0, metavar='N',
+                      help='relaunch a failed job up to N times; it resumes from its last '
+                           'checkpoint (default 0)')
+  parser.add_argument('--min-workers', type=int, metavar='M',
+                      help='leave out a worker that fails twice in a row while more than M '
+                           'remain (default: all workers)')
+  parser.add_argument('--stall-timeout', type=float, metavar='SECONDS',
+                      help='seconds without progress before a worker is named stuck and the '
+                           'job ended (default: 5x the recent step time, at least 10 s)')
   parser.add_argument('--pin-cores', action='store_true',
                       help='run each worker on one CPU, round robin (Linux): emulated hosts '
                            'hold with more workers than cores')
@@ -106,13 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     workers, devices = _workers_and_devices(args)
     port_range = None if args.port_range is None else parse_port_range(args.port_range)
-    result = launch_local(argv[split + 1:], workers, devices,
-                          slowdown=args.slowdown, timeout=args.timeout,
-                          init_timeout=args.init_timeout, port_range=port_range,
-                          validate_slowdown=lambda spec: parse_trace(spec, workers),
-                          pin_cores=args.pin_cores, servers=args.servers,
-                          network=args.network,
-                          validate_network=lambda spec: parse_links(spec, workers))
+    result = launch_elastic(argv[split + 1:], workers, devices,
+                            max_restarts=args.max_restarts, min_workers=args.min_workers,
+                            stall_timeout=args.stall_timeout,
+                            slowdown=args.slowdown, timeout=args.timeout,
+                            init_timeout=args.init_timeout, port_range=port_range,
+                            validate_slowdown=lambda spec: parse_trace(spec, workers),
+                            pin_cores=args.pin_cores, servers=args.servers,
+                            network=args.network,
+                            validate_network=lambda spec: parse_links(spec, workers))
   except ConfigError as e:
     _fail(str(e))
   if result.returncode != 0:

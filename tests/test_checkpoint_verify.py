@@ -98,21 +98,34 @@ def _saved(directory, steps=(1, 2), **kwargs):
   return ckpt
 
 
-def _flip_one_data_bit(state_dir):
-  """Flips one bit in the middle of the largest array-data file of a checkpoint's state."""
+def _flip_one_data_bit(state_dir, values):
+  """Flips one bit in the largest array-data file of a checkpoint's state, at the first place
+  from its middle where orbax still restores it without an error but with ``values`` changed
+  (orbax compresses the data, so some flips fail to decode instead: those are put back)."""
   path = max(state_dir.glob('ocdbt.process_*/d/*'), key=lambda p: p.stat().st_size)
-  data = bytearray(path.read_bytes())
-  data[len(data) // 2] ^= 0x01
-  path.write_bytes(data)
+  original = path.read_bytes()
+  abstract = _abstract(_state(2))
+  for at in range(len(original) // 2, len(original)):
+    data = bytearray(original)
+    data[at] ^= 0x01
+    path.write_bytes(data)
+    try:
+      restored = ocp.StandardCheckpointer().restore(state_dir, abstract)
+    except Exception:
+      continue
+    if (np.asarray(restored.params['w']) != np.asarray(values)).any():
+      return
+  path.write_bytes(original)
+  raise AssertionError(f'no single-bit flip in {path} restores silently')
 
 
 def test_flipped_data_that_orbax_reads_silently_is_caught_and_skipped(tmp_path, capsys):
   ckpt = _saved(tmp_path / 'ckpt')
-  _flip_one_data_bit(tmp_path / 'ckpt' / '2' / 'state')
+  _flip_one_data_bit(tmp_path / 'ckpt' / '2' / 'state', _state(2).params['w'])
   abstract = _abstract(_state(2))
   unchecked = ocp.StandardCheckpointer().restore(tmp_path / 'ckpt' / '2' / 'state', abstract)
   changed = np.asarray(unchecked.params['w']) != np.asarray(_state(2).params['w'])
-  assert changed.sum() == 1  # orbax: no error, one value different
+  assert changed.sum() >= 1  # orbax: no error, values different
 
   restored, meta = ckpt.restore(abstract)
   assert int(restored.step) == 1 and meta['step'] == 1 and meta['k'] == 1
@@ -124,7 +137,7 @@ def test_flipped_data_that_orbax_reads_silently_is_caught_and_skipped(tmp_path, 
     ckpt.restore(abstract, step=2)
   assert str(e.value) == (f"checkpoint step 2 in {tmp_path / 'ckpt'} failed verification "
                           "(leaf 'params/w' checksum differs)")
-  _flip_one_data_bit(tmp_path / 'ckpt' / '1' / 'state')
+  _flip_one_data_bit(tmp_path / 'ckpt' / '1' / 'state', _state(1).params['w'])
   with pytest.raises(ConfigError, match=r"^checkpoint step 1 in .* failed verification \(leaf "
                      r"'params/w' checksum differs\); no older one is good$"):
     ckpt.restore(abstract)

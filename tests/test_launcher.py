@@ -367,7 +367,7 @@ def test_bad_input_on_the_command_line_exits_2_without_a_traceback():
 
 def test_the_command_line_passes_per_worker_device_counts_on(monkeypatch):
   got = []
-  monkeypatch.setattr(launch, 'launch_local',
+  monkeypatch.setattr(launch, 'launch_elastic',
                       lambda *a, **k: got.append(a) or LaunchResult(0, None, 'ok'))
   assert launch.main(['--devices', '2,1,1', '--', 'true']) == 0
   assert launch.main(['--workers', '2', '--devices-per-worker', '3', '--', 'true']) == 0
@@ -376,7 +376,7 @@ def test_the_command_line_passes_per_worker_device_counts_on(monkeypatch):
 
 def test_the_command_line_passes_pin_cores_on(monkeypatch):
   got = []
-  monkeypatch.setattr(launch, 'launch_local',
+  monkeypatch.setattr(launch, 'launch_elastic',
                       lambda *a, **k: got.append(k) or LaunchResult(0, None, 'ok'))
   assert launch.main(['--workers', '2', '--', 'true']) == 0
   assert launch.main(['--workers', '2', '--pin-cores', '--', 'true']) == 0

@@ -103,6 +103,9 @@ class Config:
       fused buffer).
     log_every: steps between progress lines (and metric flushes).
     checkpoint_every: steps between checkpoints (a checkpoint is also written at the end).
+    checkpoint_async: write checkpoints in the background (orbax's asynchronous save); False:
+      a save completes before the next step, so a failure loses at most ``checkpoint_every``
+      steps (with background saves, also the steps run while the last save was written).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
   """
 
@@ -140,6 +143,7 @@ class Config:
   bucket_bytes: int = 0
   log_every: int = 10
   checkpoint_every: int = 50
+  checkpoint_async: bool = True
   compilation_cache: bool = True
 
   def __post_init__(self):

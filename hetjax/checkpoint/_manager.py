@@ -58,14 +58,19 @@ class Checkpointer:
     state, meta = ckpt.restore(trainer.abstract_state())
   """
 
-  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
+               asynchronous: bool = True):
+    """``asynchronous``: a save returns once the arrays are copied and is written in the
+    background (orbax's default); False: `save` returns once the checkpoint is complete, so a
+    job killed at any later step loses at most the steps since this save."""
     self.directory = os.fspath(directory)
     _barriers_for_unequal_workers()
     self._names = ocp.step.standard_name_format()
     self._manager = ocp.CheckpointManager(
         os.path.abspath(self.directory),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                             step_name_format=self._names))
+                                             step_name_format=self._names,
+                                             enable_async_checkpointing=asynchronous))
 
   def latest_step(self) -> int | None:
     """The newest complete checkpoint's step, or ``None``."""

@@ -14,6 +14,8 @@ from ._grammar import parse_trace as parse_trace
 from ._hosts import KnownSpeedHost as KnownSpeedHost
 from ._network import Links as Links
 from ._network import parse_links as parse_links
+from ._subset import SubsetTrace as SubsetTrace
+from ._subset import subset as subset
 from ._traces import ComposedTrace as ComposedTrace
 from ._traces import CsvTrace as CsvTrace
 from ._traces import MarkovTrace as MarkovTrace
@@ -32,8 +34,10 @@ __all__ = [
     'SlowdownTrace',
     'StaticTrace',
     'StepChangeTrace',
+    'SubsetTrace',
     'TransientTrace',
     'calibrate_row_cost',
     'parse_links',
     'parse_trace',
+    'subset',
 ]

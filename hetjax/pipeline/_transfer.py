@@ -44,6 +44,7 @@ import collections
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -166,8 +167,7 @@ def _cross_host_put(value: PyTree, dst: NamedSharding) -> PyTree:
   except jax.errors.JaxRuntimeError as e:  # 'FAILED_PRECONDITION: bind: Address already in use'
     if 'Address already in use' not in str(e):
       raise
-    from jax._src import xla_bridge  # the flag has no public reader
-    address = xla_bridge.CROSS_HOST_TRANSFER_SOCKET_ADDRESS.value
+    address = os.environ.get('HETJAX_TRANSFER_ADDRESS', '(unknown address)')
     raise ConfigError(port_in_use(address, "this process's transfer socket, "
                                   'jax_cross_host_transfer_socket_address')) from None
 

@@ -14,6 +14,11 @@ from hetjax.runtime._discovery import discover_cluster as discover_cluster
 from hetjax.runtime._discovery import local_worker_info as local_worker_info
 from hetjax.runtime._distributed import WorkerContext as WorkerContext
 from hetjax.runtime._distributed import initialize as initialize
+from hetjax.runtime._elastic import launch_elastic as launch_elastic
+from hetjax.runtime._elastic_env import hosts as hosts
+from hetjax.runtime._elastic_env import original_workers as original_workers
+from hetjax.runtime._elastic_env import restart_attempt as restart_attempt
+from hetjax.runtime._elastic_env import restart_cause as restart_cause
 from hetjax.runtime._kv import Channel as Channel
 from hetjax.runtime._launcher import LaunchResult as LaunchResult
 from hetjax.runtime._launcher import find_free_ports as find_free_ports
@@ -21,6 +26,7 @@ from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
 from hetjax.runtime._telemetry import split_collective as split_collective
+from hetjax.runtime._watchdog import ProgressWatchdog as ProgressWatchdog
 
 __all__ = [
     'AllReduceFit',
@@ -28,6 +34,7 @@ __all__ = [
     'Cluster',
     'LaunchResult',
     'LocalChannel',
+    'ProgressWatchdog',
     'TelemetryGatherer',
     'WorkerContext',
     'WorkerInfo',
@@ -35,9 +42,14 @@ __all__ = [
     'enable_compilation_cache',
     'find_free_ports',
     'fit_allreduce',
+    'hosts',
     'initialize',
+    'launch_elastic',
     'launch_local',
     'local_worker_info',
+    'original_workers',
+    'restart_attempt',
+    'restart_cause',
     'split_collective',
     'time_allreduce',
 ]

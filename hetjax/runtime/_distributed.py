@@ -5,12 +5,13 @@ What listens where, for a job of `hetjax.launch` (``HETJAX_COORDINATOR=127.0.0.1
 * JAX's coordinator (worker 0): the coordinator address itself, so loopback; JAX's own default
   is every interface (``[::]:P``). ``JAX_COORDINATOR_BIND_ADDRESS`` overrides it.
 * The roll call (worker 0, `roll_call`): the same address, closed before JAX binds it.
-* Gloo, the CPU collectives (every worker): the coordinator's host when that is loopback; JAX's
-  default is whatever the machine's host name resolves to (a LAN address on many machines).
+* Gloo, the CPU collectives (every worker): the address the machine's host name resolves to
+  (JAX's choice; it has no public setting for it). On the development and CI machines that is
+  127.0.0.1; where it is a LAN address, gloo listens there.
 * The cross-host transfer socket (every worker, on its first cross-host ``device_put``):
   ``HETJAX_TRANSFER_ADDRESS`` (``127.0.0.1:Q``), and its data transports on that host, any
   port; JAX's default for those is ``0.0.0.0:0`` four times. A
-  ``jax_cross_host_transport_addresses`` set before `initialize` is kept.
+  ``jax_cross_host_transport_addresses`` set before `initialize` is replaced.
 * The parameter server's transfer servers (`hetjax.ps.Transport`): ``127.0.0.1:0`` unless
   given another address.
 
@@ -40,7 +41,7 @@ import time
 import jax
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._rendezvous import check_port, host_port, is_loopback, roll_call
+from hetjax.runtime._rendezvous import check_port, roll_call
 
 #: Environment variables that `hetjax.launch` sets for each local worker.
 ENV_COORDINATOR = 'HETJAX_COORDINATOR'
@@ -159,9 +160,6 @@ def initialize(
       raise ConfigError(
           f'worker {worker} of {workers} could not join the job at {coordinator} within '
           f'{init_timeout_s} s (did every worker start?): {first[:200]}') from None
-    host = host_port(coordinator)[0]
-    if is_loopback(host):  # every worker is on this machine
-      _gloo_on(host)
     return WorkerContext(worker, workers, coordinator, slowdown)
   if auto_detect and _cluster_detected():
     jax.distributed.initialize(initialization_timeout=init_timeout_s, **timeouts)
@@ -170,36 +168,11 @@ def initialize(
 
 
 def _transfer_on(address: str) -> None:
-  """The cross-host transfer socket on ``address``, its data transports on the same host."""
-  from jax._src import xla_bridge  # the flag has no public reader; env variables do not set it
-
+  """The cross-host transfer socket on ``address``, its data transports on the same host, any
+  port (JAX's default for those is every interface)."""
   jax.config.update('jax_cross_host_transfer_socket_address', address)
-  if not xla_bridge.CROSS_HOST_TRANSPORT_ADDRESSES.value:
-    host = address.rpartition(':')[0] or '127.0.0.1'
-    jax.config.update('jax_cross_host_transport_addresses', ','.join([f'{host}:0'] * _TRANSPORTS))
-
-
-def _gloo_on(host: str) -> None:
-  """Gloo (the CPU collectives) listening on ``host`` instead of the host name's address.
-
-  JAX makes its gloo collectives without a host, and gloo then binds the address the machine's
-  name resolves to. The CPU backend is made lazily, so registering its factory again, with
-  collectives made for ``host``, takes effect; if the backend exists already, or this JAX has
-  no such hooks, JAX's default stays.
-  """
-  try:
-    from jax._src import distributed, xla_bridge
-    from jax._src.lib import _jax
-    make_collectives, make_client = _jax.make_gloo_tcp_collectives, xla_bridge.make_cpu_client
-  except (ImportError, AttributeError):
-    return
-
-  def make_cpu_client():
-    return make_client(collectives=make_collectives(
-        distributed_client=distributed.global_state.client, hostname=host))
-
-  with contextlib.suppress(RuntimeError):  # the CPU backend already exists
-    xla_bridge.register_backend_factory('cpu', make_cpu_client, priority=0, fail_quietly=False)
+  host = address.rpartition(':')[0] or '127.0.0.1'
+  jax.config.update('jax_cross_host_transport_addresses', ','.join([f'{host}:0'] * _TRANSPORTS))
 
 
 def _exit_with_launcher() -> None:

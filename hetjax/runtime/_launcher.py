@@ -10,6 +10,8 @@ worker gets its base environment plus what `jax.distributed` and hetjax read::
   HETJAX_NETWORK=spec                     emulated links, only when given
   HETJAX_NUM_SERVERS=K                    a parameter-server job: the last K processes are servers
   HETJAX_LAUNCHER_PID=pid                 a worker exits when this process is gone
+  HETJAX_VERDICT_DIR=dir                  where the stall watchdog names a stuck worker
+  HETJAX_HOSTS=0,1,3                      the workers' original ids, when some were left out
   JAX_NUM_CPU_DEVICES=D  JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo  PYTHONUNBUFFERED=1
 
 With ``pin_cores`` each worker process runs on one core, dealt round robin (`_affinity`): what
@@ -24,10 +26,12 @@ import dataclasses
 import itertools
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,10 +39,16 @@ from typing import IO, TextIO
 
 from hetjax._errors import ConfigError
 from hetjax.runtime._affinity import affinity_for_children, worker_cpus
+from hetjax.runtime._elastic_env import ENV_HOSTS, ENV_VERDICT_DIR
+from hetjax.runtime._verdict import is_stopped, read_verdict
 
 MAX_WORKERS = 1024
 _POLL_SECONDS = 0.05
 _GRACE_SECONDS = 3.0
+_STOPPED_POLL_SECONDS = 0.25
+#: A process stopped (SIGSTOP) this long is named and the job ended, when no stall timeout is
+#: given: JAX's coordination service ends its peers about as soon (its 10 s heartbeat timeout).
+DEFAULT_STOPPED_SECONDS = 10.0
 _LIVE_GROUPS: set[int] = set()  # process groups whose leader is not reaped yet
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
@@ -51,14 +61,18 @@ class LaunchResult:
     returncode: 0 if all workers exited 0; else the first failing worker's status (128 + signal if
       a signal killed it); 124 on timeout; 128 + signal when the launcher gets SIGINT (130),
       SIGTERM or SIGHUP.
-    failed_worker: the process index of the first process that failed (servers come after
-      the workers), or None.
+    failed_worker: the process index of the process to blame (servers come after the
+      workers), or None: the first that failed, unless one was stopped (SIGSTOP) or the stall
+      watchdog named another (`hetjax.runtime._verdict`).
     cause: one sentence for people, e.g. ``'worker 2 exited with status 1'``.
+    detected_at: when the launcher saw the failure or stall (`time.time`), before it stopped
+      the others; None if the job did not fail.
   """
 
   returncode: int
   failed_worker: int | None
   cause: str
+  detected_at: float | None = dataclasses.field(default=None, compare=False)
 
 
 def find_free_ports(n: int, port_range: tuple[int, int] | None = None) -> list[int]:
@@ -154,13 +168,18 @@ def _pump(prefix: str, pipe: IO[bytes], out: TextIO, lock: threading.Lock) -> No
 class _Workers:
   """The worker processes, each the leader of its own process group."""
 
-  def __init__(self, out: TextIO, workers: int):
+  def __init__(self, out: TextIO, workers: int, hosts: Sequence[int] | None = None):
     self._out, self._lock, self._readers, self.workers = out, threading.Lock(), [], workers
+    self.hosts = tuple(range(workers)) if hosts is None else tuple(hosts)
     self.live: dict[int, subprocess.Popen[bytes]] = {}  # process id -> process not yet reaped
 
   def name(self, i: int) -> str:
-    """``'worker i'``, or ``'server j'`` for the processes after the workers."""
-    return f'worker {i}' if i < self.workers else f'server {i - self.workers}'
+    """``'worker h'`` (h: the worker's original id), or ``'server j'`` after the workers."""
+    return f'worker {self.hosts[i]}' if i < self.workers else f'server {i - self.workers}'
+
+  def stopped(self) -> list[int]:
+    """The live processes that are stopped (SIGSTOP), by index."""
+    return [i for i, p in sorted(self.live.items()) if is_stopped(p.pid)]
 
   def start(self, command: Sequence[str], env: Mapping[str, str],
             cpus: frozenset[int] | None = None) -> None:
@@ -174,7 +193,7 @@ class _Workers:
       raise ConfigError(f'cannot start {self.name(i)}: {command[0]}: {e.strerror}') from None
     _LIVE_GROUPS.add(proc.pid)
     self.live[i] = proc
-    prefix = f'w{i}' if i < self.workers else f's{i - self.workers}'
+    prefix = f'w{self.hosts[i]}' if i < self.workers else f's{i - self.workers}'
     self._readers.append(threading.Thread(
         target=_pump, args=(prefix, proc.stdout, self._out, self._lock), daemon=True))
     self._readers[-1].start()
@@ -210,12 +229,16 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
                  env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
                  validate_slowdown: Callable[[str], object] | None = None,
                  pin_cores: bool = False, servers: int = 0, network: str | None = None,
-                 validate_network: Callable[[str], object] | None = None) -> LaunchResult:
+                 validate_network: Callable[[str], object] | None = None,
+                 stall_timeout: float | None = None,
+                 hosts: Sequence[int] | None = None) -> LaunchResult:
   """Runs ``command`` as ``workers`` local processes and waits for all of them.
 
   The job ends when every worker exited 0; when the first one fails (the others get SIGTERM, then
-  SIGKILL after a 3 s grace); after ``timeout`` s; or on SIGINT/SIGTERM/SIGHUP to this process
-  (passed on to the workers, same grace; a second signal skips it). Each worker is its own process
+  SIGKILL after a 3 s grace); when one has been stopped (SIGSTOP) for ``stall_timeout`` s; after
+  ``timeout`` s; or on SIGINT/SIGTERM/SIGHUP to this process (passed on to the workers, same
+  grace; a second signal skips it). The worker blamed is the one the stall watchdog named, else
+  a stopped one (its peers fail after it), else the first to fail. Each worker is its own process
   group and every group is SIGKILLed at the end, so nothing a worker started is left running.
 
   Example::
@@ -245,6 +268,11 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
       failing server is named as ``server j``.
     network: emulated links, passed on as ``HETJAX_NETWORK`` (`hetjax.emulation.parse_links`).
     validate_network: called with ``network`` first; raises `ConfigError` if it is bad.
+    stall_timeout: seconds a stopped worker may stay stopped before the job is ended with it
+      named (default `DEFAULT_STOPPED_SECONDS`); the in-job watchdog's timeout is separate
+      (``HETJAX_STALL_TIMEOUT``, set by `hetjax.runtime.launch_elastic`).
+    hosts: the workers' original ids (``HETJAX_HOSTS``), when a restart left some out: worker
+      i is named, and its lines prefixed, by ``hosts[i]``.
 
   Returns:
     A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.cause``).
@@ -263,6 +291,10 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     validate_slowdown(slowdown)
   if network is not None and validate_network is not None:
     validate_network(network)
+  if hosts is not None and len(hosts) != workers:
+    raise ConfigError(f'{len(hosts)} host ids for {workers} workers')
+  if stall_timeout is not None and not stall_timeout > 0:
+    raise ConfigError(f'stall timeout must be a positive number of seconds, got {stall_timeout}')
   processes = workers + servers
   coordinator, *transfer = find_free_ports(processes + 1, port_range)
   base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}',
@@ -271,43 +303,71 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
   optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout,
               'HETJAX_NETWORK': network, 'HETJAX_NUM_SERVERS': servers or None}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
+  if hosts is not None and tuple(hosts) != tuple(range(workers)):
+    base[ENV_HOSTS] = ','.join(str(h) for h in hosts)
   cpus = worker_cpus(processes) if pin_cores else [None] * processes
   # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
   received: list[int] = []
   main = threading.current_thread() is threading.main_thread()  # only it may set handlers
   previous = {s: signal.signal(s, lambda signum, _: received.append(signum))
               for s in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if main else ())}
-  job = _Workers(sys.stdout if stdout is None else stdout, workers)
+  job = _Workers(sys.stdout if stdout is None else stdout, workers, hosts)
+  verdicts = base[ENV_VERDICT_DIR] = tempfile.mkdtemp(prefix='hetjax-verdict-')
   try:
     for i, port in enumerate(transfer):
       job.start(command, base | {'HETJAX_WORKER_ID': str(i), 'JAX_NUM_CPU_DEVICES': str(counts[i]),
                                  'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'}, cpus[i])
-    return _supervise(job, timeout, received)
+    return _supervise(job, timeout, received, stall_timeout or DEFAULT_STOPPED_SECONDS, verdicts)
   finally:
     job.stop(signal.SIGKILL, 0.0)  # kills leftovers and flushes the output on every path
+    shutil.rmtree(verdicts, ignore_errors=True)
     for s, handler in previous.items():
       signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
-def _supervise(job: _Workers, timeout: float | None, received: list[int]) -> LaunchResult:
-  """Polls every 50 ms until all workers exited 0, one failed, time ran out or a signal came."""
+def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_timeout: float,
+               verdicts: str) -> LaunchResult:
+  """Polls every 50 ms until all workers exited 0, one failed or stayed stopped, time ran out
+  or a signal came."""
   deadline = math.inf if timeout is None else time.monotonic() + timeout
+  stopped_since: dict[int, float] = {}
+  next_look = 0.0
   while True:
     if received:
       sig = received[0]
       job.stop(sig, _GRACE_SECONDS, hurry=lambda: len(received) > 1)
       name = 'interrupted' if sig == signal.SIGINT else f'interrupted by {signal.Signals(sig).name}'
       return LaunchResult(128 + sig, None, name)
-    failed = [(i, rc) for i, rc in job.reap() if rc != 0]
-    if failed:
-      worker, rc = failed[0]
-      job.stop(signal.SIGTERM, _GRACE_SECONDS)
+    now = time.monotonic()
+    if now >= next_look:  # reading /proc for every process: not at every poll
+      stopped = job.stopped()
+      stopped_since = {i: stopped_since.get(i, now) for i in stopped}
+      next_look = now + _STOPPED_POLL_SECONDS
+    failed = sorted((rc != -signal.SIGKILL, i, rc) for i, rc in job.reap() if rc != 0)
+    if failed:  # a SIGKILLed worker before peers that failed in the same poll
+      _, worker, rc = failed[0]
       how = (f'exited with status {rc}' if rc > 0 else
              f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
-      return LaunchResult(rc if rc > 0 else 128 - rc, worker, f'{job.name(worker)} {how}')
+      code, blamed, cause = rc if rc > 0 else 128 - rc, worker, f'{job.name(worker)} {how}'
+      verdict = read_verdict(verdicts)
+      if verdict is not None:
+        blamed, cause = verdict[0], verdict[1]
+      elif stopped_since:
+        blamed = min(stopped_since, key=stopped_since.get)
+        cause = (f'{job.name(blamed)} was stopped (SIGSTOP) for '
+                 f'{now - stopped_since[blamed]:.1f} s; its peers failed waiting for it ({cause})')
+      seen = time.time()
+      job.stop(signal.SIGTERM, _GRACE_SECONDS)
+      return LaunchResult(code, blamed, cause, seen)
     if not job.live:
       return LaunchResult(0, None, 'all workers exited with status 0')
-    if time.monotonic() >= deadline:
+    late = [i for i, t in stopped_since.items() if now - t >= stall_timeout]
+    if late:
+      seen = time.time()
+      job.stop(signal.SIGTERM, _GRACE_SECONDS)
+      return LaunchResult(1, late[0], f'{job.name(late[0])} was stopped (SIGSTOP) for '
+                                      f'{now - stopped_since[late[0]]:.1f} s: no progress', seen)
+    if now >= deadline:
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       return LaunchResult(124, None, f'timed out after {timeout:g} s; stopped all workers')
     time.sleep(_POLL_SECONDS)

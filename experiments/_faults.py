@@ -1,0 +1,153 @@
+"""Injecting faults into a launched job from outside, and watching it recover (bench_faults.py,
+tests): the workers are found by their environment, signalled like an operator or the OOM
+killer would, checkpoints are corrupted on disk, and progress is read from the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from hetjax.runtime import _distributed
+
+
+def _environ(pid: int) -> dict[str, str]:
+  try:
+    raw = pathlib.Path(f'/proc/{pid}/environ').read_bytes()
+  except OSError:
+    return {}
+  pairs = (item.split(b'=', 1) for item in raw.split(b'\0') if b'=' in item)
+  return {k.decode(errors='replace'): v.decode(errors='replace') for k, v in pairs}
+
+
+def job_processes(launcher_pid: int) -> dict[int, int]:
+  """``{worker index: pid}`` of the live processes a launcher (``launcher_pid``) started
+  (Linux: read from ``/proc``); the processes they started are not included."""
+  found = {}
+  for entry in pathlib.Path('/proc').iterdir():
+    if not entry.name.isdigit():
+      continue
+    env = _environ(int(entry.name))
+    if env.get(_distributed.ENV_LAUNCHER_PID) != str(launcher_pid):
+      continue
+    try:
+      stat = (entry / 'stat').read_bytes()
+      parent = int(stat[stat.rfind(b')') + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+      continue
+    if _environ(parent).get(_distributed.ENV_LAUNCHER_PID) != str(launcher_pid):
+      found[int(env.get(_distributed.ENV_WORKER_ID, -1))] = int(entry.name)
+  return found
+
+
+def orphans(launcher_pid: int) -> int:
+  """How many processes started under ``launcher_pid`` are still alive (after it returned)."""
+  count = 0
+  for entry in pathlib.Path('/proc').iterdir():
+    if entry.name.isdigit() and int(entry.name) != os.getpid() and \
+        _environ(int(entry.name)).get(_distributed.ENV_LAUNCHER_PID) == str(launcher_pid):
+      count += 1
+  return count
+
+
+def signal_worker(launcher_pid: int, worker: int, sig: int, timeout_s: float = 60.0) -> float:
+  """Sends ``sig`` to worker ``worker`` of the current launch once it exists; returns when
+  (`time.time`)."""
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    pid = job_processes(launcher_pid).get(worker)
+    if pid is not None:
+      os.kill(pid, sig)
+      return time.time()
+    time.sleep(0.05)
+  raise RuntimeError(f'worker {worker} did not start within {timeout_s:g} s')
+
+
+def corrupt_latest(checkpoints: pathlib.Path) -> int:
+  """Flips one bit in the middle of the largest data file of the latest complete checkpoint
+  (a flip orbax restores without an error); returns that checkpoint's step."""
+  step = max(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+  files = [p for p in (checkpoints / str(step) / 'state').rglob('*') if p.is_file()]
+  target = max(files, key=lambda p: p.stat().st_size)
+  data = bytearray(target.read_bytes())
+  data[len(data) // 2] ^= 0x10
+  target.write_bytes(bytes(data))
+  return step
+
+
+def final_state(checkpoints: pathlib.Path, step: int) -> dict:
+  """The state saved at ``step`` as numpy arrays, read in this process."""
+  path = checkpoints / str(step) / 'state'
+  reader = ocp.PyTreeCheckpointer()
+  tree = reader.metadata(path).item_metadata.tree
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+  return reader.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+
+
+def states_equal(a, b) -> bool:
+  """Whether two states have the same leaves, bit for bit."""
+  leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+  return len(leaves_a) == len(leaves_b) and all(
+      np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(x, y)
+      for x, y in zip(leaves_a, leaves_b, strict=True))
+
+
+def max_relative_difference(a, b) -> float:
+  """The largest |a − b| / max(|b|, 1e-6) over every leaf."""
+  return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))
+                          / np.maximum(np.abs(np.asarray(y, np.float64)), 1e-6), initial=0.0))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+@dataclasses.dataclass
+class RunWatch:
+  """Reads a train.py run directory's progress: logged steps and restart rows."""
+
+  workdir: pathlib.Path
+
+  def steps(self) -> list[int]:
+    return [row['step'] for row in self._rows('metrics.jsonl')]
+
+  def losses(self) -> dict[int, float]:
+    return {row['step']: row['loss'] for row in self._rows('metrics.jsonl')}
+
+  def restarts(self) -> list[dict]:
+    return self._rows('restarts.jsonl')
+
+  def last_step(self) -> int:
+    return max(self.steps(), default=0)
+
+  def wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Polls ``ready`` every 20 ms; returns when it held (`time.time`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+      if ready():
+        return time.time()
+      time.sleep(0.02)
+    raise RuntimeError(f'timed out after {timeout_s:g} s waiting for {what}')
+
+  def _rows(self, name: str) -> list[dict]:
+    try:
+      text = (self.workdir / name).read_text()
+    except OSError:
+      return []
+    rows = []
+    for line in text.splitlines():
+      try:
+        rows.append(json.loads(line))
+      except ValueError:
+        continue  # a line being written
+    return rows
+
+
+def kill_signal(kind: str) -> int:
+  return {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP}[kind]
