@@ -9,7 +9,7 @@ import os
 import pathlib
 from typing import Any
 
-from hetjax import runtime
+from hetjax import planner, runtime, sharding
 from hetjax.core import StepStats, decode_state, encode_state
 from hetjax.runtime import _elastic_env as _env
 
@@ -147,6 +147,26 @@ def _replay(policy, saved: dict[str, Any], workdir: pathlib.Path,
                       load=tuple(float(r.get('load', 1.0)) for r in rows))
     _, state = policy.update(state, stats)
   return state
+
+
+def replan(plan: planner.Plan, task, global_batch: int, ctx: runtime.WorkerContext,
+           channel) -> planner.Plan:
+  """A plan for this job's devices, re-searched when a restart left workers out and ``plan``
+  (the run's plan file) is for more: the cluster measured anew (every worker takes part) and
+  searched with the analytic cost model by worker 0, whose plan the others take over
+  ``channel`` (every worker must build the same program)."""
+  cluster = planner.measure_cluster()
+  names = sharding.submodel_names(task.make_model)
+  if not ctx.is_chief:
+    return planner.Plan.from_json(channel.get('replanned', timeout_s=600.0), names)
+  found = planner.search(planner.profile_submodels(task), cluster, global_batch,
+                         planner.AnalyticCost())
+  if channel is not None:
+    channel.set('replanned', found.to_json())
+  print(f'plan: {plan.name!r} is for {plan.devices} devices; re-searched for the '
+        f'{cluster.devices} left: ' + ', '.join(
+            f'{s.name} {s.layout.name(cluster.devices)}' for s in found.submodels), flush=True)
+  return found
 
 
 def summary_fields(workdir: pathlib.Path) -> dict[str, Any]:

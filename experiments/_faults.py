@@ -87,7 +87,7 @@ def corrupt_latest(checkpoints: pathlib.Path) -> int:
 def final_state(checkpoints: pathlib.Path, step: int) -> dict:
   """The state saved at ``step`` as numpy arrays, read in this process."""
   path = checkpoints / str(step) / 'state'
-  reader = ocp.PyTreeCheckpointer()
+  reader = ocp.PyTreeCheckpointer()  # (orbax warns that the item has no metadata file)
   tree = reader.metadata(path).item_metadata.tree
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
   return reader.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
@@ -101,11 +101,12 @@ def states_equal(a, b) -> bool:
       for x, y in zip(leaves_a, leaves_b, strict=True))
 
 
-def max_relative_difference(a, b) -> float:
-  """The largest |a − b| / max(|b|, 1e-6) over every leaf."""
-  return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))
-                          / np.maximum(np.abs(np.asarray(y, np.float64)), 1e-6), initial=0.0))
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+def states_close(a, b, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
+  """Whether every leaf of ``a`` is within ``atol + rtol·|b|`` of ``b``'s (`numpy.allclose`)."""
+  leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+  return len(leaves_a) == len(leaves_b) and all(
+      np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
+      for x, y in zip(leaves_a, leaves_b, strict=True))
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import models
-from experiments import _comm_options, _hosts, _replicas, configs
+from experiments import _comm_options, _elastic, _hosts, _replicas, configs
 from hetjax import (
     ConfigError,
     balance,
@@ -156,6 +156,8 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
     raise ConfigError('a slowdown emulates workers of known speed, and this plan runs on one '
                       'process: launch several workers (python -m hetjax.launch)')
   plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
+  if plan.devices != jax.device_count() and runtime.original_workers(ctx.workers) > ctx.workers:
+    plan = _elastic.replan(plan, task, config.global_batch, ctx, channel)  # workers were lost
   cap = planner.device_memory(jax.local_devices())
   compiled = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
                                   seed=config.seed, micro_batches=config.micro_batches,

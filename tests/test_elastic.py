@@ -14,11 +14,13 @@ import sys
 import textwrap
 import time
 
+import jax
 import numpy as np
 import pytest
 
+import models
 from experiments import _elastic
-from hetjax import ConfigError, balance, core, emulation, runtime
+from hetjax import ConfigError, balance, core, emulation, planner, runtime, sharding
 from hetjax.runtime import _elastic_env, _verdict
 from hetjax.runtime._launcher import launch_local
 
@@ -239,3 +241,15 @@ def test_shares_on_fewer_workers_start_from_the_survivors_measured_speeds(tmp_pa
   assert list(shares) == [144, 48]  # hosts 0 and 2: speeds 1 : 1/3
   assert _elastic.reseed_policy(policy, {**saved, 'step': 0}, tmp_path, ctx, None) is None
   assert np.isfinite(state.speeds).all()
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_for_more_devices_is_searched_again_for_the_devices_left(capsys):
+  task = models.make_task('wide_deep')
+  names = list(sharding.submodel_names(task.make_model))
+  old = planner.Plan.from_json({'name': 'sixteen', 'devices': 16,
+                                'submodels': {'*': {'data': 16, 'tensor': 1}}}, names)
+  plan = _elastic.replan(old, task, 256, runtime.WorkerContext(0, 1, None), None)
+  assert plan.devices == jax.device_count() and [s.name for s in plan.submodels] == names
+  assert capsys.readouterr().out.startswith(
+      f"plan: 'sixteen' is for 16 devices; re-searched for the {jax.device_count()} left: ")
