@@ -211,6 +211,10 @@ def run() -> dict | None:
       'policy_name': None if policy is None else policy.name,
   }
   replicas = isinstance(program, pipeline.ReplicaDriver)
+  if replicas and runtime.original_workers(ctx.workers) > ctx.workers:
+    raise ConfigError(f'pipeline replicas cannot go on with {ctx.workers} of their '
+                      f'{runtime.original_workers(ctx.workers)} workers (each replica checkpoints '
+                      'its own parameters): run them with --min-workers equal to --workers')
   if replicas:
     ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel, resume)
   elif isinstance(program, PipelineTrainer) and ctx.workers > 1:  # stages on their processes

@@ -303,6 +303,7 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
   optional = {'HETJAX_SLOWDOWN': slowdown, 'HETJAX_INIT_TIMEOUT': init_timeout,
               'HETJAX_NETWORK': network, 'HETJAX_NUM_SERVERS': servers or None}
   base |= {k: str(v) for k, v in optional.items() if v is not None}
+  base.pop(ENV_HOSTS, None)  # never inherited from this process's own environment
   if hosts is not None and tuple(hosts) != tuple(range(workers)):
     base[ENV_HOSTS] = ','.join(str(h) for h in hosts)
   cpus = worker_cpus(processes) if pin_cores else [None] * processes
