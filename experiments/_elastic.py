@@ -32,9 +32,13 @@ def restarted_from_scratch(workdir: pathlib.Path) -> bool:
 
 
 def has_checkpoint(workdir: pathlib.Path) -> bool:
+  """Whether the run dir holds a complete checkpoint: a step directory (orbax and the stage
+  checkpointer rename one into place when complete), or one in a replica's directory."""
   directory = workdir / 'checkpoints'
-  return directory.is_dir() and any(p.name.isdigit() or p.name.startswith('replica-')
-                                    for p in directory.iterdir())
+  if not directory.is_dir():
+    return False
+  return any(p.name.isdigit() or (p.name.startswith('replica-') and p.is_dir() and any(
+      q.name.isdigit() for q in p.iterdir())) for p in directory.iterdir())
 
 
 def trim_after(workdir: pathlib.Path, step: int) -> int | None:

@@ -253,3 +253,13 @@ def test_a_plan_for_more_devices_is_searched_again_for_the_devices_left(capsys):
   assert plan.devices == jax.device_count() and [s.name for s in plan.submodels] == names
   assert capsys.readouterr().out.startswith(
       f"plan: 'sixteen' is for 16 devices; re-searched for the {jax.device_count()} left: ")
+
+
+def test_a_restart_resumes_only_from_a_complete_checkpoint(tmp_path, monkeypatch):
+  (tmp_path / 'checkpoints' / '10.orbax-checkpoint-tmp-1').mkdir(parents=True)
+  (tmp_path / 'checkpoints' / 'replica-0').mkdir()
+  assert not _elastic.auto_resume(False, tmp_path)  # the first launch: only --resume resumes
+  monkeypatch.setenv('HETJAX_RESTART', '1')
+  assert not _elastic.auto_resume(False, tmp_path)  # nothing complete: start over
+  (tmp_path / 'checkpoints' / 'replica-0' / '10').mkdir()
+  assert _elastic.auto_resume(False, tmp_path)
