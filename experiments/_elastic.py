@@ -26,11 +26,6 @@ def auto_resume(resume_flag: bool, workdir: pathlib.Path) -> bool:
   return runtime.restart_attempt() > 0 and has_checkpoint(workdir)
 
 
-def restarted_from_scratch(workdir: pathlib.Path) -> bool:
-  """A restarted launch with nothing to resume from: its run dir is this job's own, to clear."""
-  return runtime.restart_attempt() > 0 and not has_checkpoint(workdir)
-
-
 def has_checkpoint(workdir: pathlib.Path) -> bool:
   """Whether the run dir holds a complete checkpoint: a step directory (orbax and the stage
   checkpointer rename one into place when complete), or one in a replica's directory."""
