@@ -88,13 +88,13 @@ def record_restart(workdir: pathlib.Path, resumed_from: int, workers: int) -> di
   return row
 
 
-def watchdog(channel, ctx: runtime.WorkerContext) -> runtime.ProgressWatchdog:
-  """This worker's side of the job's stall watchdog (worker 0 also watches), with the timeout
-  and verdict directory the launcher gave."""
-  names = [f'worker {h}' for h in runtime.hosts(ctx.workers)]
-  return runtime.ProgressWatchdog(channel, ctx.worker, ctx.workers,
-                                  timeout_s=_env.stall_timeout(), verdict_dir=_env.verdict_dir(),
-                                  names=names)
+def watchdog(channel, worker: int, workers: int) -> runtime.ProgressWatchdog:
+  """Worker ``worker``'s side of the job's stall watchdog over its ``workers`` training
+  processes (worker 0 also watches; a parameter server reports nothing), with the timeout and
+  verdict directory the launcher gave."""
+  names = [f'worker {h}' for h in runtime.hosts(workers)]
+  return runtime.ProgressWatchdog(channel, worker, workers, timeout_s=_env.stall_timeout(),
+                                  verdict_dir=_env.verdict_dir(), names=names)
 
 
 def reseed_policy(policy, saved: dict[str, Any], workdir: pathlib.Path,

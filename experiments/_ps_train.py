@@ -8,7 +8,10 @@ counts a global batch per step of worker 0, exact under bsp) and ``summary.json`
 makes every worker a host of known speed (its step padded to rows × a per-row cost × its
 factor: ``host_row_s``, or the largest any worker measured × `_hosts.MARGIN`); the network (``network``
 or ``launch --network``) pads every push and pull. ``--resume``: the servers restore their
-latest checkpoints and each worker continues from its own pushes' count.
+latest checkpoints and each worker continues from its own pushes' count; under ``launch
+--max-restarts`` a restarted job does so on its own (its lost steps leave ``metrics.jsonl``, and
+``restarts.jsonl`` counts them, as in train.py). The workers report their progress to the stall
+watchdog (the servers do not).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from experiments import _comm_options, _hosts, _programs, configs
+from experiments import _comm_options, _elastic, _hosts, _programs, configs
 from hetjax import ConfigError, emulation, ps, runtime, train
 
 
@@ -78,6 +81,11 @@ def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pa
   if resume and state.step == 0:
     raise ConfigError(f'--resume: the servers hold no checkpoint in {workdir / "checkpoints"}')
   worker.host = _host(config, ctx, role, worker, state, channel)
+  if ctx.is_chief and runtime.restart_attempt() > 0:  # worker 0's steps are the metrics'
+    _elastic.record_restart(workdir, int(state.step), role.workers)
+  elif ctx.is_chief and resume:
+    _elastic.trim_after(workdir, int(state.step))
+  watchdog = _elastic.watchdog(channel, role.index, role.workers)
   hooks, logger = [], None
   if ctx.is_chief:
     (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
@@ -92,17 +100,20 @@ def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pa
     logger = train.MetricsLogger(workdir / 'metrics.jsonl', config.global_batch, config.steps,
                                  every=config.log_every)
     hooks.append(logger.hook())
+  hooks.append(train.Hook(lambda i: watchdog.report(i.step)))  # after the others
   try:
     for info in train.training_steps(worker, state, config.steps, hooks):
       state = info.state
   finally:
+    watchdog.close()
     if logger is not None:
       logger.close()
   worker.finish(state)
   if not ctx.is_chief:
     return None
   summary = logger.summary() | {'mode': 'ps', 'ps': protocol.describe(),
-                                'refused_pushes_worker0': worker.refused}
+                                'refused_pushes_worker0': worker.refused} | \
+      _elastic.summary_fields(workdir)
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

@@ -262,7 +262,7 @@ def run() -> dict | None:
     if multi and start < config.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
     if channel is not None:  # reports after the other hooks: a worker stuck in one is named
-      watchdog = _elastic.watchdog(channel, ctx)
+      watchdog = _elastic.watchdog(channel, ctx.worker, ctx.workers)
       hooks.append(train.Hook(lambda i: watchdog.report(i.step)))
     if replicas and start < config.steps:  # compiles and connects the groups before the clock
       program.warm_up(state)               # of the scheduler starts (else the first steps
