@@ -331,6 +331,12 @@ BAD_INPUT = {  # name: (arguments, the error line says); GPUS marks the one case
                                "need 4 GPUs but CUDA_VISIBLE_DEVICES='0,1' lists 2"),
     'no such program': ('--workers 1 -- /nonexistent/program',
                         'cannot start worker 0: /nonexistent/program: No such file or directory'),
+    'negative restarts': ('--workers 2 --max-restarts -1 -- true',
+                          'max restarts must be a non-negative integer, got -1'),
+    'more min workers than workers': ('--workers 2 --min-workers 3 -- true',
+                                      'min workers must be between 1 and the 2 workers, got 3'),
+    'zero stall timeout': ('--workers 2 --stall-timeout 0 -- true',
+                           'stall timeout must be a positive number of seconds'),
 }
 
 
