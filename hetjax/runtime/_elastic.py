@@ -28,7 +28,13 @@ from hetjax.runtime._elastic_env import (
   ENV_RESTART_CAUSE,
   ENV_STALL_TIMEOUT,
 )
-from hetjax.runtime._launcher import MAX_WORKERS, LaunchResult, device_counts, launch_local
+from hetjax.runtime._launcher import (
+    LaunchResult,
+    check_seconds,
+    check_workers,
+    device_counts,
+    launch_local,
+)
 
 #: Not restarted: bad input (status 2, the experiment scripts' one-line errors), a timeout, and
 #: the launcher's own SIGHUP, SIGINT or SIGTERM.
@@ -75,10 +81,8 @@ def launch_elastic(command: Sequence[str], workers: int,
     ConfigError: bad arguments (as `launch_local`), ``max_restarts`` < 0, or ``min_workers``
       outside 1..workers.
   """
-  if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-    raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
-  if timeout is not None and not timeout > 0:
-    raise ConfigError(f'timeout must be a positive number of seconds, got {timeout}')
+  check_workers(workers)
+  check_seconds('timeout', timeout)
   if not isinstance(max_restarts, int) or max_restarts < 0:
     raise ConfigError(f'max restarts must be a non-negative integer, got {max_restarts}')
   min_workers = workers if min_workers is None else min_workers

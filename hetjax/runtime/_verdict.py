@@ -17,16 +17,21 @@ import os
 VERDICT_FILE = 'verdict.json'
 
 
-def is_stopped(pid: int) -> bool:
-  """Whether process ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP) or traced."""
+def proc_stat(pid: int) -> list[bytes]:
+  """The fields of ``/proc/PID/stat`` after the command name (state, parent pid, …); empty if
+  there is no such process (or no ``/proc``)."""
   try:
     with open(f'/proc/{pid}/stat', 'rb') as f:
       stat = f.read()
   except OSError:
-    return False
-  # The state follows the command name, which is in parentheses and may itself hold ')'.
-  state = stat[stat.rfind(b')') + 2:stat.rfind(b')') + 3]
-  return state in (b'T', b't')
+    return []
+  # The command name is in parentheses and may itself hold ')'.
+  return stat[stat.rfind(b')') + 2:].split()
+
+
+def is_stopped(pid: int) -> bool:
+  """Whether process ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP) or traced."""
+  return proc_stat(pid)[:1] in ([b'T'], [b't'])
 
 
 def write_verdict(directory: str, worker: int | None, cause: str) -> None:
