@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import signal
 import time
 from collections.abc import Callable
 
@@ -18,6 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from hetjax.runtime import _distributed
+from hetjax.runtime._verdict import proc_stat
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -30,22 +30,14 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 def job_processes(launcher_pid: int) -> dict[int, int]:
-  """``{worker index: pid}`` of the live processes a launcher (``launcher_pid``) started
-  (Linux: read from ``/proc``); the processes they started are not included."""
+  """``{worker index: pid}`` of the live processes a launcher (``launcher_pid``) started: its
+  children (Linux: read from ``/proc``), not the processes they started."""
   found = {}
   for entry in pathlib.Path('/proc').iterdir():
-    if not entry.name.isdigit():
-      continue
-    env = _environ(int(entry.name))
-    if env.get(_distributed.ENV_LAUNCHER_PID) != str(launcher_pid):
-      continue
-    try:
-      stat = (entry / 'stat').read_bytes()
-      parent = int(stat[stat.rfind(b')') + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-      continue
-    if _environ(parent).get(_distributed.ENV_LAUNCHER_PID) != str(launcher_pid):
-      found[int(env.get(_distributed.ENV_WORKER_ID, -1))] = int(entry.name)
+    if entry.name.isdigit() and proc_stat(int(entry.name))[1:2] == [str(launcher_pid).encode()]:
+      env = _environ(int(entry.name))
+      if env.get(_distributed.ENV_LAUNCHER_PID) == str(launcher_pid):
+        found[int(env.get(_distributed.ENV_WORKER_ID, -1))] = int(entry.name)
   return found
 
 
@@ -72,16 +64,29 @@ def signal_worker(launcher_pid: int, worker: int, sig: int, timeout_s: float = 6
   raise RuntimeError(f'worker {worker} did not start within {timeout_s:g} s')
 
 
-def corrupt_latest(checkpoints: pathlib.Path) -> int:
-  """Flips one bit in the middle of the largest data file of the latest complete checkpoint
-  (a flip orbax restores without an error); returns that checkpoint's step."""
+def corrupt_latest(checkpoints: pathlib.Path, tries: int = 256) -> int:
+  """Flips one bit of the largest data file of the latest complete checkpoint, at the first
+  place from its middle where the state then reads back different (or not at all): orbax
+  compresses the data, and a flip in some bytes changes no value. Returns that step.
+
+  Raises:
+    RuntimeError: no such place among ``tries`` bytes.
+  """
   step = max(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
   files = [p for p in (checkpoints / str(step) / 'state').rglob('*') if p.is_file()]
   target = max(files, key=lambda p: p.stat().st_size)
-  data = bytearray(target.read_bytes())
-  data[len(data) // 2] ^= 0x10
-  target.write_bytes(bytes(data))
-  return step
+  original, before = target.read_bytes(), final_state(checkpoints, step)
+  for at in range(len(original) // 2, min(len(original), len(original) // 2 + tries)):
+    data = bytearray(original)
+    data[at] ^= 0x10
+    target.write_bytes(bytes(data))
+    try:
+      if not states_equal(final_state(checkpoints, step), before):
+        return step
+    except Exception:  # does not decode: corrupt too
+      return step
+  target.write_bytes(original)
+  raise RuntimeError(f'no single-bit flip near the middle of {target} changes the state')
 
 
 def final_state(checkpoints: pathlib.Path, step: int) -> dict:
@@ -148,7 +153,3 @@ class RunWatch:
       except ValueError:
         continue  # a line being written
     return rows
-
-
-def kill_signal(kind: str) -> int:
-  return {'kill': signal.SIGKILL, 'stop': signal.SIGSTOP}[kind]

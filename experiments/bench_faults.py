@@ -5,10 +5,13 @@ Every scenario launches ``experiments/train.py`` as 4 workers on hosts of known 
 device each, ``--slowdown static:1,1,1,1``), exact data-parallel training (shares mode, uniform
 BSP shares) of the digits mlp with momentum SGD, checkpoints every `CHECKPOINT_EVERY` steps
 (each complete before the next step: ``checkpoint_async=False``) and metrics at every step,
-under `hetjax.runtime.launch_elastic` (what ``python -m hetjax.launch --max-restarts`` runs). Faults come from outside, as an operator or the OOM killer would send them: SIGKILL of a
+under `hetjax.runtime.launch_elastic` (what ``python -m hetjax.launch --max-restarts`` runs).
+Faults come from outside, as an operator or the OOM killer would send them: SIGKILL of a
 random worker at random steps (several in one run), SIGSTOP of a worker, a latest checkpoint
-with one flipped bit (then a kill, so the restart has to read it), and a worker killed twice in
-a row (left out: the run finishes on 3 workers with ``--min-workers 3``).
+with one flipped bit that changes what it reads back (then a kill, so the restart has to read
+it; ``corrupt_checkpoint_skipped`` says whether the restart resumed from an older one), and a
+worker killed twice in a row (left out: the run finishes on 3 workers with ``--min-workers
+3``).
 
 Rows (one per fault): ``scenario``, ``fault``, ``worker``, ``at_step``, ``detect_s`` (the fault
 to the launcher seeing it), ``recover_s`` (the fault to the next completed step), ``named``
@@ -124,8 +127,7 @@ def _rows(run: dict, baseline: dict) -> list[dict]:
   watch, out, steps = run['watch'], run['out'], run['steps']
   final = _faults.final_state(run['workdir'] / 'checkpoints', steps)
   reference = _faults.final_state(baseline['workdir'] / 'checkpoints', steps)
-  workers_after = len(runtime.hosts(WORKERS)) if not watch.restarts() else \
-      watch.restarts()[-1]['workers']
+  workers_after = watch.restarts()[-1]['workers'] if watch.restarts() else WORKERS
   same_workers = workers_after == WORKERS
   losses, ref_losses = watch.losses(), baseline['watch'].losses()
   rows = []
@@ -152,6 +154,8 @@ def _rows(run: dict, baseline: dict) -> list[dict]:
         'workers_after': workers_after, 'restarts': len(run['results']) - 1,
         'logged_steps_complete': sorted(losses) == list(range(1, steps + 1)),
         'corrupted_step': (out.get('corrupted') or [None])[0] if fault.kind == 'corrupt' else None,
+        'corrupt_checkpoint_skipped': None if fault.kind != 'corrupt' or restart is None else
+                                      restart['resumed_from'] < out['corrupted'][0],
     })
   return rows
 
