@@ -3,10 +3,9 @@
 A JAX job whose worker is alive but stuck hangs forever: its peers wait in a collective, and the
 coordination service still gets the stuck process's heartbeats. Here every worker publishes two
 things on the `Channel`: its last finished step (`ProgressWatchdog.report`, called after a
-step's hooks) and a heartbeat from a thread, once a second. Worker 0 watches both. When the
-slowest worker's step has not advanced for the stall timeout — given, or five times the recent
-step time with a 10 s floor, armed once every worker has finished a step (compilation is not a
-stall) — it names the culprit:
+step's hooks) and a heartbeat from a thread, once a second. Worker 0 watches both
+(`StallDetector`) and, when the slowest worker's step has not advanced for the stall timeout,
+names the culprit:
 
 * a worker whose heartbeat stopped too (stopped by SIGSTOP, or wedged with the interpreter
   held); else
@@ -16,6 +15,22 @@ stall) — it names the culprit:
 It prints one line, leaves the verdict for the launcher (`hetjax.runtime._verdict`), and ends
 the job by exiting worker 0 with status 3. Each report is one key-value write (~0.4 ms on
 loopback); the watcher reads 2 keys per worker every half second.
+
+The timeout is the one given, or it follows the step time measured from the first step on, so
+that a healthy job is never ended for being slow:
+
+* nothing is declared before every worker finished a step (starting, restoring and compiling
+  are not a stall, however long they take);
+* the first measured step time is the time from the watchdog's start (just before the first
+  step) until the slowest worker finished its first step, compilation included; every later
+  advance of the slowest worker adds its time per step (the last 20 are kept);
+* the timeout is five times their median, never under 10 s.
+
+Worked example: 4 workers whose step takes 14 s (a 3.3M-parameter GPT) and whose first step is
+done 34 s after the start (20 s of it compiling). Until step 2 is done the timeout is 5 x 34 =
+170 s; once step 3 is done it is 5 x median(34, 14, 14) = 70 s. A worker that hangs in step 6
+is named 70 s after every worker had finished step 5. (A 10 s floor with nothing measured ended
+that job 10 s into its second step.)
 """
 
 from __future__ import annotations
@@ -34,12 +49,97 @@ from hetjax.runtime._verdict import write_verdict
 STALL_EXIT_STATUS = 3
 FLOOR_S = 10.0
 FACTOR = 5.0
+_KEPT_STEP_TIMES = 20
 _HEARTBEAT_S = 1.0
 _POLL_S = 0.5
 
 
+class StallDetector:
+  """Worker 0's reading of every worker's progress and heartbeat: is the job stalled, and who is
+  to blame (the rule in the module docstring).
+
+  It is fed the values it polled and the time it polled them, and keeps no thread or channel of
+  its own, so tests drive it with a scripted clock. Example::
+
+    detector = StallDetector(4, started=time.monotonic())
+    ...
+    verdict = detector.observe(time.monotonic(), {'progress/0': 7, 'alive/0': 120, ...})
+    if verdict is not None:
+      worker, cause = verdict   # worker None: every worker is stuck in the same step
+
+  Args:
+    workers: how many workers publish ``progress/{w}`` and ``alive/{w}``.
+    timeout_s: seconds without progress that make a stall; None: follow the step time.
+    started: when watching began (`time.monotonic`), just before the first step: the first
+      measured step time counts from here.
+    names: how to name each worker (default ``worker i``).
+  """
+
+  def __init__(self, workers: int, *, timeout_s: float | None = None, started: float,
+               names: Sequence[str] | None = None):
+    self.workers, self._timeout_s, self._started = workers, timeout_s, started
+    self._names = list(names) if names is not None else [f'worker {w}' for w in range(workers)]
+    self._seen: dict[str, tuple[object, float]] = {}  # key -> (value, when it last changed)
+    self._step_times: collections.deque[float] = collections.deque(maxlen=_KEPT_STEP_TIMES)
+    self._slowest: int | None = None  # the slowest worker's last step, once all finished one
+    self._since = started  # when the slowest worker's step last advanced
+
+  @property
+  def keys(self) -> list[str]:
+    """The channel keys to poll."""
+    return [f'{kind}/{w}' for w in range(self.workers) for kind in ('progress', 'alive')]
+
+  def timeout_s(self) -> float | None:
+    """Seconds without progress that make a stall now; None before every worker finished a
+    step (nothing is declared then)."""
+    if self._slowest is None:
+      return None
+    if self._timeout_s is not None:
+      return self._timeout_s
+    return max(FLOOR_S, FACTOR * statistics.median(self._step_times))
+
+  def observe(self, now: float, values: dict[str, object]) -> tuple[int | None, str] | None:
+    """Takes the values polled at ``now``; returns ``(worker or None, cause)`` once the job is
+    stalled, else None."""
+    for key, value in values.items():
+      if value is not None and (key not in self._seen or self._seen[key][0] != value):
+        self._seen[key] = (value, now)
+    steps = [self._seen.get(f'progress/{w}', (None, now))[0] for w in range(self.workers)]
+    if any(s is None for s in steps):
+      return None  # not armed until every worker finished a step
+    low = min(steps)
+    if self._slowest is None:  # the first step, compilation included, is the first step time
+      self._step_times.append(now - self._started)
+      self._slowest, self._since = low, now
+      return None
+    if low != self._slowest:
+      self._step_times.append((now - self._since) / max(1, low - self._slowest))
+      self._slowest, self._since = low, now
+      return None
+    if now - self._since >= self.timeout_s():
+      return self._blame(steps, now, now - self._since)
+    return None
+
+  def _blame(self, steps, now, stalled_s) -> tuple[int | None, str]:
+    silent = [w for w in range(self.workers)  # a heartbeat never seen is silent too
+              if now - self._seen.get(f'alive/{w}', (None, -math.inf))[1] > 3 * _HEARTBEAT_S]
+    low = min(steps)
+    behind = [w for w, s in enumerate(steps) if s == low]
+    if silent:
+      w = silent[0]
+      return w, (f'{self._names[w]} made no progress for {stalled_s:.1f} s after step '
+                 f'{steps[w]} and its heartbeat stopped (stopped or wedged)')
+    if len(behind) < self.workers:
+      w = behind[0]
+      return w, (f'{self._names[w]} made no progress for {stalled_s:.1f} s after step {low}, '
+                 f'while others finished step {max(steps)}')
+    return None, f'no worker made progress for {stalled_s:.1f} s after step {low}'
+
+
 class ProgressWatchdog:
   """Step progress and heartbeats of every worker; worker 0 ends a stalled job.
+
+  Create it just before the first step: the first step time is measured from here.
 
   Example::
 
@@ -51,7 +151,8 @@ class ProgressWatchdog:
   Args:
     channel: the job's `Channel` (or anything with ``set`` and ``try_get``).
     worker, workers: this worker and how many there are.
-    timeout_s: seconds without progress that make a stall; None: automatic (module docstring).
+    timeout_s: seconds without progress that make a stall; None: follow the measured step time
+      (module docstring).
     verdict_dir: where to leave the verdict for the launcher (``HETJAX_VERDICT_DIR``), or None.
     names: how to name each worker in the verdict (default ``worker i``).
     on_stall: called with (worker or None, cause) instead of exiting — for tests.
@@ -62,7 +163,8 @@ class ProgressWatchdog:
                on_stall: Callable[[int | None, str], None] | None = None):
     self._channel, self.worker, self.workers = channel, worker, workers
     self.timeout_s, self._verdict_dir = timeout_s, verdict_dir
-    self._names = list(names) if names is not None else [f'worker {w}' for w in range(workers)]
+    self._detector = StallDetector(workers, timeout_s=timeout_s, started=time.monotonic(),
+                                   names=names)
     self._on_stall = on_stall or self._exit
     self._stop = threading.Event()
     self._threads = [threading.Thread(target=self._beat, name='hetjax-heartbeat', daemon=True)]
@@ -92,48 +194,17 @@ class ProgressWatchdog:
       self._stop.wait(_HEARTBEAT_S)
 
   def _watch(self) -> None:
-    seen: dict[str, tuple[object, float]] = {}  # key -> (value, when it last changed)
-    advances: collections.deque[float] = collections.deque(maxlen=20)
-    slowest, slowest_since = None, time.monotonic()
+    keys = self._detector.keys
     while not self._stop.wait(_POLL_S):
       now = time.monotonic()
-      for w in range(self.workers):
-        for key in (f'progress/{w}', f'alive/{w}'):
-          try:
-            value = self._channel.try_get(key)
-          except Exception:
-            return
-          if value is not None and (key not in seen or seen[key][0] != value):
-            seen[key] = (value, now)
-      steps = [seen.get(f'progress/{w}', (None, now))[0] for w in range(self.workers)]
-      if any(s is None for s in steps):
-        slowest_since = now  # not armed until every worker finished a step
-        continue
-      low = min(steps)
-      if low != slowest:
-        if slowest is not None:
-          advances.append((now - slowest_since) / max(1, low - slowest))
-        slowest, slowest_since = low, now
-        continue
-      timeout = self.timeout_s or max(FLOOR_S, FACTOR * statistics.median(advances or [0.0]))
-      if now - slowest_since >= timeout:
-        self._on_stall(*self._blame(steps, seen, now, now - slowest_since))
+      try:
+        values = {key: self._channel.try_get(key) for key in keys}
+      except Exception:
         return
-
-  def _blame(self, steps, seen, now, stalled_s) -> tuple[int | None, str]:
-    silent = [w for w in range(self.workers)  # a heartbeat never seen is silent too
-              if now - seen.get(f'alive/{w}', (None, -math.inf))[1] > 3 * _HEARTBEAT_S]
-    low = min(steps)
-    behind = [w for w, s in enumerate(steps) if s == low]
-    if silent:
-      w = silent[0]
-      return w, (f'{self._names[w]} made no progress for {stalled_s:.1f} s after step '
-                 f'{steps[w]} and its heartbeat stopped (stopped or wedged)')
-    if len(behind) < self.workers:
-      w = behind[0]
-      return w, (f'{self._names[w]} made no progress for {stalled_s:.1f} s after step {low}, '
-                 f'while others finished step {max(steps)}')
-    return None, f'no worker made progress for {stalled_s:.1f} s after step {low}'
+      verdict = self._detector.observe(now, values)
+      if verdict is not None:
+        self._on_stall(*verdict)
+        return
 
   def _exit(self, worker: int | None, cause: str) -> None:
     print(f'watchdog: {cause}; ending the job', file=sys.stderr, flush=True)
