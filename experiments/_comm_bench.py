@@ -5,7 +5,8 @@ factor (``equal``: static:1,1,1,1; ``straggler``: static:1,1,1,3), at link speed
 baseline's communication is ``ratio`` × ``compute_s``: for the parameter server a push plus a
 pull, 2 (α + b / β) = ratio × C; for all-reduce a ring all-reduce of the gradient,
 `Links.all_reduce_s` = ratio × C (α = 1 ms, less for 64 workers and more, where the ring's
-2 (n − 1) latencies alone would exceed it: `Setup.allreduce_link`; b the model's bytes).
+2 (n − 1) latencies alone would exceed it: `Setup.allreduce_link`; b the model's bytes). Both
+are `hetjax.core.LinkCost.for_time`: the α–β model solved for β.
 
 Measures, per run: ``iter_time_s``, the workers' mean iteration time (the first
 ``WARM_UP`` steps left out); ``iterations_to_target``, global batches of gradients applied
@@ -27,6 +28,8 @@ import pathlib
 import statistics
 
 import numpy as np
+
+from hetjax.core import LinkCost, ring_bytes, ring_steps
 
 WORKERS = 4
 ALPHA_S = 1e-3
@@ -61,25 +64,27 @@ class Setup:
 
   def ps_network(self, ratio: float) -> str:
     """Links where a push plus a pull takes ``ratio`` × the compute."""
-    return _spec(self.model_bytes / (ratio * self.compute_s / 2 - ALPHA_S))
+    return _spec(self.ps_link(ratio))
+
+  def ps_link(self, ratio: float) -> LinkCost:
+    """The link of `ps_network`: α = 1 ms, one transfer (α + b / β) half the communication."""
+    return LinkCost.for_time(ratio * self.compute_s / 2, 1, self.model_bytes, ALPHA_S)
 
   def allreduce_network(self, ratio: float, workers: int = WORKERS) -> str:
     """Links where a ring all-reduce of the gradient takes ``ratio`` × the compute."""
-    alpha, beta = self.allreduce_link(ratio, workers)
-    return _spec(beta, alpha)
+    return _spec(self.allreduce_link(ratio, workers))
 
-  def allreduce_link(self, ratio: float, workers: int) -> tuple[float, float]:
-    """(α, β) for `allreduce_network`: α = 1 ms, or less where the ring's 2 (n − 1) latencies
+  def allreduce_link(self, ratio: float, workers: int) -> LinkCost:
+    """The link of `allreduce_network`: α = 1 ms, or less where the ring's 2 (n − 1) latencies
     would take more than a quarter of the all-reduce (64 workers and more)."""
-    steps = 2 * (workers - 1)
+    steps = ring_steps(workers)
     alpha = min(ALPHA_S, ratio * self.compute_s / (4 * steps))
-    return alpha, steps * self.model_bytes / workers / (ratio * self.compute_s - steps * alpha)
+    return LinkCost.for_time(ratio * self.compute_s, steps,
+                             ring_bytes(self.model_bytes, workers), alpha)
 
 
-def _spec(bandwidth: float, alpha: float = ALPHA_S) -> str:
-  if bandwidth <= 0:
-    raise ValueError('the link latency alone exceeds that communication time')
-  return f'link:{alpha * 1e3:.6g}:{bandwidth / 1e6:.6g}'
+def _spec(link: LinkCost) -> str:
+  return f'link:{link.alpha_s * 1e3:.6g}:{link.beta_bytes_per_s / 1e6:.6g}'
 
 
 def runs(setup: Setup, family: str, scenario: str, ratios) -> list[dict]:
@@ -271,12 +276,11 @@ def virtual_records(setup: Setup, workers: int, scenario: str, ratio: float, ite
   if scenario == 'straggler':
     compute[-1] *= 3
   b = setup.model_bytes
-  ps_link = ALPHA_S, b / (ratio * setup.compute_s / 2 - ALPHA_S)
-  ar_link = setup.allreduce_link(ratio, workers)
+  ps_link, ar_link = setup.ps_link(ratio), setup.allreduce_link(ratio, workers)
   out = []
   for scheme in VIRTUAL_SCHEMES:
-    alpha, beta = ps_link if scheme.startswith('ps-') else ar_link
-    links = Links((alpha,) * workers, (beta,) * workers)
+    link = ps_link if scheme.startswith('ps-') else ar_link
+    links = Links((link.alpha_s,) * workers, (link.beta_bytes_per_s,) * workers)
     asynchronous = scheme.startswith('ps-') and scheme != 'ps-bsp'
     run = simulate_comm(scheme, compute, links, b, iterations * (workers if asynchronous else 1),
                         lr)

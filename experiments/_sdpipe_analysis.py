@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from hetjax import ConfigError
+from hetjax.core import ring_fraction
 
 #: The columns of a replica's step record (``_sdpipe_worker.py`` writes them in this order).
 STEP_FIELDS = ('end_s', 'loss', 'compute_s', 'pause_s', 'wait_s', 'sync_s', 'group_size')
@@ -73,14 +74,15 @@ def loss_before(curve: Curve, t: float) -> float:
 
 
 def ring_base_s(allreduce_s: float, k: int) -> float:
-  """The ring model's base: an all-reduce of ``k`` takes 2(k−1)/k × base (of 4: 1.5 × base).
+  """The ring model's base: an all-reduce of ``k`` takes 2(k−1)/k × base (of 4: 1.5 × base), the
+  α–β model's bandwidth term (`hetjax.core.ring_fraction`) with α taken as 0.
 
   Example::
 
     >>> ring_base_s(0.003, 4)
     0.002
   """
-  return allreduce_s / (2 * (k - 1) / k)
+  return allreduce_s / ring_fraction(k)
 
 
 def run_measures(run: Mapping, budget_s: float, workers: int, window: int = 16) -> dict:

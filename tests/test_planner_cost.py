@@ -8,6 +8,7 @@ import math
 import pytest
 
 from hetjax import ConfigError
+from hetjax.core import LinkCost
 from hetjax.planner._cluster import ClusterSpec, WorkerSpec
 from hetjax.planner._cost import AnalyticCost, Cost, CostModel, feasible, infeasibility
 from hetjax.planner._layout import Layout
@@ -28,9 +29,10 @@ def test_cluster_reads_json_and_converts_gbit():
   assert cluster.devices == 8 and len(cluster.workers) == 2
   assert cluster.workers[1] == WorkerSpec(4, 1e11, 8e9)
   assert cluster.beta_bytes_per_s == 1.25e9
-  assert cluster.link(inside_worker=True) == cluster.link(inside_worker=False) == (1e-5, 1.25e9)
+  assert cluster.link(inside_worker=True) == cluster.link(inside_worker=False) == LinkCost(
+      1e-5, 1.25e9)
   fast = ClusterSpec.from_json({**_cluster_json(), 'intra_beta_gbit_s': 800, 'intra_alpha_s': 0})
-  assert fast.link(inside_worker=True) == (0.0, 1e11)
+  assert fast.link(inside_worker=True) == LinkCost(0.0, 1e11)
   assert ClusterSpec.from_json(fast.to_json()) == fast
 
 

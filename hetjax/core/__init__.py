@@ -1,9 +1,14 @@
-"""The types every layer shares: step stats, policies as values, the step-program shape.
+"""The types every layer shares: step stats, policies as values, the step-program shape, the
+α–β link model.
 
 Both clocks (real runs and the virtual clock, `hetjax.simulation.simulate_shares`) import these, and
 nothing here imports anything else of hetjax but its errors.
 """
 
+from hetjax.core._links import LinkCost as LinkCost
+from hetjax.core._links import ring_bytes as ring_bytes
+from hetjax.core._links import ring_fraction as ring_fraction
+from hetjax.core._links import ring_steps as ring_steps
 from hetjax.core._policy import Policy as Policy
 from hetjax.core._program import Batch as Batch
 from hetjax.core._program import StepProgram as StepProgram
@@ -17,6 +22,7 @@ from hetjax.core._stats import WorkerTiming as WorkerTiming
 
 __all__ = [
     'Batch',
+    'LinkCost',
     'Policy',
     'ShareRules',
     'Shares',
@@ -26,4 +32,7 @@ __all__ = [
     'WorkerTiming',
     'decode_state',
     'encode_state',
+    'ring_bytes',
+    'ring_fraction',
+    'ring_steps',
 ]

@@ -5,7 +5,8 @@ step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real 
 by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures;
 `Links` (text form: `parse_links`) does the same for transfers, by each worker's link latency
 and bandwidth.
-The virtual clock models the same hosts. Nothing here imports the rest of hetjax but its errors.
+The virtual clock models the same hosts. Nothing here imports the rest of hetjax but its errors
+and the α–β link model (`hetjax.core.LinkCost`).
 """
 
 from ._calibrate import RowCost as RowCost

@@ -6,7 +6,9 @@ milliseconds. `Links` says what each worker's link costs, and `Links.pad` sleeps
 transfer up to that time (as `KnownSpeedHost` does for compute): the transfer itself still
 happens, only its duration is defined. A collective over several workers runs at the pace of
 its slowest link: a ring all-reduce of b bytes over n workers moves 2 (n − 1) / n × b through
-every link in 2 (n − 1) steps (`Links.all_reduce_s`).
+every link in 2 (n − 1) steps (`Links.all_reduce_s`). The arithmetic is the one α–β model every
+layer prices with (`hetjax.core.LinkCost`); `Links` adds one link per worker, the text form and
+the padding.
 
 Text form (`parse_links`): ``none``, or ``link:LATENCY_MS:BANDWIDTH_MB_S`` with one value for
 every worker or one per worker (``inf`` bandwidth: no limit), e.g. ``link:1:100`` or
@@ -29,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from hetjax._errors import ConfigError
+from hetjax.core._links import LinkCost
 
 _MB = 1e6
 
@@ -62,26 +65,26 @@ class Links:
   def free(self) -> bool:
     return all(a == 0 for a in self.latency_s) and all(math.isinf(b) for b in self.bandwidth)
 
+  def link(self, worker: int) -> LinkCost:
+    """``worker``'s link as the α–β model."""
+    self._check(worker)
+    return LinkCost(self.latency_s[worker], self.bandwidth[worker])
+
   def transfer_s(self, worker: int, nbytes: int) -> float:
     """Seconds for ``nbytes`` through ``worker``'s link: α + bytes / β (a push or a pull)."""
-    self._check(worker)
+    link = self.link(worker)
     if nbytes < 0:
       raise ConfigError(f'a transfer of {nbytes} bytes')
-    return self.latency_s[worker] + nbytes / self.bandwidth[worker]
+    return link.send_s(nbytes)
 
   def all_reduce_s(self, workers: Iterable[int], nbytes: int) -> float:
     """Seconds for a ring all-reduce of ``nbytes`` among ``workers``: 2 (n − 1) steps, each
     moving b / n bytes through every link, paced by the slowest latency and bandwidth."""
     members = sorted(set(workers))
-    for w in members:
-      self._check(w)
-    n = len(members)
-    if n < 2:
+    links = [self.link(w) for w in members]
+    if len(members) < 2:
       return 0.0
-    alpha = max(self.latency_s[w] for w in members)
-    beta = min(self.bandwidth[w] for w in members)
-    steps = 2 * (n - 1)
-    return steps * alpha + steps * (nbytes / n) / beta
+    return LinkCost.slowest(links).ring_all_reduce_s(nbytes, len(members))
 
   def pad(self, seconds: float, measured_s: float,
           sleep: Callable[[float], None] = time.sleep) -> float:

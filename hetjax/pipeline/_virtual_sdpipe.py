@@ -55,6 +55,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.core._links import ring_fraction
 from hetjax.emulation import ComposedTrace, SlowdownTrace, TransientTrace
 from hetjax.pipeline._injection import replica_trace
 from hetjax.pipeline._policies import SyncName, make_sync_policy, parse_sync_name
@@ -72,9 +73,10 @@ def _real(value: object, what: str, low: float) -> float:
 
 
 def ring_sync_s(base_s: float) -> Callable[[int], float]:
-  """The ring all-reduce's cost for a group of k: 2(k − 1)/k × ``base_s`` (0 for k = 1)."""
+  """The ring all-reduce's cost for a group of k: 2(k − 1)/k × ``base_s`` (0 for k = 1), the
+  bandwidth term of `hetjax.core.LinkCost.ring_all_reduce_s` with ``base_s`` = bytes / β."""
   base = _real(base_s, 'sync_s', 0.0)
-  return lambda k: 2.0 * (k - 1) / k * base
+  return lambda k: ring_fraction(k) * base
 
 
 @dataclasses.dataclass(frozen=True)

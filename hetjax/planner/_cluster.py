@@ -24,6 +24,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 
 from hetjax._errors import ConfigError
+from hetjax.core._links import LinkCost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,14 +98,14 @@ class ClusterSpec:
     """Whether every device is equally fast (then only the all-workers group is worth trying)."""
     return len({w.flops_per_s for w in self.workers}) == 1
 
-  def link(self, inside_worker: bool) -> tuple[float, float]:
-    """(α seconds, β bytes/s) of a collective inside one worker or across workers."""
+  def link(self, inside_worker: bool) -> LinkCost:
+    """The α–β link of a collective inside one worker or across workers."""
     if not inside_worker:
-      return self.alpha_s, self.beta_bytes_per_s
+      return LinkCost(self.alpha_s, self.beta_bytes_per_s)
     alpha = self.alpha_s if self.intra_alpha_s is None else self.intra_alpha_s
     beta = self.beta_bytes_per_s if self.intra_beta_bytes_per_s is None else (
         self.intra_beta_bytes_per_s)
-    return alpha, beta
+    return LinkCost(alpha, beta)
 
   def with_bandwidth(self, beta_bytes_per_s: float) -> ClusterSpec:
     """The same cluster with every link at ``beta_bytes_per_s`` (α unchanged): what a plan

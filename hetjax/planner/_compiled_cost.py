@@ -202,10 +202,10 @@ class CompiledCost:
     factors = group_factors(tuple(cluster.workers[w].devices for w in group))
     evidence = self._evidence(profile.name, layout, factors, batch)
     base = self.analytic.terms(profile, Layout(layout.tensor), batch, cluster, group)
-    alpha, beta = cluster.link(len(group) == 1)  # the data-parallel link, as AnalyticCost's
+    link = cluster.link(len(group) == 1)  # the data-parallel link, as AnalyticCost's
     moved = evidence.collectives
     update = evidence.update_sharded_s - evidence.update_replicated_s
-    time = (max(base.compute_s + update, 0.0) + moved.total_steps * alpha + moved.total / beta
+    time = (max(base.compute_s + update, 0.0) + link.time_s(moved.total_steps, moved.total)
             + base.tensor.time_s)
     cost = Cost(time, moved.total + base.tensor.comm_bytes, analytic.memory_bytes)
     return self._record(dataclasses.replace(

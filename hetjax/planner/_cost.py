@@ -1,7 +1,7 @@
 """`CostModel`: what a sub-model costs under a layout, and what moving between layouts costs.
 
 The search only adds up `Cost` values, so any model of time and memory can drive it: the
-analytic α–β model below (the default), measured tables, or made-up numbers in tests.
+analytic α–β model below (the default, priced by `hetjax.core.LinkCost`), measured tables, or made-up numbers in tests.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from hetjax.core._links import ring_bytes, ring_steps
 from hetjax.planner._cluster import ClusterSpec
 from hetjax.planner._layout import TENSOR_AXES, Layout
 from hetjax.planner._profile_types import SubmodelProfile
@@ -219,16 +220,16 @@ class AnalyticCost:
       time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
     data_sync = tensor = Cost()
     if d > 1:
-      alpha, beta = cluster.link(len(group) == 1)
+      link = cluster.link(len(group) == 1)
       rounds = 3 if sharded else 2  # bytes: the reduction (2) plus all-gathering P (1)
       messages = 2 + profile.fsdp_arrays if sharded else 2  # one all-gather per array
-      moved = rounds * (d - 1) / d * held
-      data_sync = Cost(messages * (d - 1) * alpha + moved / beta, moved)
+      moved = ring_bytes(held, d, rounds)
+      data_sync = Cost(link.time_s(ring_steps(d, messages), moved), moved)
     if split > 1:
-      alpha, beta = cluster.link(_inside_one_worker(cluster, group, t))
-      passes = 2 * profile.tensor_reductions  # forward and backward
-      moved = passes * 2 * (t - 1) / t * profile.output_bytes_per_example * batch / d
-      tensor = Cost(passes * 2 * (t - 1) * alpha + moved / beta, moved)
+      link = cluster.link(_inside_one_worker(cluster, group, t))
+      passes = 2 * profile.tensor_reductions  # forward and backward, each an all-reduce
+      moved = ring_bytes(profile.output_bytes_per_example, t, passes * 2) * batch / d
+      tensor = Cost(link.time_s(ring_steps(t, passes * 2), moved), moved)
     state = (held / d if sharded else held) * (1 + self.optimizer_slots)
     memory = state + profile.activation_bytes_per_example * batch / d
     return NodeTerms(time, data_sync, tensor, memory)
@@ -259,13 +260,12 @@ class AnalyticCost:
     if prev_group != group:
       d_a = group_devices(cluster, prev_group) // prev_layout.tensor
       d_b = group_devices(cluster, group) // layout.tensor
-      alpha, beta = cluster.link(False)
       moved = boundary / d_a + boundary / d_b
-      return Cost(2 * alpha + moved / beta, moved)
+      return Cost(cluster.link(False).time_s(2, moved), moved)
     if prev_layout.tensor == layout.tensor:
       return Cost()
     n = group_devices(cluster, group)
     lo, hi = sorted((prev_layout.tensor, layout.tensor))
-    alpha, beta = cluster.link(_inside_one_worker(cluster, group, hi))
+    link = cluster.link(_inside_one_worker(cluster, group, hi))
     moved = boundary * (hi - lo) / n
-    return Cost((hi // lo - 1) * alpha + moved / beta, moved)
+    return Cost(link.time_s(hi // lo - 1, moved), moved)

@@ -67,6 +67,8 @@ from collections.abc import Mapping
 
 import jax
 
+from hetjax.core._links import ring_bytes, ring_steps
+
 KINDS = ('all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'collective_permute')
 
 
@@ -369,10 +371,10 @@ class _Counter:
     if n <= 1:
       return 0.0, 0
     if kind == 'all_reduce':
-      return 2 * (n - 1) / n * size, 2 * (n - 1)
-    if kind == 'reduce_scatter':
-      return float((n - 1) * size), n - 1  # (n−1)/n of the input, which is n times the output
-    return (n - 1) / n * size, n - 1
+      return ring_bytes(size, n), ring_steps(n)
+    if kind == 'reduce_scatter':  # one pass over the input, which is n times the output
+      return float(ring_steps(n, 1) * size), ring_steps(n, 1)
+    return ring_bytes(size, n, 1), ring_steps(n, 1)
 
   def _group_size(self, op: _Instruction, kind: str) -> int:
     replicas, partitions = self.module.replica_count, self.module.num_partitions

@@ -10,10 +10,13 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from hetjax.core._links import LinkCost
+
 
 @dataclasses.dataclass(frozen=True)
 class AllReduceFit:
-  """A ring all-reduce model fitted to two measurements: t(b) = 2(n−1)·α + 2(n−1)/n · b/β.
+  """A ring all-reduce model fitted to two measurements: t(b) = 2(n−1)·α + 2(n−1)/n · b/β
+  (`hetjax.core.LinkCost.fit_ring_all_reduce`; `link` is the fitted model).
 
   Attributes:
     workers: n, the number of participants measured.
@@ -29,6 +32,11 @@ class AllReduceFit:
   small_s: float
   large_bytes: int
   large_s: float
+
+  @property
+  def link(self) -> LinkCost:
+    """The fitted α and β as the α–β model the planner and the virtual clocks price with."""
+    return LinkCost(self.alpha_s, self.beta_bytes_per_s)
 
 
 def time_allreduce(mesh: Mesh, axis: str, floats: int, repeats: int = 10) -> float:
@@ -65,8 +73,6 @@ def fit_allreduce(mesh: Mesh, axis: str, large_floats: int, repeats: int = 10) -
   n = mesh.shape[axis]
   small_s = time_allreduce(mesh, axis, 1, repeats)
   large_s = time_allreduce(mesh, axis, large_floats, repeats)
-  hops = max(2 * (n - 1), 1)
-  alpha = small_s / hops
-  extra = max(large_s - small_s, 1e-9)
-  beta = (2 * (n - 1) / n) * 4 * large_floats / extra if n > 1 else float('inf')
-  return AllReduceFit(n, alpha, beta, 4, small_s, 4 * large_floats, large_s)
+  link = LinkCost.fit_ring_all_reduce(n, small_s, 4 * large_floats, large_s)
+  return AllReduceFit(n, link.alpha_s, link.beta_bytes_per_s, 4, small_s, 4 * large_floats,
+                      large_s)

@@ -7,7 +7,8 @@ one emulated hosts make real: worker i at step t computes for
 
 (linear in its share plus a fixed per-step overhead, times the slowdown trace's factor plus its
 transient delay, exactly the time a `hetjax.emulation.KnownSpeedHost` pads a real step to), and the step's gradients are
-combined by a ring all-reduce of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta. BSP waits for
+combined by a ring all-reduce of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta (the one α–β
+model, `hetjax.core.LinkCost`). BSP waits for
 the slowest worker, so iter_s = max_i compute_i + sync_s. Where a real run and a virtual one both
 exist (same policy, trace and calibrated costs) they must agree; a policy cannot tell which clock
 feeds it, because both hand it the same `hetjax.core.StepStats` and carry its state the same way
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.core._links import LinkCost
 from hetjax.core._policy import Policy
 from hetjax.core._stats import StepStats
 from hetjax.emulation import SlowdownTrace
@@ -85,7 +87,12 @@ class ClockCosts:
   def allreduce_s(self, workers: int) -> float:
     """Ring all-reduce: 2(n−1) messages of latency α, 2(n−1)/n of the bytes each way; 0 at n=1."""
     n = _count(workers, 'workers', 1)
-    return 2 * (n - 1) * self.alpha_s + 2 * (n - 1) / n * self.grad_bytes / self.beta_bytes_per_s
+    return self.link.ring_all_reduce_s(self.grad_bytes, n)
+
+  @property
+  def link(self) -> LinkCost:
+    """The workers' link (α, β) as the α–β model."""
+    return LinkCost(self.alpha_s, self.beta_bytes_per_s)
 
   def balanced_limit_s(self, global_batch: int, factors: np.ndarray) -> float:
     """The perfectly balanced iteration time: a lower bound that no share policy can beat.
