@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.configs import Config
 from hetjax.data import ArraySource
+from hetjax.run import Config
 from hetjax.train import Task
 
 

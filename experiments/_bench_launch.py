@@ -58,15 +58,15 @@ def known_speed_host(ctx: runtime.WorkerContext, trainer, trace: emulation.Slowd
                      ) -> emulation.KnownSpeedHost:
   """This worker as a host of known speed slowed by ``trace``, attached to ``trainer`` (in a
   worker of the job, once per job), calibrated as ``experiments/train.py`` does it
-  (`experiments._hosts.emulated_host`): for share steps, or with ``token_rows`` for token
+  (`hetjax.run.emulated_host`): for share steps, or with ``token_rows`` for token
   steps of that size (every policy of such a job then runs on that host). A benchmark that
   changes the trace between blocks assigns ``trainer.host = dataclasses.replace(host, trace=…)``.
   """
-  from experiments import _hosts, configs  # the model zoo and the planner: worker side only
+  from hetjax import run  # the model zoo and the planner: worker side only
 
-  config = configs.Config(model=trainer.task.name, global_batch=trainer.global_batch,
+  config = run.Config(model=trainer.task.name, global_batch=trainer.global_batch,
                           **({'mode': 'tokens', 'token_rows': token_rows} if token_rows else {}))
-  return _hosts.emulated_host(config, ctx, trainer, trace, channel)
+  return run.emulated_host(config, ctx, trainer, trace, channel)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,8 +36,7 @@ def main(out_dir: str, steps: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   import optax
 
-  import models
-  from hetjax import balance, emulation
+  from hetjax import balance, emulation, models
   from hetjax.train import Hook, WorkerTrainer
 
   out = pathlib.Path(out_dir)

@@ -25,8 +25,7 @@ import jax
 import optax
 from flax import nnx
 
-import models
-from hetjax import balance, emulation, ps, runtime, train
+from hetjax import balance, emulation, models, ps, runtime, train
 from hetjax.core import ShareRules
 from hetjax.sharding import abstract_model
 

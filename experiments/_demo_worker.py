@@ -29,20 +29,18 @@ BUCKET = 128
 def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
 
-  import models
-  from experiments import _hosts, configs
-  from hetjax import balance, emulation, train
+  from hetjax import balance, emulation, models, run, train
   from hetjax.core import ShareRules
 
   out = pathlib.Path(out_dir)
-  config = configs.Config(model='mlp', model_args=MODEL, global_batch=GLOBAL_BATCH,
+  config = run.Config(model='mlp', model_args=MODEL, global_batch=GLOBAL_BATCH,
                           optimizer='adam', learning_rate=3e-3, mesh='1x1')
   task = models.make_task('mlp', **MODEL)
   optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
                                 train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)
-  host = _hosts.emulated_host(config, ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
+  host = run.emulated_host(config, ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
   rules = ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
   runs = {}
   for name in ('uniform', compared):

@@ -18,7 +18,7 @@ where BSP and LB-BSP make 4. A host of known speed pads every call to its rows' 
 calibrated per-call cost ``fixed_s``, so every token pays ``fixed_s`` and a share pays it once
 a step. The job's workers are pinned to cores (`hetjax.runtime._affinity`) and its host is
 calibrated on a stream of single calls at the token size and at a uniform share
-(`experiments._hosts.emulated_host`, mode tokens), the same host for every policy of the
+(`hetjax.run.emulated_host`, mode tokens), the same host for every policy of the
 job. Unpinned, the same 128-row call took 10–190 ms from one moment to the next and 14–38% of
 token worker-steps ran past their host's time, so token rows measured the machine's noise as
 much as the queue; pinned, 0–2 of 40 did in the quick runs. The virtual rows carry the fixed

@@ -4,7 +4,7 @@ One job of 4 local workers of 2 CPU devices each (`experiments/_fela_unequal_wor
 workers 2 and 3 emulated 3x slower (``static:1,1,3,3``: hosts of known speed per stage action,
 `hetjax.pipeline.StagePace`). For each model, the planner's plan for that cluster (its speeds
 measured, then divided by the factors) against pure data parallelism, pure model parallelism
-and the uniform hybrid (``experiments/plans/``), all compiled across the four workers and
+and the uniform hybrid (``hetjax/configs/plans/``), all compiled across the four workers and
 trained in interleaved rounds. Rows keep part 1's fields (``model``, ``plan``,
 ``bytes_per_device``, ``measured_step_s``, ``predicted_step_s``) with ``cluster='unequal'``.
 

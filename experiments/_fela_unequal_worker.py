@@ -24,8 +24,6 @@ import time
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-PLANS = pathlib.Path(__file__).with_name('plans')
-
 
 def main(out_dir: str, spec_json: str) -> None:
   from hetjax import runtime
@@ -36,8 +34,7 @@ def main(out_dir: str, spec_json: str) -> None:
   import numpy as np
   import optax
 
-  import models
-  from hetjax import emulation, pipeline, planner
+  from hetjax import configs, emulation, models, pipeline, planner
   from hetjax.sharding import submodel_names
 
   spec = json.loads(spec_json)
@@ -60,7 +57,7 @@ def main(out_dir: str, spec_json: str) -> None:
       found = planner.search(profiles, cluster, batch, micro_batches=micro)
       channel.set(f'plan/{key}', found.to_json())
     plans = [planner.Plan.from_json(channel.get(f'plan/{key}'), names)]
-    for path in sorted(PLANS.glob('*.json')):
+    for path in sorted(configs.PLANS.glob('*.json')):
       plans.append(planner.evaluate(planner.Plan.load(path, names), profiles, cluster, batch))
     runs = {}
     for plan in plans:

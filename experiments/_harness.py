@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from absl import flags
 
-from experiments import _analysis, _cli
-from hetjax import ConfigError, simulation
+from experiments import _analysis
+from hetjax import ConfigError, cli, simulation
 from hetjax.report import Telemetry, load_telemetry
 
 
@@ -57,7 +57,7 @@ def define_flags(quick_help: str, keep: bool = True) -> CommonFlags:
 
 
 def run_main(script: str, main: Callable[[], None], cpu_devices: int | None = None) -> None:
-  """Runs ``main`` as an absl program (`experiments._cli.run_main`: a bad flag or `ConfigError`
+  """Runs ``main`` as an absl program (`hetjax.cli.run_main`: a bad flag or `ConfigError`
   is one line and exit 2); a failed job (`RuntimeError`) is one line and exit 1."""
   def guarded() -> None:
     try:
@@ -66,7 +66,7 @@ def run_main(script: str, main: Callable[[], None], cpu_devices: int | None = No
       print(f'{script}: error: {e}', file=sys.stderr)
       sys.exit(1)
 
-  _cli.run_main(script, guarded, cpu_devices)
+  cli.run_main(script, guarded, cpu_devices)
 
 
 @contextlib.contextmanager

@@ -66,9 +66,8 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None =
   import jax
   import optax
 
-  import models
   from experiments._bench_launch import known_speed_host
-  from hetjax import balance, emulation
+  from hetjax import balance, emulation, models
   from hetjax.train import WorkerTrainer
 
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),

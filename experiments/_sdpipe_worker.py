@@ -97,15 +97,15 @@ def main(out_dir: str, config: dict) -> None:
   import jax
   import optax
 
-  import models
   from experiments._analysis import round_order
+  from hetjax import models
   from hetjax.pipeline import (
-      HostPause,
-      PipelineTrainer,
-      ReplicaDriver,
-      SyncClient,
-      make_sync_policy,
-      start_service,
+    HostPause,
+    PipelineTrainer,
+    ReplicaDriver,
+    SyncClient,
+    make_sync_policy,
+    start_service,
   )
 
   out = pathlib.Path(out_dir)

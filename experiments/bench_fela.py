@@ -2,7 +2,7 @@ r"""Fela on this machine: the planner's plan against hand-written baselines, the
 
 Part 1, plans. For wide & deep and the byte LM at two sizes, on 8 local CPU devices: the
 planner's plan (`hetjax.planner.search`, costs from XLA's per-sub-model analyses, cluster
-measured by `measure_cluster`) against ``experiments/plans/`` (pure data-parallel, pure
+measured by `measure_cluster`) against ``hetjax/configs/plans/`` (pure data-parallel, pure
 model-parallel, uniform hybrid). Per plan:
 
 * ``bytes/device``: collective bytes per device per step, counted exactly from the compiled
@@ -51,12 +51,11 @@ import numpy as np
 import optax
 from absl import flags
 
-import models
 from experiments import _analysis, _harness
-from hetjax import ConfigError, planner
+from hetjax import ConfigError, configs, models, planner
 from hetjax.sharding import submodel_names
 
-PLANS = pathlib.Path(__file__).with_name('plans')
+PLANS = configs.PLANS
 DEVICES = 8
 # name → (model, make_task arguments, global batch)
 MODELS = {

@@ -30,9 +30,9 @@ import optax
 from absl import flags
 
 import hetjax
-import models
 from experiments import _harness
 from experiments._plain_step import PlainDataParallel
+from hetjax import models
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, training_steps
 

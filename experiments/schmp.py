@@ -1,4 +1,4 @@
-"""Trains a SchMP app (scheduled model parallelism): ``experiments/train.py`` with the app's config.
+"""Trains a SchMP app (scheduled model parallelism): ``hetjax-train`` with the app's config.
 
   python experiments/schmp.py --app=lasso --lam=0.1 --scheduler=shotgun --steps=200 \\
       --jax_num_cpu_devices=4 --workdir=runs/lasso
@@ -6,7 +6,7 @@
   python -m hetjax.report runs/lasso          # the objective against rounds and time
 
 ``--app`` (``lasso``, ``logreg``, ``mf``, ``lda``) picks the shipped config of the same name
-(`experiments/configs/`); ``--lam``, ``--scheduler``, ``--schedule_size`` and ``--staleness``
+(`hetjax.configs`); ``--lam``, ``--scheduler``, ``--schedule_size`` and ``--staleness``
 are shorthands for ``--set model_args.lam=…``, ``--set scheduler=…`` and so on, and every flag
 of train.py works here too (``--steps`` rounds, ``--resume``, ``--set model_args.…``). Each
 round's objective goes to ``metrics.jsonl`` as its ``loss``. Bad input (an unknown app or
@@ -24,8 +24,8 @@ if __package__ in (None, ''):
 
 from absl import flags
 
-from experiments import _cli, train
 from hetjax import ConfigError, schmp
+from hetjax.cli import run_main, train
 
 _APP = flags.DEFINE_string('app', None, f'the SchMP app: one of {", ".join(schmp.APPS)}')
 _LAM = flags.DEFINE_float('lam', None, 'the regularisation λ (model_args.lam)')
@@ -48,8 +48,8 @@ def run() -> dict | None:
   flags.FLAGS.set = [*flags.FLAGS.set, *sets]
   if not flags.FLAGS['workdir'].present:
     flags.FLAGS.workdir = f'runs/{_APP.value}'
-  return train.run()
+  return train.train_from_flags()
 
 
 if __name__ == '__main__':
-  _cli.run_main('schmp.py', run)
+  run_main('schmp.py', run)

@@ -8,8 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.checkpoint import Checkpointer, check_compatible
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, TrainState, training_steps

@@ -2,14 +2,13 @@
 
 import pytest
 
-from experiments import configs
 from hetjax import ConfigError
+from hetjax.run import _config as configs
 from hetjax.train import Optimizer
 
 
 def test_every_shipped_config_loads_with_a_known_model():
-  import models
-  from hetjax import schmp
+  from hetjax import models, schmp
 
   assert configs.names() == ['lasso', 'lda', 'logreg', 'mf', 'mlp', 'transformer', 'wide_deep']
   for name in configs.names():
@@ -65,10 +64,10 @@ def test_engine_fields_are_checked(assignment, message):
 
 @pytest.mark.parametrize('name, message', [
     ('no_such_file.py', 'config file no_such_file.py does not exist'),
-    ('experiments.configs.mlp:nope', "'experiments.configs.mlp' has no function 'nope'"),
+    ('hetjax.configs.mlp:nope', "'hetjax.configs.mlp' has no function 'nope'"),
     ('no_such_module:get_config', "cannot import 'no_such_module'"),
     ('json:dumps', r'json:dumps\(\) cannot be called without arguments'),
-    ('json:JSONDecoder', 'returned JSONDecoder, not experiments.configs.Config'),
+    ('json:JSONDecoder', 'returned JSONDecoder, not hetjax.run.Config'),
 ])
 def test_configs_of_your_own_are_checked(name, message):
   with pytest.raises(ConfigError, match=message):
@@ -81,7 +80,7 @@ def test_configs_of_your_own_are_checked(name, message):
      "model 'types:SimpleNamespace' returned SimpleNamespace, not a hetjax.train.Task"),
 ])
 def test_models_of_your_own_are_checked(model, message):
-  from experiments import _programs
+  from hetjax.run import _build as _programs
 
   config = configs.override(configs.load('mlp'), [f'model={model}'])
   with pytest.raises(ConfigError, match=message):

@@ -18,9 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-import models
-from experiments import _elastic
-from hetjax import ConfigError, balance, core, emulation, planner, runtime, sharding
+from hetjax import ConfigError, balance, core, emulation, models, planner, runtime, sharding
+from hetjax.run import _restarts as _elastic
 from hetjax.runtime import _elastic_env, _verdict
 from hetjax.runtime._launcher import launch_local
 

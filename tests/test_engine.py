@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from experiments import _hosts, _programs
 from hetjax import ConfigError
 from hetjax.core import StepStats, Work, decode_state, encode_state
+from hetjax.run import _build as _programs
+from hetjax.run import _hosts
 from hetjax.train import Hook, training_steps
 from hetjax.train._head import StepHead
 
@@ -148,8 +149,9 @@ def test_work_and_stats_are_values():
 
 def test_the_oracle_under_train_py_knows_its_hosts_costs():
   """`--policy=oracle` gets the emulated hosts' per-row and fixed costs, not only the trace."""
-  from experiments import _programs, configs
   from hetjax import balance, runtime
+  from hetjax.run import _build as _programs
+  from hetjax.run import _config as configs
 
   config = configs.override(configs.load('mlp'), [
       'mode=shares', 'policy=oracle', 'slowdown=static:1', 'host_row_s=1e-4', 'mesh=8x1',
@@ -163,8 +165,8 @@ def test_the_oracle_under_train_py_knows_its_hosts_costs():
 def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch):
   """Mode tokens: the host is fitted to single calls at the token size and a uniform share,
   alternating, scaled to the tail of their slow spells (`_hosts.TAIL`), not to medians."""
-  from experiments import configs
   from hetjax import emulation, runtime
+  from hetjax.run import _config as configs
 
   seen, calibrate = [], emulation.calibrate_row_cost
 

@@ -140,7 +140,7 @@ def _finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int | None, st
 
 
 _INITIALIZE = '''
-from experiments._cli import run_main
+from hetjax.cli import run_main
 from hetjax.runtime import initialize
 run_main('probe.py', initialize)
 '''
@@ -173,7 +173,7 @@ _WORKER = '''
 import json, os, socket, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from experiments._cli import run_main
+from hetjax.cli import run_main
 from hetjax import ps
 from hetjax.pipeline._transfer import move
 from hetjax.runtime import initialize

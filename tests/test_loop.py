@@ -6,7 +6,7 @@ import json
 import optax
 import pytest
 
-import models
+from hetjax import models
 from hetjax.sharding import make_mesh
 from hetjax.train import Hook, MetricsLogger, Strategy, Trainer, training_steps
 from tests.conftest import require_devices

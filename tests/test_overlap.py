@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import models
+from hetjax import models
 from hetjax._errors import ConfigError
 from hetjax.core import Work
 from hetjax.data import slice_batch

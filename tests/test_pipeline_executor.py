@@ -18,17 +18,16 @@ import optax
 import pytest
 from flax import nnx
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.pipeline import (
-    HasChain,
-    Link,
-    PipelineTrainer,
-    dispatch_order,
-    gpipe,
-    one_f_one_b,
-    profile_split,
-    split_stages,
+  HasChain,
+  Link,
+  PipelineTrainer,
+  dispatch_order,
+  gpipe,
+  one_f_one_b,
+  profile_split,
+  split_stages,
 )
 from hetjax.train import Task
 from tests.conftest import require_devices
@@ -193,7 +192,7 @@ def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, referenc
 
 
 def test_profile_split_needs_links_that_are_sub_models():
-  from models.mlp import MLP
+  from hetjax.models.mlp import MLP
 
   class Renamed(MLP):
     def chain(self):

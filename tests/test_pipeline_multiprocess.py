@@ -20,7 +20,7 @@ import optax
 import pytest
 from flax import nnx, traverse_util
 
-import models
+from hetjax import models
 from hetjax.runtime import launch_local
 from tests.conftest import require_devices
 from tests.workers.pipeline_stages import BATCH, LR, SCHEDULES, SMALL

@@ -15,17 +15,16 @@ import numpy as np
 import optax
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.pipeline import (
-    PipelineTrainer,
-    ReplicaCheckpointer,
-    ReplicaDriver,
-    ReplicaSync,
-    SyncClient,
-    SyncValuePolicy,
-    make_sync_policy,
-    start_service,
+  PipelineTrainer,
+  ReplicaCheckpointer,
+  ReplicaDriver,
+  ReplicaSync,
+  SyncClient,
+  SyncValuePolicy,
+  make_sync_policy,
+  start_service,
 )
 from hetjax.runtime import LocalChannel
 from hetjax.train import training_steps

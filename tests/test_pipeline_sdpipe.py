@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from flax import nnx, traverse_util
 
-import models
+from hetjax import models
 from hetjax.runtime import launch_local
 from tests.conftest import require_devices
 from tests.workers.pipeline_sdpipe import BATCH, LR, MODEL, TIMEOUT_S

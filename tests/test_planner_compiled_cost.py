@@ -13,7 +13,7 @@ import jax
 import optax
 import pytest
 
-import models
+from hetjax import models
 from hetjax.planner import (
   AnalyticCost,
   ClusterSpec,

@@ -13,8 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.pipeline import PipelineTrainer
 from hetjax.pipeline._transfer import piece_plan
 from hetjax.planner import Plan, compile_plan, group_factors, plan_stages

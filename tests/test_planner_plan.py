@@ -7,8 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, configs, models
 from hetjax.planner import Layout, Plan, mesh_factors, tensor_degrees
 from hetjax.sharding import LogicalRules, ShardingRules, make_mesh, submodel_names
 from hetjax.train import Trainer, training_steps
@@ -73,8 +72,7 @@ def test_bad_plans_are_one_line_config_errors(data, message):
 
 
 def test_shipped_plans_load(tmp_path):
-  import pathlib
-  root = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'plans'
+  root = configs.PLANS
   names = {p.stem: Plan.load(p, ['embedding', 'wide', 'tower']) for p in root.glob('*.json')}
   assert set(names) >= {'pure_dp', 'pure_mp', 'hybrid'}
   assert {s.layout.tensor for s in names['pure_mp'].submodels} == {8}
@@ -123,8 +121,7 @@ def test_compile_plan_checks_memory_before_training():
 
   kwargs, batch = MODELS['wide_deep']
   task = models.make_task('wide_deep', **kwargs)
-  plan = Plan.load(__import__('pathlib').Path(__file__).resolve().parents[1] / 'experiments'
-                   / 'plans' / 'hybrid.json', submodel_names(task.make_model))
+  plan = Plan.load(configs.PLANS / 'hybrid.json', submodel_names(task.make_model))
   compiled = compile_plan(plan, task, OPTIMIZER, batch, devices=require_devices(8))
   assert compiled.memory_bytes > 0 and compiled.trainer.mesh.devices.size == 8
   with pytest.raises(ConfigError, match=r"plan 'hybrid' does not fit: its compiled step needs"):

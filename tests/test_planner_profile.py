@@ -7,8 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax import data as hdata
 from hetjax.planner._profile import profile_submodels
 from hetjax.planner._profile_types import SubmodelProfile

@@ -6,16 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.planner import (
-    ClusterSpec,
-    SubmodelProfile,
-    WorkerSpec,
-    alternatives,
-    compile_plan,
-    explain,
-    search,
+  ClusterSpec,
+  SubmodelProfile,
+  WorkerSpec,
+  alternatives,
+  compile_plan,
+  explain,
+  search,
 )
 from hetjax.planner import profile_submodels as profile
 from hetjax.train import training_steps

@@ -13,8 +13,7 @@ import optax
 import pytest
 from flax import nnx
 
-import models
-from hetjax import ConfigError, ps
+from hetjax import ConfigError, models, ps
 from hetjax.emulation import parse_links
 from hetjax.runtime import LocalChannel
 from hetjax.sharding import abstract_model

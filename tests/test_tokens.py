@@ -13,8 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-import models
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.emulation import StaticTrace
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from experiments import configs
 from hetjax.checkpoint import Checkpointer
 from hetjax.pipeline import ReplicaSync, SyncValuePolicy
+from hetjax.run import _config as configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -78,10 +78,10 @@ BAD_INPUT = [
      ['mode spmd takes no policy, shares']),
     (['--config=mlp', '--mode=tokens', '--token_rows=24'],
      ['token_rows 24 does not divide the global batch 256']),
-    (['--config=mlp', '--mode=tokens', '--plan=experiments/plans/pure_dp.json'],
+    (['--config=mlp', '--mode=tokens', '--plan=hetjax/configs/plans/pure_dp.json'],
      ['a plan runs in mode plan (or auto); mode tokens takes strategy and mesh instead']),
     (['--config=mlp', '--mode=plan'], ['mode plan needs a plan: --plan=PATH']),
-    (['--config=mlp', '--plan=experiments/plans/pure_dp.json', '--slowdown=static:2'],
+    (['--config=mlp', '--plan=hetjax/configs/plans/pure_dp.json', '--slowdown=static:2'],
      ['this plan runs on one process: launch several workers']),
     (['--config=mlp', '--mode=pipeline', '--sync=ps'],
      ["sync policy 'ps' is now 'periodic-average'", 'choose one of: all-reduce, random-pairs']),
@@ -218,14 +218,14 @@ def test_a_pipeline_run_resumes_at_its_step(tmp_path):
 def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
   path = tmp_path / 'mine.py'
   path.write_text(
-      'from experiments.configs import Config\n\n'
+      'from hetjax.run import Config\n\n'
       'def get_config():\n'
       "  return Config(model='mlp', model_args={'hidden': 32, 'width': 16}, global_batch=64,\n"
       "                steps=2, mesh='8x1', strategy='data_parallel')\n")
   result = train(f'--config={path}', f'--workdir={tmp_path / "a"}')
   assert result.returncode == 0, result.stderr
   assert json.loads((tmp_path / 'a' / 'summary.json').read_text())['final_step'] == 2
-  result = train('--config=experiments.configs.mlp:get_config', '--steps=1',
+  result = train('--config=hetjax.configs.mlp:get_config', '--steps=1',
                  '--set', 'model=models:make_task', '--set', 'model_args.name=mlp',
                  f'--workdir={tmp_path / "b"}')
   assert result.returncode == 0, result.stderr

@@ -12,8 +12,8 @@ import pytest
 from flax import nnx
 
 from hetjax._errors import ConfigError
+from hetjax.models import transformer
 from hetjax.sharding import abstract_model
-from models import transformer
 
 SMALL = {'d_model': 32, 'heads': 4, 'layers': 1, 'mlp': 64, 'seq_len': 16}
 ALLOWED = {'vocab', 'embed', 'seq', 'heads', 'head_dim', 'mlp'}

@@ -11,8 +11,8 @@ import optax
 import pytest
 from flax import nnx
 
+from hetjax.models import wide_deep
 from hetjax.sharding import abstract_model
-from models import wide_deep
 
 SMALL = {'rows': 1000, 'dim': 8, 'fields': 4, 'dense': 8, 'hidden': 32, 'hidden2': 16}
 

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-import models
+from hetjax import models
 from hetjax import report as report_lib
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh

@@ -18,10 +18,9 @@ import jax
 import numpy as np
 import pytest
 
-import models
-from experiments import _programs
-from hetjax import ConfigError
+from hetjax import ConfigError, models
 from hetjax.emulation import KnownSpeedHost, StaticTrace
+from hetjax.run import _build as _programs
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy

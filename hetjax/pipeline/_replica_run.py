@@ -29,20 +29,15 @@ Example (every process; ``channel`` the job's key-value channel)::
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import numpy as np
-
-from hetjax._errors import ConfigError
-from hetjax.core import StepStats, encode_state
+from hetjax.checkpoint import ArraysCheckpointer
+from hetjax.core import StepStats
+from hetjax.pipeline._executor import PipelineState
 from hetjax.pipeline._replicated import ServiceThread, start_service
-from hetjax.pipeline._step_directories import StepDirectories
 from hetjax.pipeline._sync_service import Board, ServiceReport
 from hetjax.pipeline._sync_values import SyncValuePolicy, resume_state
 
@@ -92,48 +87,23 @@ class ReplicaSync:
     return thread.join(timeout_s)
 
 
-class ReplicaCheckpointer(StepDirectories):
-  """`hetjax.checkpoint.Checkpointer`'s interface for one replica's checkpoints, in its own
-  directory, written by this process alone.
+class ReplicaCheckpointer(ArraysCheckpointer):
+  """One replica's checkpoints, in its own directory, written and restored by this process
+  alone (the `hetjax.checkpoint.CheckpointerProtocol`).
 
-  A replica's arrays live on this process only and differ from the other replicas': orbax
-  serializes neither (it refuses process-local arrays under several processes, and writes host
-  arrays from process 0 only), and its saves would wait on the other processes, which step at
-  their own pace. So a checkpoint here is ``STEP/state.npz`` (host copies of the state's
-  leaves, in `jax.tree` order) and ``STEP/meta.json`` (the same record as `Checkpointer`'s,
-  the policy state under ``'policy'``), written to a temporary directory and renamed when
-  complete; `restore` puts the leaves back on the restore target's shardings.
+  A replica's arrays live on this process only and differ from the other replicas', and
+  replicas step at their own pace: orbax's array format refuses process-local arrays, and a
+  save of the job's processes together would wait for the others. So each checkpoint is an
+  orbax step directory written by this process alone (`hetjax.checkpoint.ArraysCheckpointer`:
+  ``STEP/state/arrays.npz`` and the record ``STEP/meta``, checksums included). A restore
+  verifies them; by default a bad latest checkpoint is skipped for the one before it (the
+  replicas of a job resume from one step: the runner asks for it by step, and a bad one is a
+  one-line `ConfigError` naming it). The restored state's step is the checkpoint's.
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
-    super().__init__(directory, max_to_keep)
+    super().__init__(directory, alone=True, max_to_keep=max_to_keep)
 
-  def save(self, state: Any, meta: Mapping[str, Any], policy_state: Any = None) -> None:
-    step = int(state.step)
-    record = {**meta, 'step': step}
-    if policy_state is not None:
-      record['policy'] = encode_state(policy_state)
-    final = os.path.join(self.directory, str(step))
-    temporary = tempfile.mkdtemp(prefix=f'.{step}-', dir=self.directory)
-    leaves = jax.device_get(jax.tree.leaves(state))
-    np.savez(os.path.join(temporary, 'state.npz'), *leaves)
-    with open(os.path.join(temporary, 'meta.json'), 'w') as f:
-      json.dump(record, f)
-    if os.path.exists(final):
-      shutil.rmtree(final)
-    os.rename(temporary, final)
-    for old in self.all_steps()[:-self.max_to_keep]:
-      shutil.rmtree(os.path.join(self.directory, str(old)))
-
-  def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
-    """Checkpoint ``step`` (default: the latest) on the shardings of ``abstract_state``."""
-    step = self._require(step)
-    leaves, treedef = jax.tree.flatten(abstract_state)
-    with np.load(os.path.join(self.directory, str(step), 'state.npz'), allow_pickle=False) as saved:
-      host = [saved[f'arr_{i}'] for i in range(len(saved.files))]
-    if len(host) != len(leaves) or any(h.shape != a.shape for h, a in zip(host, leaves, strict=True)):
-      raise ConfigError(f'checkpoint {step} in {self.directory} does not fit this pipeline '
-                        f'({len(host)} arrays saved, {len(leaves)} expected)')
-    placed = [jax.device_put(h.astype(a.dtype), a.sharding)
-              for h, a in zip(host, leaves, strict=True)]
-    return treedef.unflatten(placed), self.read_meta(step)
+  def _join(self, parts: Mapping[str, Any], abstract_state: PipelineState,
+            meta: Mapping[str, Any]) -> PipelineState:
+    return dataclasses.replace(parts['arrays'], step=int(meta['step']))

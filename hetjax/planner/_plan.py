@@ -1,6 +1,6 @@
 """A plan: a layout per sub-model on one mesh, as data (JSON round trip) and as sharding rules.
 
-The planner writes plans, people write them by hand (``experiments/plans/*.json``), and the
+The planner writes plans, people write them by hand (``hetjax/configs/plans/*.json``), and the
 trainer applies their rules unchanged: ``Trainer(task, opt, batch, plan.mesh(), plan.rules())``.
 
 Hand-written format (``"*"`` is every sub-model not named)::

@@ -4,7 +4,7 @@ JAX and the script for many command lines (tests/test_train_cli.py's bad-input c
   python tests/workers/cli_cases.py CASES.json RESULTS.json
 
 CASES.json is a list of argument lists, each run by ``train.py``, or by ``schmp.py`` when its
-first item is ``'schmp.py'``. Each child is the real entry point (`_cli.run_main`,
+first item is ``'schmp.py'``. Each child is the real entry point (`hetjax.cli.run_main`,
 ``sys.argv`` set, absl parsing, ``sys.exit``) forked before any JAX backend exists, so each one
 starts its own. RESULTS.json gets, per case, ``{"returncode": int, "stdout": str, "stderr":
 str}``. Every child is killed after 120 s (returncode -9).
@@ -26,14 +26,15 @@ TIMEOUT_S = 120
 
 
 def _child(args: list[str], out: str, err: str) -> None:
-  from experiments import _cli, schmp, train
+  from experiments import schmp, train
+  from hetjax.cli import run_main
   script, run = ('schmp.py', schmp.run) if args[:1] == ['schmp.py'] else ('train.py', train.run)
   args = args[1:] if script == 'schmp.py' else args
   for fd, path in ((1, out), (2, err)):
     os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
   sys.argv = [script, *args]
   try:
-    _cli.run_main(script, run)
+    run_main(script, run)
   except SystemExit as e:
     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
   else:

@@ -11,7 +11,7 @@ from hetjax import runtime
 
 ctx = runtime.initialize(init_timeout_s=30)
 
-import models  # noqa: E402
+from hetjax import models  # noqa: E402
 from hetjax.core import Work  # noqa: E402
 from hetjax.train import WorkerTrainer  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER  # noqa: E402

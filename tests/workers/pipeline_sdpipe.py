@@ -46,7 +46,7 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
   import jax
   import optax
 
-  import models
+  from hetjax import models
   from hetjax.pipeline import (
     HostPause,
     PipelineTrainer,

@@ -40,8 +40,7 @@ def main(out_dir: str, stages: int, micro: int, sgd_steps: int) -> None:
   import jax
   import optax
 
-  import models
-  from hetjax import ConfigError
+  from hetjax import ConfigError, models
   from hetjax.pipeline import PipelineTrainer, gpipe, one_f_one_b
 
   task = models.make_task('transformer', **SMALL)

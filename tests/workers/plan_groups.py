@@ -26,7 +26,7 @@ def main(out_dir: str, model: str, plan_json: str, micro: int) -> None:
 
   import jax
 
-  import models
+  from hetjax import models
   from hetjax.planner import Plan, compile_plan
   from hetjax.sharding import submodel_names
   from hetjax.train import training_steps

@@ -19,8 +19,7 @@ import jax
 import numpy as np
 import optax
 
-import models
-from hetjax import ps, runtime, train
+from hetjax import models, ps, runtime, train
 
 GLOBAL_BATCH, LR = 32, 0.1
 

@@ -27,7 +27,7 @@ ctx = runtime.initialize(init_timeout_s=60)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-import models  # noqa: E402
+from hetjax import models  # noqa: E402
 from hetjax.core import Work  # noqa: E402
 from hetjax.emulation import KnownSpeedHost, parse_links, parse_trace  # noqa: E402
 from hetjax.train import OverlapTrainer, WorkerTrainer  # noqa: E402

@@ -20,7 +20,7 @@ ctx = runtime.initialize(init_timeout_s=60)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-import models  # noqa: E402
+from hetjax import models  # noqa: E402
 from hetjax.train import TokenRules, TokenTrainer, training_steps  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
 

@@ -27,8 +27,12 @@ ctx = runtime.initialize(init_timeout_s=60)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-import models  # noqa: E402
-from hetjax import ConfigError, balance, emulation  # noqa: E402
+from hetjax import (  # noqa: E402
+  ConfigError,
+  balance,
+  emulation,
+  models,
+)
 from hetjax.core import ShareRules  # noqa: E402
 from hetjax.train import Strategy, WorkerTrainer, training_steps  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402

@@ -2,7 +2,7 @@
 over the devices (`hetjax.schmp._lda`). A round is 1/P of a sweep; ``--set scheduler=unscheduled``
 is the unscheduled parallel Gibbs baseline (a round is a whole sweep)."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

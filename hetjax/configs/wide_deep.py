@@ -1,6 +1,6 @@
 """Wide & deep recommender on synthetic Zipf clicks: a 10^5-row table, 2-D hybrid on 4x2."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

@@ -1,4 +1,4 @@
-"""Mode ps of ``experiments/train.py``: a parameter-server job launched with ``--servers K``.
+"""Mode ps of the runner (`hetjax.run.train`): a parameter-server job launched with ``--servers K``.
 
 Every process runs train.py; the last K serve (`hetjax.ps.serve`: checkpoints every
 ``checkpoint_every`` versions under ``WORKDIR/checkpoints/server-S``, their update logs in
@@ -23,11 +23,12 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from experiments import _comm_options, _elastic, _hosts, _programs, configs
 from hetjax import ConfigError, emulation, ps, runtime, train
+from hetjax.run import _build, _comm_options, _hosts, _restarts
+from hetjax.run._config import Config
 
 
-def _check(config: configs.Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
+def _check(config: Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
   unused = [name for name, used in (('policy', config.policy != 'uniform'),
                                     ('shares', config.shares), ('plan', config.plan)) if used]
   if unused:
@@ -55,7 +56,7 @@ def _host(config, ctx, role, worker, state, channel) -> emulation.KnownSpeedHost
   return emulation.KnownSpeedHost(trace, role.index, row_s)
 
 
-def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pathlib.Path,
+def run(config: Config, ctx: runtime.WorkerContext, channel, workdir: pathlib.Path,
         prepare: Callable[[], None], resume: bool) -> dict | None:
   """Runs this process's part of the job (module docstring); the chief's summary, else None."""
   if channel is None:
@@ -63,7 +64,7 @@ def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pa
                       '--workers N --servers K')
   role = ps.ps_role()
   _check(config, ctx, role)
-  task = _programs.make_task(config)
+  task = _build.make_task(config)
   optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
   protocol = ps.parse_ps(config.ps)
   links = _comm_options.links_of(config, ctx, role.workers)
@@ -82,10 +83,10 @@ def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pa
     raise ConfigError(f'--resume: the servers hold no checkpoint in {workdir / "checkpoints"}')
   worker.host = _host(config, ctx, role, worker, state, channel)
   if ctx.is_chief and runtime.restart_attempt() > 0:  # worker 0's steps are the metrics'
-    _elastic.record_restart(workdir, int(state.step), role.workers)
+    _restarts.record_restart(workdir, int(state.step), role.workers)
   elif ctx.is_chief and resume:
-    _elastic.trim_after(workdir, int(state.step))
-  watchdog = _elastic.watchdog(channel, role.index, role.workers)
+    _restarts.trim_after(workdir, int(state.step))
+  watchdog = _restarts.watchdog(channel, role.index, role.workers)
   hooks, logger = [], None
   if ctx.is_chief:
     (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
@@ -113,7 +114,7 @@ def run(config: configs.Config, ctx: runtime.WorkerContext, channel, workdir: pa
     return None
   summary = logger.summary() | {'mode': 'ps', 'ps': protocol.describe(),
                                 'refused_pushes_worker0': worker.refused} | \
-      _elastic.summary_fields(workdir)
+      _restarts.summary_fields(workdir)
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

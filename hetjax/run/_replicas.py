@@ -1,4 +1,4 @@
-"""Pipeline mode under several workers: one SDPipe replica per worker (`experiments/_programs.py`).
+"""Pipeline mode under several workers: one SDPipe replica per worker (`hetjax.run.build`).
 
 Every worker runs the whole pipeline on its own devices (`PipelineTrainer`) as one replica; a
 `ReplicaDriver` is the step program, and after each step the replica reports to the group

@@ -9,20 +9,18 @@ refused with one line, never silently ignored.
 
 from __future__ import annotations
 
-from experiments import configs
 from hetjax import ConfigError, emulation, runtime
+from hetjax.run._config import Config, Mode
 
-Mode = configs.Mode
 
-
-def links_of(config: configs.Config, ctx: runtime.WorkerContext, workers: int
+def links_of(config: Config, ctx: runtime.WorkerContext, workers: int
              ) -> emulation.Links | None:
   """The config's links (else the launcher's) for ``workers`` workers; None without either."""
   spec = config.network or ctx.network
   return None if spec is None else emulation.parse_links(spec, workers)
 
 
-def check(config: configs.Config, ctx: runtime.WorkerContext, mode: Mode) -> None:
+def check(config: Config, ctx: runtime.WorkerContext, mode: Mode) -> None:
   """Refuses communication options ``mode`` has no use for."""
   network = config.network or ctx.network
   if network is not None and network.strip() != 'none' and mode not in (Mode.SHARES, Mode.PS):

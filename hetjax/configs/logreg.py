@@ -5,7 +5,7 @@ columns correlated at 0.9 among 1024);
 ``--set model_args.pad_rows=True`` on devices that do not divide them), ``--set
 scheduler=shotgun`` or ``cyclic`` the baselines."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

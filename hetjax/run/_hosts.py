@@ -91,7 +91,7 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
     share = config.global_batch * counts[ctx.worker] // sum(counts)
     rows = max(degree, share // degree * degree)
     state = trainer.init_state()
-    from experiments._programs import Mode, default_token_rows, mode_of  # (imports this module)
+    from hetjax.run._build import Mode, default_token_rows, mode_of  # (imports this module)
     if mode_of(config, ctx) is Mode.TOKENS:
       tokens = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
       sizes, measure = (tokens, rows), _one_call(trainer, state, (tokens, rows))

@@ -23,7 +23,7 @@ def make_task(name: str, **kwargs: Any) -> Task:
   """
   if name not in NAMES:
     raise ConfigError(f'unknown model {name!r}; choose one of: {", ".join(NAMES)}')
-  factory = importlib.import_module(f'models.{name}').make_task
+  factory = importlib.import_module(f'hetjax.models.{name}').make_task
   accepted = inspect.signature(factory).parameters
   for key in kwargs:
     if key not in accepted:

@@ -5,7 +5,7 @@ the column factors are averaged after every round, P rounds an epoch too). The o
 training RMSE. The app runs on every device of the job, so ``model_args`` names no device
 count; ``model_args.row_shares`` gives faster devices more users."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

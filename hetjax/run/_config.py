@@ -1,4 +1,5 @@
-"""Experiment configs: one Python module per model, each with ``get_config() -> Config``.
+"""A run's configuration: `Config`, `Mode`, and loading a shipped config (`hetjax.configs`, one
+module per model, each with ``get_config() -> Config``), a file of yours or ``module:function``.
 
 A config is a frozen dataclass. Flags override single fields with ``--set key=value``, dotted for
 model arguments (``--set model_args.rows=1000000``); values are Python literals checked against
@@ -61,7 +62,7 @@ class Config:
     strategy: a `hetjax.train.Strategy` name (spmd, and inside each worker).
     mesh: mesh shape over ``('data', 'model')``, e.g. ``'4x2'``; per worker in the
       multi-worker modes.
-    plan: a plan JSON (`experiments/plan.py --json`, `experiments/plans/`) replacing strategy
+    plan: a plan JSON (`experiments/plan.py --json`, `hetjax/configs/plans/`) replacing strategy
       and mesh (mode plan): a layout and a group of workers per sub-model, compiled and
       memory-checked first; one SPMD step when every sub-model runs on all devices of one
       process, else pipeline stages on the groups (``micro_batches``, ``schedule``).
@@ -168,8 +169,11 @@ class Config:
 
 
 def names() -> list[str]:
-  """The shipped config names (the modules of this package)."""
-  return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith('_'))
+  """The shipped config names (the modules of `hetjax.configs`)."""
+  import hetjax.configs as shipped
+
+  return sorted(m.name for m in pkgutil.iter_modules(shipped.__path__)
+                if not m.name.startswith('_'))
 
 
 def load(name: str) -> Config:
@@ -195,7 +199,7 @@ def load(name: str) -> Config:
     if name not in names():
       raise ConfigError(f'unknown config {name!r}; choose one of: {", ".join(names())}, a '
                         'file.py defining get_config(), or module:function')
-    return importlib.import_module(f'{__name__}.{name}').get_config()
+    return importlib.import_module(f'hetjax.configs.{name}').get_config()
   if not callable(make):
     raise ConfigError(f'{where} is not defined')
   try:
@@ -206,7 +210,7 @@ def load(name: str) -> Config:
     raise ConfigError(f'{where} cannot be called without arguments: {e}') from None
   config = make()
   if not isinstance(config, Config):
-    raise ConfigError(f'{where} returned {type(config).__name__}, not experiments.configs.Config')
+    raise ConfigError(f'{where} returned {type(config).__name__}, not hetjax.run.Config')
   return config
 
 

@@ -1,6 +1,6 @@
 """MLP classifier on scikit-learn's digits, 2-D hybrid on 4x2 devices."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

@@ -1,6 +1,6 @@
 """Byte-level Transformer LM on the Python standard library's source, 2-D hybrid on 4x2."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

@@ -6,7 +6,7 @@ model_args.group_size=32` many smaller groups). ``--set scheduler=shotgun`` is S
 descent, ``--set model_args.priority="'abs'"`` STRADS's priorities (each coordinate's last
 change); ``--set model_args.data="'diabetes'"`` scikit-learn's bundled diabetes data."""
 
-from experiments.configs import Config
+from hetjax.run import Config
 
 
 def get_config() -> Config:

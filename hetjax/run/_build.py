@@ -1,7 +1,7 @@
 """From a `Config` to a step program and its policy: the one place that reads ``mode``.
 
 Every mode returns the same three things — a `StepProgram`, the policy that decides its steps
-(or None) and a line describing the devices — so `experiments/train.py` runs them all with one
+(or None) and a line describing the devices — so the runner (`hetjax.run.train`) runs them all with one
 loop, one checkpoint and one set of hooks.
 """
 
@@ -16,25 +16,25 @@ from typing import Any
 import jax
 import numpy as np
 
-import models
-from experiments import _comm_options, _elastic, _hosts, _replicas, configs
 from hetjax import (
-    ConfigError,
-    balance,
-    emulation,
-    planner,
-    ps,
-    runtime,
-    schmp,
-    sharding,
-    train,
+  ConfigError,
+  balance,
+  emulation,
+  models,
+  planner,
+  ps,
+  runtime,
+  schmp,
+  sharding,
+  train,
 )
 from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
+from hetjax.run import _comm_options, _hosts, _replicas, _restarts
+from hetjax.run._config import Config, Mode, import_function
 
-Mode = configs.Mode
-SYNC_DEFAULT = next(f.default for f in dataclasses.fields(configs.Config) if f.name == 'sync')
+SYNC_DEFAULT = next(f.default for f in dataclasses.fields(Config) if f.name == 'sync')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +44,14 @@ class Built:
   program: Any
   policy: Any
   devices: str
-  mode: configs.Mode
+  mode: Mode
   host: emulation.KnownSpeedHost | None = None
 
 
-def make_task(config: configs.Config) -> train.Task:
+def make_task(config: Config) -> train.Task:
   """The config's task: a shipped model by name, or ``'module:function'`` of your own."""
   if ':' in config.model:
-    make = configs.import_function(config.model, 'model')
+    make = import_function(config.model, 'model')
     try:
       inspect.signature(make).bind(**config.model_args)
     except ValueError:  # no signature to check (a builtin): the call will tell
@@ -67,7 +67,7 @@ def make_task(config: configs.Config) -> train.Task:
   return models.make_task(config.model, **config.model_args)
 
 
-def mode_of(config: configs.Config, ctx: runtime.WorkerContext) -> Mode:
+def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
   """``auto``: rounds of scheduled model parallelism for a SchMP app; the plan's program when a
   plan is given; per-worker shares when there are
   several workers (or anything only shares use: fixed shares, a policy, a slowdown), else one
@@ -131,7 +131,7 @@ def _divisor_at_most(total: int, target: int, degree: int) -> int:
                     f'{total}')
 
 
-def _trace(config: configs.Config, ctx: runtime.WorkerContext):
+def _trace(config: Config, ctx: runtime.WorkerContext):
   spec = config.slowdown or ctx.slowdown
   if not spec:
     return None
@@ -157,7 +157,7 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
                       'process: launch several workers (python -m hetjax.launch)')
   plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
   if plan.devices != jax.device_count() and runtime.original_workers(ctx.workers) > ctx.workers:
-    plan = _elastic.replan(plan, task, config.global_batch, ctx, channel)  # workers were lost
+    plan = _restarts.replan(plan, task, config.global_batch, ctx, channel)  # workers were lost
   cap = planner.device_memory(jax.local_devices())
   compiled = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
                                   seed=config.seed, micro_batches=config.micro_batches,
@@ -250,7 +250,7 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
   return policy, None if isinstance(policy, balance.Uniform) else bucket
 
 
-def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None
+def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None
           ) -> Built:
   """The step program and policy of ``config`` on this worker.
 
@@ -260,7 +260,7 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
   mode = mode_of(config, ctx)
   _comm_options.check(config, ctx, mode)
   if mode is Mode.PS:
-    raise ConfigError('mode ps runs through experiments/train.py under launch --servers K')
+    raise ConfigError('mode ps runs under launch --servers K (hetjax.run.train)')
   if mode is Mode.SCHMP or config.model in schmp.APPS:
     return _schmp(config, ctx, mode, channel)
   task = make_task(config)
@@ -272,7 +272,7 @@ def build(config: configs.Config, ctx: runtime.WorkerContext, channel: runtime.C
                       'and mesh instead')
   if mode is Mode.PLAN and not config.plan:
     raise ConfigError('mode plan needs a plan: --plan=PATH (experiments/plan.py --json writes '
-                      'one; experiments/plans/ has hand-written ones)')
+                      'one; hetjax/configs/plans/ has hand-written ones)')
   replicas = mode is Mode.PIPELINE and ctx.workers > 1
   if mode in (Mode.SPMD, Mode.PIPELINE, Mode.PLAN):
     slowed = replicas or mode is Mode.PLAN

@@ -1,0 +1,116 @@
+"""``hetjax-train`` (``experiments/train.py``): trains a config — shipped, a file of yours, or ``module:function`` — in any mode.
+
+  python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \\
+      --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
+
+Every option of a run is a field of `hetjax.run.Config`, set with ``--set key=value``
+(``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``); the flags
+below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
+``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
+(stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
+``sync`` policy), ``plan`` (a Fela plan: each sub-model on its group of workers with its own
+layout; one SPMD step, or stages on the groups), ``ps`` (a parameter server: under
+``launch --servers K`` the last K processes serve, the workers push and pull; ``--set ps=…``
+picks bsp, asp, ssp, eager pull and the staleness-aware rate); ``auto`` is plan given a plan,
+ps in a job with servers, else spmd on one process and shares under several workers. All of
+them run in one loop with the same checkpoints, metrics and telemetry.
+
+  python -m hetjax.launch --workers 4 --servers 1 --network link:1:10 -- python \\
+      experiments/train.py --config=mlp --set ps=asp,eager,lr=staleness --workdir=runs/ps
+
+Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
+one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
+``telemetry.jsonl`` (per-step, per-worker timings) beside the metrics:
+
+  python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \\
+      python experiments/train.py --config=mlp --mesh=1x1 --policy=lbbsp --workdir=runs/bsp
+
+Pipeline replicas (each worker one replica of the whole pipeline, worker 0 also runs the group
+scheduler; each replica checkpoints its own parameters under ``checkpoints/replica-W``):
+
+  python -m hetjax.launch --workers 2 --timeout 300 -- python experiments/train.py \\
+      --config=mlp --set mode=pipeline --set sync=sdpipe --slowdown persistent:1:3
+
+A slowdown makes every worker a host of known speed: its step padded by sleep to rows × a
+calibrated per-row cost × its slowdown. ``--resume`` continues the run in ``--workdir`` from its
+last checkpoint, the policy's state (shares, predictor history; a sync policy's windows, epoch
+and group numbers) included; replicas resume from the latest step every one of them saved.
+
+Under ``launch --max-restarts N`` a restarted run resumes on its own (no ``--resume`` to add;
+``--overwrite`` is ignored after the first launch): the rows of steps lost with the failed
+launch leave ``metrics.jsonl`` and ``telemetry.jsonl``, ``restarts.jsonl`` gets one row per
+restart (cause, step resumed from, steps lost) and ``summary.json`` counts them. On fewer
+workers (``--min-workers``) the parameters and optimizer state restore onto the new layout with
+the same global batch, and the shares start over from the survivors' measured speeds. Every
+worker reports its progress to a stall watchdog (`hetjax.runtime.ProgressWatchdog`).
+
+Bad input (unknown config, model, strategy or field; a mesh that does not match the devices; a
+batch that does not divide; a checkpoint of another model) prints one line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from absl import flags
+
+from hetjax import ConfigError, run
+from hetjax.cli._main import run_main
+
+_CONFIG = flags.DEFINE_string(
+    'config', None, f'a config name ({", ".join(run.config_names())}), a file.py defining '
+    'get_config(), or module:function returning a Config')
+_SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
+_STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'s)')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
+_RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')
+_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
+# Shorthands for config fields (each is the same as --set FIELD=VALUE).
+_SHORTHANDS = {
+    'mode': flags.DEFINE_string('mode', None, 'spmd, shares, tokens, pipeline, plan or auto'),
+    'strategy': flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)'),
+    'mesh': flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2'),
+    'plan': flags.DEFINE_string('plan', None, 'a plan JSON (experiments/plan.py --json)'),
+    'policy': flags.DEFINE_string(
+        'policy', None, 'share policy: uniform (BSP), proportional, '
+        'lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu, oracle'),
+    'shares': flags.DEFINE_list('shares', None, 'fixed per-worker batch shares'),
+    'bucket': flags.DEFINE_integer('bucket', None, 'shares are multiples of this (0: automatic)'),
+    'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
+    'slowdown': flags.DEFINE_string('slowdown', None, 'emulated slowdown trace, e.g. static:1,3'),
+    'token_rows': flags.DEFINE_integer('token_rows', None, 'rows per token (tokens mode)'),
+    'sync': flags.DEFINE_string('sync', None, 'pipeline replicas\' sync policy: sdpipe, '
+                                'all-reduce, random-pairs or periodic-average'),
+    'compilation_cache': flags.DEFINE_bool(
+        'compilation_cache', None, 'keep compiled programs across runs (~/.cache/hetjax/jax)'),
+}
+
+
+def _config() -> run.Config:
+  if not _CONFIG.value:
+    raise ConfigError(f'--config is required: one of {", ".join(run.config_names())}, a file.py, '
+                      'or module:function')
+  config = run.override(run.load_config(_CONFIG.value), _SET.value)
+  cli = {k: f.value for k, f in _SHORTHANDS.items()} | {'steps': _STEPS.value}
+  assignments = []
+  for key, value in cli.items():
+    if value is None:
+      continue
+    if isinstance(value, list):  # a flag list: a tuple of integers
+      value = ','.join(value)
+      assignments.append(f'{key}=({value},)')
+    else:
+      assignments.append(f'{key}={value}')
+  return run.override(config, assignments)
+
+
+def train_from_flags() -> dict | None:
+  """Runs the config the flags name (`hetjax.run.train`); worker 0's summary, else None."""
+  config = _config()
+  workdir = _WORKDIR.value or f'runs/{pathlib.Path(_CONFIG.value).stem}'
+  return run.train(config, workdir, resume=_RESUME.value, overwrite=_OVERWRITE.value)
+
+
+def main() -> None:
+  """The ``hetjax-train`` console entry."""
+  run_main('train.py', train_from_flags)

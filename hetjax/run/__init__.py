@@ -1,0 +1,46 @@
+"""A run, assembled in the library: `Config` and `Mode`, the builder that turns a config into a
+step program, its policy and its host (`build`), and the runner that drives it (`train`).
+
+``hetjax-train`` (``experiments/train.py``) parses flags into a `Config` and calls `train`; a
+notebook does the same::
+
+  from hetjax import run
+  config = run.override(run.load_config('mlp'), ['steps=20', 'mesh=1x1'])
+  summary = run.train(config, 'runs/mlp', overwrite=True)
+"""
+
+from hetjax.run._build import Built as Built
+from hetjax.run._build import build as build
+from hetjax.run._build import default_bucket as default_bucket
+from hetjax.run._build import default_token_rows as default_token_rows
+from hetjax.run._build import fsdp_notice as fsdp_notice
+from hetjax.run._build import make_task as make_task
+from hetjax.run._build import mode_of as mode_of
+from hetjax.run._config import Config as Config
+from hetjax.run._config import Mode as Mode
+from hetjax.run._config import import_function as import_function
+from hetjax.run._config import load as load_config
+from hetjax.run._config import names as config_names
+from hetjax.run._config import override as override
+from hetjax.run._hosts import MARGIN as MARGIN
+from hetjax.run._hosts import emulated_host as emulated_host
+from hetjax.run._runner import train as train
+
+__all__ = [
+    'MARGIN',
+    'Built',
+    'Config',
+    'Mode',
+    'build',
+    'config_names',
+    'default_bucket',
+    'default_token_rows',
+    'emulated_host',
+    'fsdp_notice',
+    'import_function',
+    'load_config',
+    'make_task',
+    'mode_of',
+    'override',
+    'train',
+]
