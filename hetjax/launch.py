@@ -12,17 +12,29 @@ link:LATENCY_MS:BANDWIDTH_MB_S`` emulates each worker's link (`hetjax.emulation.
   python -m hetjax.launch --workers 4 --servers 1 --network link:2:50 --timeout 600 \\
       -- python experiments/bench_comm.py --role=job ...
 
-Every worker line comes out on stdout as ``[w{i}] line``. If a worker fails, the others are
-stopped and the launcher exits with that worker's status after one line on stderr
-(``launch: worker 2 exited with status 1``); 124 on ``--timeout``, 130 on Ctrl-C. The worker
-named is the one to blame: a worker stopped by SIGSTOP, or named by the stall watchdog, rather
-than the peers that failed waiting for it. Bad input prints ``launch: error: …`` and exits
-with 2.
+Every worker line comes out on stdout as ``[w{i}] line`` while the job is healthy. If a worker
+fails, the others are stopped and the launcher exits with that worker's status; 124 on
+``--timeout``, 130 on Ctrl-C. The peers' tracebacks and runtime errors do not flood the console:
+stderr gets the cause, one line per worker and the path of the launch log, which keeps every
+line of every worker::
+
+  launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by …)
+  launch:   worker 0: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch:   worker 1: was killed by SIGABRT (ValueError: boom)
+  launch:   worker 2: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch: the full output of every worker: runs/gpt/launch.log
+
+The log is ``launch.log`` in ``--log-dir``, by default the ``--workdir`` the command carries,
+else a temporary directory (deleted when the job succeeds). The worker named is the one to
+blame: a worker stopped by SIGSTOP, named by the stall watchdog, or that raised while its peers
+still ran, rather than the peers that failed after it. Bad input prints ``launch: error: …``
+and exits with 2.
 
 Elastic runs: ``--max-restarts N`` relaunches a failed job (``experiments/train.py`` resumes
 from its last complete checkpoint on its own); ``--min-workers M`` leaves out a worker that
 fails twice in a row, down to M workers; ``--stall-timeout S`` is how long a worker may make no
-progress (default: five times the recent step time, at least 10 s).
+progress (default: five times the step time measured from the first step on, at least 10 s;
+`hetjax.runtime.ProgressWatchdog`).
 
   python -m hetjax.launch --workers 4 --max-restarts 3 --min-workers 3 --timeout 900 \\
       -- python experiments/train.py --config=mlp --workdir=runs/elastic
@@ -93,7 +105,10 @@ def _parser() -> argparse.ArgumentParser:
                            'remain (default: all workers)')
   parser.add_argument('--stall-timeout', type=float, metavar='SECONDS',
                       help='seconds without progress before a worker is named stuck and the '
-                           'job ended (default: 5x the recent step time, at least 10 s)')
+                           'job ended (default: 5x the measured step time, at least 10 s)')
+  parser.add_argument('--log-dir', metavar='DIR',
+                      help='where launch.log keeps every line of every worker (default: the '
+                           "command's --workdir, else a temporary directory)")
   parser.add_argument('--pin-cores', action='store_true',
                       help='run each worker on one CPU, round robin (Linux): emulated hosts '
                            'hold with more workers than cores')
@@ -119,6 +134,22 @@ def _workers_and_devices(args) -> tuple[int, int | tuple[int, ...]]:
   return len(counts), counts
 
 
+def log_dir(given: str | None, command: Sequence[str]) -> str | None:
+  """``--log-dir``, else the run directory the command names (its last ``--workdir=X`` or
+  ``--workdir X``), else None (a temporary directory)."""
+  if given is not None:
+    if not given.strip():
+      raise ConfigError('--log-dir is empty')
+    return given
+  workdir = None
+  for k, arg in enumerate(command):
+    if arg.startswith('--workdir='):
+      workdir = arg.partition('=')[2]
+    elif arg == '--workdir' and k + 1 < len(command):
+      workdir = command[k + 1]
+  return workdir or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Parses ``argv`` (default: ``sys.argv[1:]``), runs the job and returns its exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)
@@ -127,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     workers, devices = _workers_and_devices(args)
     port_range = None if args.port_range is None else parse_port_range(args.port_range)
-    result = launch_elastic(argv[split + 1:], workers, devices,
+    command = argv[split + 1:]
+    result = launch_elastic(command, workers, devices, log_dir=log_dir(args.log_dir, command),
                             max_restarts=args.max_restarts, min_workers=args.min_workers,
                             stall_timeout=args.stall_timeout,
                             slowdown=args.slowdown, timeout=args.timeout,
@@ -139,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ConfigError as e:
     _fail(str(e))
   if result.returncode != 0:
-    print(f'launch: {result.cause}', file=sys.stderr, flush=True)
+    for line in result.verdict():
+      print(f'launch: {line}', file=sys.stderr, flush=True)
   return result.returncode
 
 

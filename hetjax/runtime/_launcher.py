@@ -16,6 +16,10 @@ worker gets its base environment plus what `jax.distributed` and hetjax read::
 
 With ``pin_cores`` each worker process runs on one core, dealt round robin (`_affinity`): what
 emulated hosts need when the workers outnumber the cores.
+
+Every line a process prints goes to the launch log (``launch.log`` in ``log_dir``); to the
+console only while the job is healthy (`hetjax.runtime._console`). When the job fails, the
+result carries one line per process and the log's path instead of the peers' tracebacks.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import math
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -35,10 +41,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, TextIO
+from typing import TextIO
 
 from hetjax._errors import ConfigError
 from hetjax.runtime._affinity import affinity_for_children, worker_cpus
+from hetjax.runtime._console import LINGER_S, Console
 from hetjax.runtime._elastic_env import ENV_HOSTS, ENV_VERDICT_DIR
 from hetjax.runtime._verdict import is_stopped, read_verdict
 
@@ -46,11 +53,18 @@ MAX_WORKERS = 1024
 _POLL_SECONDS = 0.05
 _GRACE_SECONDS = 3.0
 _STOPPED_POLL_SECONDS = 0.25
+#: A traceback printed at least this long before the first process exited started the failure
+#: (its peers' own tracebacks come after that exit).
+_RAISED_BEFORE_S = 1.0
+#: The most of a worker's own error that its verdict line quotes.
+_ERROR_CHARS = 100
+LOG_FILE = 'launch.log'
 #: A process stopped (SIGSTOP) this long is named and the job ended, when no stall timeout is
 #: given: JAX's coordination service ends its peers about as soon (its 10 s heartbeat timeout).
 DEFAULT_STOPPED_SECONDS = 10.0
 _LIVE_GROUPS: set[int] = set()  # process groups whose leader is not reaped yet
 _SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
+_STOPPING = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)  # the launcher's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +81,26 @@ class LaunchResult:
     cause: one sentence for people, e.g. ``'worker 2 exited with status 1'``.
     detected_at: when the launcher saw the failure or stall (`time.time`), before it stopped
       the others; None if the job did not fail.
+    workers: when the job failed or timed out, one line per process on how it ended and its own
+      error, e.g. ``'worker 1: exited with status 1 (ValueError: boom)'``; else empty.
+    log: the launch log holding every line of every process, or None (a job that succeeded
+      with no ``log_dir``: its log is deleted).
   """
 
   returncode: int
   failed_worker: int | None
   cause: str
   detected_at: float | None = dataclasses.field(default=None, compare=False)
+  workers: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+  log: str | None = dataclasses.field(default=None, compare=False)
+
+  def verdict(self) -> list[str]:
+    """What the command line prints when the job did not succeed: the cause, then (for a failed
+    or timed-out job) one line per process and where the full output is."""
+    lines = [self.cause, *(f'  {line}' for line in self.workers)]
+    if self.workers and self.log:
+      lines.append(f'the full output of every worker: {self.log}')
+    return lines
 
 
 def find_free_ports(n: int, port_range: tuple[int, int] | None = None) -> list[int]:
@@ -166,23 +194,25 @@ def _kill_leftovers() -> None:
     _killpg(pid, signal.SIGKILL)
 
 
-def _pump(prefix: str, pipe: IO[bytes], out: TextIO, lock: threading.Lock) -> None:
-  """Re-emits each line of a process's merged stdout/stderr as ``[{prefix}] line``."""
-  with pipe:
+def _pump(i: int, proc: subprocess.Popen[bytes], console: Console) -> None:
+  """Passes each line of a process's merged stdout/stderr on to the console, then how it
+  ended (at once: a failed worker silences its peers' reports before the next poll)."""
+  with proc.stdout as pipe:
     for raw in iter(pipe.readline, b''):
-      line = raw.decode('utf-8', errors='replace').removesuffix('\n')
-      with lock, contextlib.suppress(OSError, ValueError):  # a closed stdout must not block us
-        out.write(f'[{prefix}] {line}\n')
-        out.flush()
+      console.write(i, raw.decode('utf-8', errors='replace').removesuffix('\n'))
+  with contextlib.suppress(subprocess.TimeoutExpired):  # closed its output but runs on
+    console.end(i, proc.wait(timeout=_GRACE_SECONDS))
 
 
 class _Workers:
   """The worker processes, each the leader of its own process group."""
 
-  def __init__(self, out: TextIO, workers: int, hosts: Sequence[int] | None = None):
-    self._out, self._lock, self._readers, self.workers = out, threading.Lock(), [], workers
+  def __init__(self, console: Console, workers: int, hosts: Sequence[int] | None = None):
+    self.console, self._readers, self.workers = console, [], workers
     self.hosts = tuple(range(workers)) if hosts is None else tuple(hosts)
     self.live: dict[int, subprocess.Popen[bytes]] = {}  # process id -> process not yet reaped
+    self.codes: dict[int, int] = {}  # process id -> its exit status, once reaped
+    self.signaled: set[int] = set()  # the processes this launcher stopped
 
   def name(self, i: int) -> str:
     """``'worker h'`` (h: the worker's original id), or ``'server j'`` after the workers."""
@@ -204,21 +234,34 @@ class _Workers:
       raise ConfigError(f'cannot start {self.name(i)}: {command[0]}: {e.strerror}') from None
     _LIVE_GROUPS.add(proc.pid)
     self.live[i] = proc
-    prefix = f'w{self.hosts[i]}' if i < self.workers else f's{i - self.workers}'
-    self._readers.append(threading.Thread(
-        target=_pump, args=(prefix, proc.stdout, self._out, self._lock), daemon=True))
+    self.console.add(f'w{self.hosts[i]}' if i < self.workers else f's{i - self.workers}')
+    self._readers.append(threading.Thread(target=_pump, args=(i, proc, self.console),
+                                          daemon=True))
     self._readers[-1].start()
 
   def reap(self) -> list[tuple[int, int]]:
     """(worker, returncode) of the workers that exited since the last call, by worker id."""
     done = [(i, p.returncode) for i, p in sorted(self.live.items()) if p.poll() is not None]
-    for i, _ in done:  # kill what a worker left behind now, while its group id is still ours
+    for i, rc in done:  # kill what a worker left behind now, while its group id is still ours
       _killpg(self.live[i].pid, signal.SIGKILL)
       _LIVE_GROUPS.discard(self.live.pop(i).pid)
+      self.codes[i] = rc
     return done
+
+  def ended(self, i: int) -> str:
+    """How process ``i`` ended, e.g. ``'exited with status 1'``, ``'stopped by the launcher'``."""
+    rc = self.codes.get(i)
+    if rc is None:
+      return 'still running'
+    if rc < 0 and i in self.signaled and -rc in _STOPPING:
+      return 'stopped by the launcher'
+    return (f'exited with status {rc}' if rc >= 0 else
+            f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
 
   def stop(self, sig: int, grace: float, hurry: Callable[[], bool] = lambda: False) -> None:
     """Sends ``sig`` to every live group, waits up to ``grace`` s, then SIGKILLs the rest."""
+    self.reap()  # who ended on its own before the launcher stopped the rest
+    self.signaled.update(self.live)
     for s in (sig, signal.SIGKILL):
       for proc in self.live.values():
         _killpg(proc.pid, s)
@@ -241,21 +284,27 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
                  validate_slowdown: Callable[[str], object] | None = None,
                  pin_cores: bool = False, servers: int = 0, network: str | None = None,
                  validate_network: Callable[[str], object] | None = None,
-                 stall_timeout: float | None = None,
-                 hosts: Sequence[int] | None = None) -> LaunchResult:
+                 stall_timeout: float | None = None, hosts: Sequence[int] | None = None,
+                 log_dir: str | os.PathLike[str] | None = None) -> LaunchResult:
   """Runs ``command`` as ``workers`` local processes and waits for all of them.
 
   The job ends when every worker exited 0; when the first one fails (the others get SIGTERM, then
   SIGKILL after a 3 s grace); when one has been stopped (SIGSTOP) for ``stall_timeout`` s; after
   ``timeout`` s; or on SIGINT/SIGTERM/SIGHUP to this process (passed on to the workers, same
   grace; a second signal skips it). The worker blamed is the one the stall watchdog named, else
-  a stopped one (its peers fail after it), else the first to fail. Each worker is its own process
-  group and every group is SIGKILLed at the end, so nothing a worker started is left running.
+  a stopped one (its peers fail after it), else one that raised an exception at least 1 s
+  before the first process exited (JAX keeps it alive in its shutdown barrier while its peers
+  fail), else the first to fail. Each worker is its own process group and every group is
+  SIGKILLed at the end, so nothing a worker started is left running.
+
+  Once a worker failed (or the job is being stopped), the peers' tracebacks and runtime errors
+  stay out of ``stdout``: every line goes to the launch log, and the result says how each
+  process ended (`LaunchResult.workers`, `LaunchResult.verdict`).
 
   Example::
 
-    >>> launch_local([sys.executable, 'train.py'], workers=4, slowdown='static:1,1,2,4',
-    ...              timeout=600)
+    >>> launch_local([sys.executable, 'train.py', '--workdir=runs/a'], workers=4,
+    ...              slowdown='static:1,1,2,4', timeout=600, log_dir='runs/a')
     [w0] step 1/100 | loss 2.31
     ...
     LaunchResult(returncode=1, failed_worker=2, cause='worker 2 exited with status 1')
@@ -270,7 +319,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     init_timeout: passed on as ``HETJAX_INIT_TIMEOUT``.
     port_range: ``(low, high)``, inclusive, to take the ports from; None: any free ports.
     env: the workers' base environment; None: this process's environment.
-    stdout: where the workers' ``[w{i}] ``-prefixed lines go; None: ``sys.stdout``.
+    stdout: where the workers' ``[w{i}] ``-prefixed lines go while the job is healthy; None:
+      ``sys.stdout``.
     validate_slowdown: called with ``slowdown`` first; raises `ConfigError` if it is bad.
     pin_cores: run worker i on CPU i mod (CPUs this process may use) only (Linux), so that
       emulated hosts hold with more workers than cores (`hetjax.runtime._affinity`).
@@ -284,9 +334,12 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
       (``HETJAX_STALL_TIMEOUT``, set by `hetjax.runtime.launch_elastic`).
     hosts: the workers' original ids (``HETJAX_HOSTS``), when a restart left some out: worker
       i is named, and its lines prefixed, by ``hosts[i]``.
+    log_dir: where the launch log ``launch.log`` goes (created; appended to by every launch,
+      restarts included), e.g. the run directory. None: a new temporary directory, deleted
+      when the job succeeds.
 
   Returns:
-    A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.cause``).
+    A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.verdict()``).
 
   Raises:
     ConfigError: bad arguments, too few free ports or GPUs, or a command that cannot start.
@@ -316,23 +369,83 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
   if hosts is not None and tuple(hosts) != tuple(range(workers)):
     base[ENV_HOSTS] = ','.join(str(h) for h in hosts)
   cpus = worker_cpus(processes) if pin_cores else [None] * processes
+  log, log_path = _open_log(log_dir)
+  log.write(f'# {datetime.datetime.now().isoformat(timespec="seconds")}: {processes} '
+            f'processes run {shlex.join(command)}\n')
   # SIGINT/SIGTERM/SIGHUP are recorded, not raised, so the poll loop shuts the job down in order.
   received: list[int] = []
   main = threading.current_thread() is threading.main_thread()  # only it may set handlers
   previous = {s: signal.signal(s, lambda signum, _: received.append(signum))
               for s in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if main else ())}
-  job = _Workers(sys.stdout if stdout is None else stdout, workers, hosts)
+  job = _Workers(Console(sys.stdout if stdout is None else stdout, log), workers, hosts)
   verdicts = base[ENV_VERDICT_DIR] = tempfile.mkdtemp(prefix='hetjax-verdict-')
+  result = None
   try:
     for i, port in enumerate(transfer):
       job.start(command, base | {'HETJAX_WORKER_ID': str(i), 'JAX_NUM_CPU_DEVICES': str(counts[i]),
                                  'HETJAX_TRANSFER_ADDRESS': f'127.0.0.1:{port}'}, cpus[i])
-    return _supervise(job, timeout, received, stall_timeout or DEFAULT_STOPPED_SECONDS, verdicts)
+    result = _supervise(job, timeout, received, stall_timeout or DEFAULT_STOPPED_SECONDS,
+                        verdicts)
   finally:
     job.stop(signal.SIGKILL, 0.0)  # kills leftovers and flushes the output on every path
     shutil.rmtree(verdicts, ignore_errors=True)
     for s, handler in previous.items():
       signal.signal(s, signal.SIG_DFL if handler is None else handler)
+    result = _close_log(job, result, log, log_path, keep=log_dir is not None,
+                        interrupted=bool(received))
+  return result
+
+
+def _shorten(error: str) -> str:
+  """``error`` cut to its first sentence, or to `_ERROR_CHARS` characters, if longer."""
+  if len(error) <= _ERROR_CHARS:
+    return error
+  end = error.find('. ', 0, _ERROR_CHARS)
+  return error[:end + 1] if end > 0 else error[:_ERROR_CHARS] + '…'
+
+
+def _open_log(log_dir: str | os.PathLike[str] | None) -> tuple[TextIO, str]:
+  """The launch log, opened for appending (and reading back, `_close_log`), and its path."""
+  directory = tempfile.mkdtemp(prefix='hetjax-launch-') if log_dir is None else os.fspath(log_dir)
+  path = os.path.join(directory, LOG_FILE)
+  try:
+    os.makedirs(directory, exist_ok=True)
+    return open(path, 'a+', encoding='utf-8'), path
+  except OSError as e:
+    raise ConfigError(f'cannot write the launch log {path}: {e.strerror}') from None
+
+
+def _close_log(job: _Workers, result: LaunchResult | None, log: TextIO, path: str, *,
+               keep: bool, interrupted: bool) -> LaunchResult | None:
+  """Adds how each process ended to the result and the log, and closes the log: deleted with
+  its temporary directory when the job succeeded and nobody asked for it, written again if the
+  job deleted it (a run directory replaced by ``--overwrite``)."""
+  failed = result is not None and result.returncode != 0
+  lines = []
+  for i in sorted(job.codes):
+    error = job.console.error(i)
+    if error is None and job.codes[i] > 0:  # e.g. a one-line error before exiting with status 2
+      error = job.console.last(i) or None
+    lines.append(f'{job.name(i)}: {job.ended(i)}' + (f' ({_shorten(error)})' if error else ''))
+  with contextlib.suppress(OSError, ValueError):
+    if result is not None:
+      job.console.note(f'# {result.cause}')
+    for line in lines:
+      job.console.note(f'#   {line}')
+    log.flush()
+    if os.fstat(log.fileno()).st_nlink == 0:  # deleted under us: write it out again
+      log.seek(0)
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path, 'a', encoding='utf-8') as again:
+        shutil.copyfileobj(log, again)
+  log.close()
+  if result is None:
+    return None
+  if not failed and not keep:
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return result
+  return dataclasses.replace(result, workers=() if not failed or interrupted else tuple(lines),
+                             log=path)
 
 
 def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_timeout: float,
@@ -345,6 +458,7 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
   while True:
     if received:
       sig = received[0]
+      job.console.quiet()
       job.stop(sig, _GRACE_SECONDS, hurry=lambda: len(received) > 1)
       name = 'interrupted' if sig == signal.SIGINT else f'interrupted by {signal.Signals(sig).name}'
       return LaunchResult(128 + sig, None, name)
@@ -355,6 +469,7 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
       next_look = now + _STOPPED_POLL_SECONDS
     failed = sorted((rc != -signal.SIGKILL, i, rc) for i, rc in job.reap() if rc != 0)
     if failed:  # a SIGKILLed worker before peers that failed in the same poll
+      job.console.quiet()
       _, worker, rc = failed[0]
       how = (f'exited with status {rc}' if rc > 0 else
              f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
@@ -366,6 +481,10 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
         blamed = min(stopped_since, key=stopped_since.get)
         cause = (f'{job.name(blamed)} was stopped (SIGSTOP) for '
                  f'{now - stopped_since[blamed]:.1f} s; its peers failed waiting for it ({cause})')
+      elif (raised := _raised_first(job.console, now)) not in (None, worker):
+        blamed = raised
+        error = job.console.error(raised) or 'an exception'
+        cause = f'{job.name(raised)} raised {error}; its peers failed after it ({cause})'
       seen = time.time()
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       return LaunchResult(code, blamed, cause, seen)
@@ -373,11 +492,21 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
       return LaunchResult(0, None, 'all workers exited with status 0')
     late = [i for i, t in stopped_since.items() if now - t >= stall_timeout]
     if late:
+      job.console.quiet()
       seen = time.time()
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       return LaunchResult(1, late[0], f'{job.name(late[0])} was stopped (SIGSTOP) for '
                                       f'{now - stopped_since[late[0]]:.1f} s: no progress', seen)
     if now >= deadline:
+      job.console.quiet()
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       return LaunchResult(124, None, f'timed out after {timeout:g} s; stopped all workers')
     time.sleep(_POLL_SECONDS)
+
+
+def _raised_first(console: Console, now: float) -> int | None:
+  """The process whose traceback began first, at least `_RAISED_BEFORE_S` and at most
+  `LINGER_S` before ``now`` (when the first process exited), or None."""
+  raised = [(t, i) for i, t in console.tracebacks().items()
+            if now - LINGER_S <= t <= now - _RAISED_BEFORE_S]
+  return min(raised)[1] if raised else None
