@@ -5,13 +5,14 @@ step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real 
 by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures;
 `Links` (text form: `parse_links`) does the same for transfers, by each worker's link latency
 and bandwidth.
-The virtual clock models the same hosts. Nothing here imports the rest of hetjax but its errors
-and the α–β link model (`hetjax.core.LinkCost`).
+The virtual clock models the same hosts, by the same `HostModel`. Nothing here imports the rest
+of hetjax but its errors and the α–β link model (`hetjax.core.LinkCost`).
 """
 
 from ._calibrate import RowCost as RowCost
 from ._calibrate import calibrate_row_cost as calibrate_row_cost
 from ._grammar import parse_trace as parse_trace
+from ._host_model import HostModel as HostModel
 from ._hosts import KnownSpeedHost as KnownSpeedHost
 from ._network import Links as Links
 from ._network import parse_links as parse_links
@@ -28,6 +29,7 @@ from ._traces import TransientTrace as TransientTrace
 __all__ = [
     'ComposedTrace',
     'CsvTrace',
+    'HostModel',
     'KnownSpeedHost',
     'Links',
     'MarkovTrace',

@@ -6,9 +6,9 @@ compute) inherits that noise, multiplied by s: four processes on two cores swung
 time up to 2.4× between blocks. A `KnownSpeedHost` instead defines the host: a step of ``rows``
 rows takes
 
-  target = factor(step) × (fixed_s + rows × row_s / speed) + delay(step) × (the same)
+  target = (factor(step) + delay(step)) × (fixed_s + rows × row_s / speed)
 
-seconds, from the calibrated per-row cost (`calibrate_row_cost`) and the worker's `SlowdownTrace`
+seconds (`HostModel`, the model the virtual clocks charge too), from the calibrated per-row cost (`calibrate_row_cost`) and the worker's `SlowdownTrace`
 (a factor, and SDPipe's transient delay in units of the nominal step). ``speed`` is how many
 times as fast per row this host is as one of ``row_s``: 1 when workers are alike; a worker of k
 devices among workers of 1 runs at speed k (its devices as fast as theirs, rows split over
@@ -30,12 +30,14 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import time
 from collections.abc import Callable
 
 from hetjax._errors import ConfigError
+from hetjax.emulation._host_model import HostModel
 from hetjax.emulation._traces import SlowdownTrace
 
 
@@ -101,6 +103,11 @@ class KnownSpeedHost:
     """This host's multiplicative slowdown at ``step`` (1.0 = the calibrated speed)."""
     return self.trace.factor(self.worker, step)
 
+  @functools.cached_property
+  def model(self) -> HostModel:
+    """This host's cost of a step, the one model the virtual clocks charge too."""
+    return HostModel(self.row_s, self.fixed_s, self.speed)
+
   def nominal_s(self, rows: int) -> float:
     """An undisturbed host's seconds for a step of ``rows`` rows: fixed_s + rows × row_s / speed.
 
@@ -109,12 +116,12 @@ class KnownSpeedHost:
       >>> KnownSpeedHost(StaticTrace((1, 1)), 0, row_s=0.002, fixed_s=0.01, speed=2).nominal_s(20)
       0.03
     """
-    return self.fixed_s + _count(rows, 'rows') * self.row_s / self.speed
+    return self.model.nominal_s(_count(rows, 'rows'))
 
   def target_s(self, step: int, rows: int) -> float:
     """Seconds step ``step`` of ``rows`` rows takes on this host: (factor + delay) × nominal."""
-    nominal = self.nominal_s(rows)
-    return self.factor(step) * nominal + self.trace.delay(self.worker, step) * nominal
+    slowdown = self.factor(step) + self.trace.delay(self.worker, step)
+    return self.model.step_s(_count(rows, 'rows'), slowdown)
 
   def pad(self, step: int, rows: int, measured_s: float) -> tuple[float, float]:
     """Sleeps the rest of the target after a compute of ``measured_s``; returns (slept, overrun).

@@ -8,8 +8,8 @@ simulation. Times are virtual seconds; the policy never knows, since it only see
 Event model:
 
 - Compute. Worker w's step s (s = 1, 2, …) takes what its emulated host takes on a real replica
-  (`HostPause`): ``(factor_w(s) + delay_w(s)) × step_s`` from the slowdown trace (the one
-  grammar, `parse_trace`): ``factor_w`` is 3 for worker w under 'persistent:w:3', and
+  (`HostPause`, by the same `hetjax.emulation.HostModel`): ``(factor_w(s) + delay_w(s)) ×
+  step_s`` from the slowdown trace (the one grammar, `parse_trace`): ``factor_w`` is 3 for worker w under 'persistent:w:3', and
   ``delay_w(s)`` is SDPipe's transient injection, h with probability p ('transient:h:p'), the
   same draw per (seed, w, s) as on real replicas. When the compute ends the worker calls
   ``arrive(w, s, now)``.
@@ -56,7 +56,7 @@ import numpy as np
 
 from hetjax._errors import ConfigError
 from hetjax.core._links import ring_fraction
-from hetjax.emulation import ComposedTrace, SlowdownTrace, TransientTrace
+from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
 from hetjax.pipeline._injection import replica_trace
 from hetjax.pipeline._policies import SyncName, make_sync_policy, parse_sync_name
 from hetjax.pipeline._schedule import positive_int
@@ -160,10 +160,11 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   policy = make_sync_policy(policy_name, replicas, **policy_options)
 
   durations: dict[int, np.ndarray] = {}
+  host = HostModel(row_s=step_s)  # a replica's host: one row of step_s (`HostPause.of_step`)
 
   def duration(w: int, s: int) -> float:  # step s = 1, 2, …, everyone's drawn at once
     if s not in durations:
-      durations[s] = step_s * (trace.factors(s) + trace.delays(s))
+      durations[s] = host.step_s(1, trace.factors(s) + trace.delays(s))
     return float(durations[s][w])
 
   # Events: (time, kind, -worker); kind 0 = resume (sync done), 1 = arrival (compute done).
@@ -229,7 +230,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
     elif resume_at[w] > total:  # still syncing: count only the part before the end
       synced -= resume_at[w] - total
   factors = np.mean([trace.factors(s) for s in range(1, steps + 1)], axis=0)
-  limit = float(np.sum(1.0 / (step_s * (factors + _mean_delay(trace)))))
+  limit = float(np.sum(1.0 / host.step_s(1, factors + _mean_delay(trace))))
   span = replicas * total
   return SyncRun(
       policy=policy.name, replicas=replicas, total_s=total, steps=tuple(done),

@@ -6,10 +6,10 @@ one emulated hosts make real: worker i at step t computes for
   compute_i = (factor_i(t) + delay_i(t)) × (fixed_s + per_sample_s × share_i)
 
 (linear in its share plus a fixed per-step overhead, times the slowdown trace's factor plus its
-transient delay, exactly the time a `hetjax.emulation.KnownSpeedHost` pads a real step to), and the step's gradients are
-combined by a ring all-reduce of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta (the one α–β
-model, `hetjax.core.LinkCost`). BSP waits for
-the slowest worker, so iter_s = max_i compute_i + sync_s. Where a real run and a virtual one both
+transient delay, exactly the time a `hetjax.emulation.KnownSpeedHost` pads a real step to: both
+charge `hetjax.emulation.HostModel`), and the step's gradients are combined by a ring all-reduce
+of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta (the one α–β model,
+`hetjax.core.LinkCost`). BSP waits for the slowest worker, so iter_s = max_i compute_i + sync_s. Where a real run and a virtual one both
 exist (same policy, trace and calibrated costs) they must agree; a policy cannot tell which clock
 feeds it, because both hand it the same `hetjax.core.StepStats` and carry its state the same way
 (``init``, then ``update`` after every step).
@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -35,7 +36,7 @@ from hetjax._errors import ConfigError
 from hetjax.core._links import LinkCost
 from hetjax.core._policy import Policy
 from hetjax.core._stats import StepStats
-from hetjax.emulation import SlowdownTrace
+from hetjax.emulation import HostModel, SlowdownTrace
 
 
 def _count(value: int, what: str, low: int) -> int:
@@ -80,9 +81,16 @@ class ClockCosts:
     _count(self.grad_bytes, 'grad_bytes', 0)
 
   def compute_s(self, shares: np.ndarray, factors: np.ndarray) -> np.ndarray:
-    """factors × (fixed_s + per_sample_s × shares); a share of 0 still pays fixed_s × factor."""
-    per_sample = np.asarray(self.per_sample_s, dtype=np.float64)
-    return np.asarray(factors) * (self.fixed_s + per_sample * np.asarray(shares))
+    """factors × (fixed_s + per_sample_s × shares); a share of 0 still pays fixed_s × factor.
+    The emulated hosts' model (`host`), so a virtual step costs what a padded real one does."""
+    return np.asarray(self.host.step_s(np.asarray(shares), np.asarray(factors)), dtype=np.float64)
+
+  @functools.cached_property
+  def host(self) -> HostModel:
+    """The workers' hosts: `hetjax.emulation.HostModel` of ``per_sample_s`` and ``fixed_s``."""
+    per_sample = self.per_sample_s
+    return HostModel(float(per_sample) if np.ndim(per_sample) == 0
+                     else tuple(np.asarray(per_sample, dtype=np.float64).tolist()), self.fixed_s)
 
   def allreduce_s(self, workers: int) -> float:
     """Ring all-reduce: 2(n−1) messages of latency α, 2(n−1)/n of the bytes each way; 0 at n=1."""
