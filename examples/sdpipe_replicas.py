@@ -19,8 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax
 import optax
 
-from hetjax import models
-from hetjax import runtime
+from hetjax import models, runtime
 from hetjax.pipeline import (PipelineTrainer, ReplicaDriver, SyncClient, make_sync_policy,
                              start_service)
 

@@ -24,6 +24,7 @@ from hetjax.run._config import names as config_names
 from hetjax.run._config import override as override
 from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import emulated_host as emulated_host
+from hetjax.run._load import load_model as load_model
 from hetjax.run._runner import train as train
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     'emulated_host',
     'fsdp_notice',
     'import_function',
+    'load_model',
     'load_config',
     'make_task',
     'mode_of',

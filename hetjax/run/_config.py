@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import pathlib
 import pkgutil
+import sys
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -167,6 +168,25 @@ class Config:
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self) | {'model_args': dict(self.model_args)}
 
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any], where: str = 'config') -> Config:
+    """The config `to_json` wrote (a run directory's ``config.json``).
+
+    Raises:
+      ConfigError: for a field this version does not know, or a value it refuses.
+    """
+    if not isinstance(data, Mapping):
+      raise ConfigError(f'{where}: a config must be a JSON object, got {type(data).__name__}')
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+      raise ConfigError(f'{where}: unknown config field {unknown[0]!r}')
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    try:
+      return cls(**values)
+    except TypeError as e:
+      raise ConfigError(f'{where}: {e}') from None
+
 
 def names() -> list[str]:
   """The shipped config names (the modules of `hetjax.configs`)."""
@@ -188,6 +208,7 @@ def load(name: str) -> Config:
     path = pathlib.Path(name)
     if not path.is_file():
       raise ConfigError(f'config file {name} does not exist')
+    _importable(path.resolve().parent)  # the file's own package and modules beside it
     spec = importlib.util.spec_from_file_location(f'_hetjax_config_{path.stem}', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -221,6 +242,7 @@ def import_function(spec: str, what: str):
     ConfigError: when the module cannot be imported or has no such function.
   """
   module_name, _, function = spec.partition(':')
+  _importable(pathlib.Path.cwd())  # a console entry's sys.path holds its bin directory, not cwd
   try:
     module = importlib.import_module(module_name)
   except ImportError as e:
@@ -229,6 +251,15 @@ def import_function(spec: str, what: str):
   if not callable(made):
     raise ConfigError(f'{what} {spec!r}: {module_name!r} has no function {function!r}')
   return made
+
+
+def _importable(directory: pathlib.Path) -> None:
+  """Puts ``directory`` on the module search path (last, so that it never shadows an installed
+  package): a config or model of the user's own imports from where it lives, with no
+  ``PYTHONPATH`` set by hand."""
+  if str(directory) not in sys.path and not any(
+      p in ('', '.') and pathlib.Path.cwd() == directory for p in sys.path):
+    sys.path.append(str(directory))
 
 
 def _allowed(key: str) -> tuple[type, ...] | None:
