@@ -1,6 +1,7 @@
 """Logical-axis rules, meshes, and sharded model creation."""
 
 from hetjax.sharding._batch import batch_sharding as batch_sharding
+from hetjax.sharding._batch import process_rows as process_rows
 from hetjax.sharding._batch import put_batch as put_batch
 from hetjax.sharding._constrain import activation_rules as activation_rules
 from hetjax.sharding._constrain import constrain as constrain
@@ -28,6 +29,7 @@ __all__ = [
     'make_mesh',
     'param_shardings',
     'parse_mesh_shape',
+    'process_rows',
     'put_batch',
     'scope',
     'submodel_names',

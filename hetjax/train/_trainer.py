@@ -29,6 +29,15 @@ class Trainer:
   Everything is derived abstractly at construction (shapes from `nnx.eval_shape`, shardings
   from the logical names), so a bad rule or batch size fails here, before any device work.
 
+  ``mesh`` may span the devices of several processes (``make_mesh(shape)`` in every worker of
+  ``python -m hetjax.launch``): one jitted step over the global mesh, as MaxText runs
+  multi-host jobs, so FSDP and tensor parallelism span hosts. Every process then runs the same
+  calls: each places the rows of the global batch that its devices hold
+  (`hetjax.sharding.put_batch`), the state is created and restored in its global shardings,
+  and the loss comes back replicated, so ``float(stats.loss)`` works in every process.
+  Parameters are global arrays then: `jax.experimental.multihost_utils.process_allgather`
+  reads one whole on the host.
+
   Example::
 
     trainer = Trainer(task, optax.adam(1e-3), 256, mesh, Strategy.HYBRID.rules())
