@@ -1,10 +1,16 @@
 """Deterministic global batches by step, and slicing them among workers."""
 
+from hetjax.data._data_file import DataFile as DataFile
+from hetjax.data._data_file import is_data_path as is_data_path
+from hetjax.data._data_file import read_data_file as read_data_file
+from hetjax.data._design_file import read_design as read_design
 from hetjax.data._digits import digits as digits
 from hetjax.data._docstrings import Documents as Documents
 from hetjax.data._docstrings import stdlib_docstrings as stdlib_docstrings
+from hetjax.data._documents_file import read_documents as read_documents
 from hetjax.data._ratings import Ratings as Ratings
 from hetjax.data._ratings import zipf_ratings as zipf_ratings
+from hetjax.data._ratings_file import read_ratings as read_ratings
 from hetjax.data._slicing import batch_size as batch_size
 from hetjax.data._slicing import share_offsets as share_offsets
 from hetjax.data._slicing import slice_batch as slice_batch
@@ -25,6 +31,7 @@ from hetjax.data._zipf_clicks import zipf_clicks as zipf_clicks
 __all__ = [
     'ArraySource',
     'Batch',
+    'DataFile',
     'DataSource',
     'Documents',
     'Ratings',
@@ -36,6 +43,11 @@ __all__ = [
     'bundled_design',
     'correlated_design',
     'digits',
+    'is_data_path',
+    'read_data_file',
+    'read_design',
+    'read_documents',
+    'read_ratings',
     'share_offsets',
     'slice_batch',
     'split_batch',

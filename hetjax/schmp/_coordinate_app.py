@@ -42,6 +42,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import os
 from typing import Any
 
 import jax
@@ -51,6 +52,8 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from hetjax._errors import ConfigError, parse_choice
+from hetjax.data._data_file import is_data_path
+from hetjax.data._design_file import read_design
 from hetjax.data._sparse_design import (
     Response,
     SparseDesign,
@@ -146,7 +149,8 @@ class CoordinateApp:
     pad = -n % shards
     if pad and not self.pad_rows:
       raise ConfigError(f'app {self.name!r}: {n} rows do not divide over {shards} devices; '
-                        'pad_rows=True pads them with zero rows, which change no update')
+                        'pad_rows=True pads them with zero rows, which change no update '
+                        '(--set model_args.pad_rows=True)')
     if not pad:
       return {'x': self.design.x, 'y': self.design.y}
     return {'x': np.pad(self.design.x, ((0, pad), (0, 0))), 'y': np.pad(self.design.y, (0, pad))}
@@ -254,23 +258,41 @@ def check_arguments(app: str, scheduler: str, lam: float | None) -> str:
   return scheduler
 
 
+def default_lam(app: str, lam_max: float) -> float:
+  """λ_max / 10, the default λ (the app's module docstring says why).
+
+  Raises:
+    ConfigError: λ_max = 0 (Xᵀy = 0: β = 0 is optimal for every λ, so there is no scale to
+      take a default from).
+  """
+  if not lam_max > 0:
+    raise ConfigError(f'app {app!r}: Xᵀy is 0 on this data, so β = 0 is optimal for every λ '
+                      'and λ has no default; give lam')
+  return lam_max / 10
+
+
 def make_design(response: Response, data: str, **design: Any) -> tuple[SparseDesign, dict]:
   """The design ``data`` names (``'synthetic'`` made from ``design``, `correlated_design`'s
-  arguments with ``data_seed`` for its ``seed`` and None for its defaults, or a bundled one)
-  and its arguments as resolved (JSON).
+  arguments with ``data_seed`` for its ``seed`` and None for its defaults, a bundled one, or
+  the user's own file: a path ending ``.npz``, ``.csv`` or ``.npy``, read by
+  `hetjax.data.read_design`) and its arguments as resolved (JSON).
 
   Raises:
     ConfigError: unknown data (each response has one bundled set: diabetes for ``LINEAR``,
-      breast_cancer for ``LOGISTIC``), design arguments given for bundled data, or what the
-      design refuses.
+      breast_cancer for ``LOGISTIC``), design arguments given for bundled data or a file, a
+      file that does not read as a design, or what the design refuses.
   """
-  if data not in ('synthetic', _BUNDLED[response]):
-    raise ConfigError(f"unknown data {data!r}; choose one of: synthetic, {_BUNDLED[response]}")
+  if data not in ('synthetic', _BUNDLED[response]) and not is_data_path(data):
+    raise ConfigError(f"unknown data {data!r}; choose one of: synthetic, {_BUNDLED[response]}, "
+                      'or a .npz, .csv or .npy file')
   if data != 'synthetic':
     given = sorted(k for k, v in design.items() if v is not None)
     if given:
-      raise ConfigError(f'data {data!r} is bundled: {", ".join(given)} apply to '
+      what = 'a file' if is_data_path(data) else 'bundled'
+      raise ConfigError(f'data {os.fspath(data)!r} is {what}: {", ".join(given)} apply to '
                         "data='synthetic' only")
+    if is_data_path(data):
+      return read_design(data, response), {'data': os.fspath(data)}
     return bundled_design(data), {'data': data}
   defaults = {k: p.default for k, p in inspect.signature(correlated_design).parameters.items()}
   defaults['data_seed'] = defaults.pop('seed')
@@ -278,4 +300,3 @@ def make_design(response: Response, data: str, **design: Any) -> tuple[SparseDes
   arguments = {k: v for k, v in resolved.items() if k != 'data_seed'}
   design_ = correlated_design(response=response, seed=resolved['data_seed'], **arguments)
   return design_, {'data': data, **resolved}
-

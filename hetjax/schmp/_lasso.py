@@ -39,6 +39,7 @@ from hetjax.schmp._coordinate_app import (
     CoordinateApp,
     DynamicOptions,
     check_arguments,
+    default_lam,
     make_design,
 )
 
@@ -97,7 +98,9 @@ def make_lasso(scheduler: str = 'schmp', *, lam: float | None = None, data: str 
     lam: λ (> 0); default λ_max / 10.
     data: ``'synthetic'`` (`hetjax.data.correlated_design`, whose arguments ``rows`` …
       ``noise`` and ``data_seed`` are; None takes its default: 1024 × 1024, one group of 512
-      columns at ρ = 0.9, 16 nonzeros, noise 1) or ``'diabetes'`` (442 × 10).
+      columns at ρ = 0.9, 16 nonzeros, noise 1), ``'diabetes'`` (442 × 10), or the path of
+      your own ``.npz`` (arrays ``X`` and ``y``), ``.csv`` or ``.npy`` (rows of features, the
+      target last), used as given: no standardising, no intercept (`hetjax.data.read_design`).
     pad_rows: pad rows that do not divide over the devices with zero rows (exact: a zero row
       changes no sum) instead of refusing.
     theta, warmup, candidates, epsilon, priority, eta: the ``'schmp'`` scheduler's
@@ -105,15 +108,15 @@ def make_lasso(scheduler: str = 'schmp', *, lam: float | None = None, data: str 
       coordinate's current |Δβⱼ|, ``'abs'`` is STRADS's last |Δβⱼ|.
 
   Raises:
-    ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data, bad
-      scheduler settings.
+    ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data or a
+      file, a file that does not read as a design, bad scheduler settings.
   """
   scheduler = check_arguments(Lasso.name, scheduler, lam)
   options = DynamicOptions(theta, warmup, candidates, epsilon, priority, eta)
   design, data_config = make_design(
       Response.LINEAR, data, rows=rows, features=features, groups=groups,
       group_size=group_size, rho=rho, nonzeros=nonzeros, noise=noise, data_seed=data_seed)
-  lam = lam_max(design.x, design.y) / 10 if lam is None else lam
+  lam = default_lam(Lasso.name, lam_max(design.x, design.y)) if lam is None else lam
   config = {'scheduler': scheduler, 'lam': float(lam), **data_config, 'pad_rows': pad_rows,
             **options.settings()}
   return Lasso(design, lam, scheduler, options, pad_rows, config)

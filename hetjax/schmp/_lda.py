@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +49,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.data import Documents, stdlib_docstrings
+from hetjax.data import Documents, is_data_path, read_documents, stdlib_docstrings
 from hetjax.schmp._lda_gibbs import log_joint_parts, sweep, token_uniforms
 from hetjax.schmp._lda_layout import TokenLayout, layout
 from hetjax.schmp._static import StaticRotation
@@ -237,24 +239,32 @@ def _shift(table: jax.Array, k: int, axis: str, p_count: int) -> jax.Array:
 
 def make_lda(scheduler: str = 'schmp', *, topics: int = 16, alpha: float = 0.1,
              beta: float = 0.01, devices: int | None = None,
-             doc_shares: Sequence[int] | None = None, documents: int | None = 256,
-             vocabulary: int = 1000, seed: int = 0) -> Lda:
-  """LDA on ``documents`` stdlib docstring documents (`hetjax.data.stdlib_docstrings`).
+             doc_shares: Sequence[int] | None = None, data: str = 'stdlib',
+             documents: int | None = 256, vocabulary: int = 1000, seed: int = 0) -> Lda:
+  """LDA on ``documents`` stdlib docstring documents (`hetjax.data.stdlib_docstrings`) or on
+  your own corpus.
 
   Args:
     scheduler: ``'schmp'`` (rotating vocabulary shards) or ``'unscheduled'`` (the baseline).
     topics: K >= 2.
     alpha, beta: the symmetric Dirichlet priors on document-topic and topic-word (> 0).
     devices: P, the devices it runs on (default: ``len(doc_shares)``, else every device).
-    doc_shares: documents per device (summing to ``documents``) so faster devices can get more;
-      default an even split. Shapes stay equal: every device is padded to the largest share.
-    documents, vocabulary: corpus size (None documents: all 3,200; ``vocabulary`` is the most
-      words kept).
-    seed: which documents, and the initial topics.
+    doc_shares: documents per device (summing to the documents) so faster devices can get
+      more; default an even split. Shapes stay equal: every device is padded to the largest
+      share.
+    data: ``'stdlib'`` (the standard library's docstrings) or the path of your own corpus: a
+      document-term count matrix as ``.npy`` or ``.csv`` (a header names the words), or
+      ``.npz`` with ``counts``, or with ``tokens`` and ``offsets`` (`hetjax.data.Documents`'
+      form), and optionally ``vocabulary`` (`hetjax.data.read_documents`); with a file,
+      ``documents`` and ``vocabulary`` keep their defaults (the shipped config names them).
+    documents, vocabulary: the stdlib corpus's size (None documents: all 3,200;
+      ``vocabulary`` is the most words kept).
+    seed: which stdlib documents, and the initial topics.
 
   Raises:
-    ConfigError: topics < 2, alpha or beta <= 0, an unknown scheduler, documents that do not
-      split (evenly, or as ``doc_shares`` says) over the devices.
+    ConfigError: topics < 2, alpha or beta <= 0, an unknown scheduler or data, ``documents``
+      or ``vocabulary`` with a file, a file that does not read as a corpus, documents that do
+      not split (evenly, or as ``doc_shares`` says) over the devices.
   """
   kind = parse_choice(LdaScheduler, scheduler, 'lda scheduler')
   if isinstance(topics, bool) or not isinstance(topics, int) or topics < 2:
@@ -265,19 +275,38 @@ def make_lda(scheduler: str = 'schmp', *, topics: int = 16, alpha: float = 0.1,
     devices = len(doc_shares) if doc_shares is not None else jax.device_count()
   if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
     raise ConfigError(f'lda needs devices >= 1, got {devices!r}')
-  corpus = stdlib_docstrings(documents, vocabulary, seed)
+  corpus, source = _corpus(data, documents, vocabulary, seed)
   count = corpus.num_documents
   if doc_shares is None:
     if count % devices:
-      raise ConfigError(f'lda: {count} documents do not split evenly over {devices} devices '
-                        f'(pass doc_shares)')
+      even = [count // devices + (p < count % devices) for p in range(devices)]
+      raise ConfigError(f'lda: {count} documents do not split evenly over {devices} devices; '
+                        f'--set model_args.doc_shares=({",".join(map(str, even))}) gives '
+                        'them unequal shares')
     doc_shares = (count // devices,) * devices
   doc_shares = tuple(int(n) for n in doc_shares)
   if len(doc_shares) != devices or min(doc_shares) < 0 or sum(doc_shares) != count:
     raise ConfigError(f'lda: doc_shares {list(doc_shares)} must be {devices} counts >= 0 that '
                       f'sum to the {count} documents')
   config = {'topics': topics, 'alpha': float(alpha), 'beta': float(beta), 'devices': devices,
-            'doc_shares': list(doc_shares), 'documents': documents, 'vocabulary': vocabulary,
-            'seed': seed}
+            'doc_shares': list(doc_shares), **source, 'seed': seed}
   return Lda(corpus, layout(corpus, doc_shares, topics, seed), topics, float(alpha),
              float(beta), kind.value, config)
+
+
+def _corpus(data: str, documents: int | None, vocabulary: int, seed: int
+            ) -> tuple[Documents, dict[str, Any]]:
+  """The corpus ``data`` names and how the config records it."""
+  if not is_data_path(data):
+    if data != 'stdlib':
+      raise ConfigError(f"lda: unknown data {data!r}; choose stdlib, or a .npz, .csv or .npy "
+                        'file')
+    return (stdlib_docstrings(documents, vocabulary, seed),
+            {'data': data, 'documents': documents, 'vocabulary': vocabulary})
+  defaults = inspect.signature(make_lda).parameters
+  given = [k for k, v in (('documents', documents), ('vocabulary', vocabulary))
+           if v != defaults[k].default]
+  if given:
+    raise ConfigError(f'lda: data {os.fspath(data)!r} is a file: {", ".join(given)} apply to '
+                      "data='stdlib' only")
+  return read_documents(data), {'data': os.fspath(data)}

@@ -55,6 +55,7 @@ from hetjax.schmp._coordinate_app import (
     CoordinateApp,
     DynamicOptions,
     check_arguments,
+    default_lam,
     make_design,
 )
 
@@ -126,8 +127,10 @@ def make_logreg(scheduler: str = 'schmp', *, lam: float | None = None, data: str
     lam: λ (> 0); default λ_max / 10.
     data: ``'synthetic'`` (`hetjax.data.correlated_design` with a logistic response, whose
       arguments ``rows`` … ``nonzeros`` and ``data_seed`` are; None takes its default: 1024 ×
-      1024, one group of 512 columns at ρ = 0.9, 16 nonzeros) or ``'breast_cancer'``
-      (569 × 30).
+      1024, one group of 512 columns at ρ = 0.9, 16 nonzeros), ``'breast_cancer'``
+      (569 × 30), or the path of your own ``.npz`` (arrays ``X`` and ``y``), ``.csv`` or
+      ``.npy`` (rows of features, the label last), used as given (no standardising, no
+      intercept); labels 0/1 or −1/+1 (`hetjax.data.read_design`).
     pad_rows: pad rows that do not divide over the devices with zero rows (label 0: they
       change no sum and the objective skips them) instead of refusing.
     theta, warmup, candidates, epsilon, priority, eta: the ``'schmp'`` scheduler's
@@ -135,15 +138,16 @@ def make_logreg(scheduler: str = 'schmp', *, lam: float | None = None, data: str
       coordinate's current |Δβⱼ|, ``'abs'`` is STRADS's last |Δβⱼ|.
 
   Raises:
-    ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data, bad
-      scheduler settings.
+    ConfigError: λ ≤ 0, an unknown scheduler or data, design arguments for bundled data or a
+      file, a file that does not read as a design (labels not 0/1 or −1/+1 …), bad scheduler
+      settings.
   """
   scheduler = check_arguments(LogReg.name, scheduler, lam)
   options = DynamicOptions(theta, warmup, candidates, epsilon, priority, eta)
   design, data_config = make_design(
       Response.LOGISTIC, data, rows=rows, features=features, groups=groups,
       group_size=group_size, rho=rho, nonzeros=nonzeros, data_seed=data_seed)
-  lam = lam_max(design.x, design.y) / 10 if lam is None else lam
+  lam = default_lam(LogReg.name, lam_max(design.x, design.y)) if lam is None else lam
   config = {'scheduler': scheduler, 'lam': float(lam), **data_config, 'pad_rows': pad_rows,
             **options.settings()}
   return LogReg(design, lam, scheduler, options, pad_rows, config)
