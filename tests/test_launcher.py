@@ -337,6 +337,10 @@ BAD_INPUT = {  # name: (arguments, the error line says); GPUS marks the one case
                                       'min workers must be between 1 and the 2 workers, got 3'),
     'zero stall timeout': ('--workers 2 --stall-timeout 0 -- true',
                            'stall timeout must be a positive number of seconds'),
+    'empty log dir': ('--workers 2 --log-dir= -- true', '--log-dir is empty'),
+    'log dir under a file': ('--workers 1 -- true --workdir=/dev/null/run',
+                             'cannot write the launch log /dev/null/run/launch.log: Not a '
+                             'directory'),
 }
 
 

@@ -10,7 +10,7 @@ the original workers). Parameter servers are never left out.
 
 A job that was interrupted (SIGINT, SIGTERM, SIGHUP), timed out, or refused its input (a worker
 exited with status 2: a restart would refuse it again) is not restarted; ``timeout`` counts over
-all launches together.
+all launches together. Every launch appends to the first one's launch log.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def launch_elastic(command: Sequence[str], workers: int,
     env: the workers' base environment (default this process's).
     log: where the restart lines go (default stderr).
     on_result: called with (launch number, its `LaunchResult`) after every launch.
-    **launch_options: passed on to `launch_local` (slowdown, port_range, servers, …).
+    **launch_options: passed on to `launch_local` (slowdown, port_range, servers, log_dir, …).
 
   Returns:
     The last launch's `LaunchResult`.
@@ -106,6 +106,8 @@ def launch_elastic(command: Sequence[str], workers: int,
         k: v for k, v in launch_options.items() if not k.startswith('validate_')}
     result = launch_local(command, len(hosts), tuple(counts[h] for h in hosts), env=base | extra,
                           timeout=left, stall_timeout=stall_timeout, hosts=hosts, **options)
+    if result.log is not None:  # the next launches append to the same log
+      launch_options['log_dir'] = os.path.dirname(result.log)
     if on_result is not None:
       on_result(attempt, result)
     if result.returncode == 0 or result.returncode in _NOT_RESTARTED or attempt == max_restarts:

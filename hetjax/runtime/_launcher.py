@@ -424,7 +424,7 @@ def _close_log(job: _Workers, result: LaunchResult | None, log: TextIO, path: st
   lines = []
   for i in sorted(job.codes):
     error = job.console.error(i)
-    if error is None and job.codes[i] > 0:  # e.g. a one-line error before exiting with status 2
+    if error is None and job.codes[i] > 0 and i not in job.signaled:  # e.g. a one-line error
       error = job.console.last(i) or None
     lines.append(f'{job.name(i)}: {job.ended(i)}' + (f' ({_shorten(error)})' if error else ''))
   with contextlib.suppress(OSError, ValueError):
@@ -439,11 +439,11 @@ def _close_log(job: _Workers, result: LaunchResult | None, log: TextIO, path: st
       with open(path, 'a', encoding='utf-8') as again:
         shutil.copyfileobj(log, again)
   log.close()
-  if result is None:
-    return None
-  if not failed and not keep:
+  if not failed and not keep:  # it succeeded, or never ran (a worker could not start)
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return result
+  if result is None:
+    return None
   return dataclasses.replace(result, workers=() if not failed or interrupted else tuple(lines),
                              log=path)
 
