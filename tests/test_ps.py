@@ -18,6 +18,7 @@ from hetjax.emulation import parse_links
 from hetjax.runtime import LocalChannel
 from hetjax.sharding import abstract_model
 from hetjax.train import training_steps
+from tests.test_checkpoint_replica import change_one_value
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -200,6 +201,16 @@ def test_a_restarted_server_restores_its_checkpoint(tmp_path):
   assert again.restored_from == 6 and again.version == 6 and again.clocks == [3, 3]
   fresh = ps.make_server(_task(), optax.sgd(0.1), ps.parse_ps('asp'), role, LocalChannel())
   assert any(not np.array_equal(a, b) for a, b in zip(again.params, fresh.params, strict=True))
+  # Its saved arrays changed (the file decodes, a value differs): the restore notices, and a
+  # server does not go back to version 4 alone.
+  change_one_value(tmp_path / 'server-0' / '6' / 'state' / 'arrays.npz', array=0)
+  with pytest.raises(ConfigError) as e:
+    ps.make_server(_task(), optax.sgd(0.1), ps.parse_ps('asp'), role, LocalChannel(),
+                   checkpoint_dir=tmp_path)
+  assert str(e.value) == (
+      f"checkpoint step 6 in {tmp_path / 'server-0'} failed verification (leaf 'params/0' "
+      'checksum differs); a server does not go back to an older version alone (the other '
+      'servers and the workers would not)')
 
 
 def test_dc_asgd_compensates_stale_pushes_only():

@@ -3,11 +3,12 @@
 Transfers go point to point through `jax.experimental.transfer` (`Transport`); requests,
 addresses and versions through the key-value channel (`hetjax.runtime.Channel`). Modes bsp, asp
 and ssp; eager pull; the staleness-aware learning rate (η / τ) and DC-ASGD (`PsConfig`);
-servers checkpoint with orbax (`ServerCheckpointer`). Launch with
+servers checkpoint with orbax, verified on restore (`ServerCheckpointer`). Launch with
 ``python -m hetjax.launch --workers N --servers K``; see `hetjax.ps._job` for an example.
 """
 
 from hetjax.ps._checkpoint import ServerCheckpointer as ServerCheckpointer
+from hetjax.ps._checkpoint import ServerState as ServerState
 from hetjax.ps._client import PsClient as PsClient
 from hetjax.ps._client import PushResult as PushResult
 from hetjax.ps._client import ServerError as ServerError
@@ -48,6 +49,7 @@ __all__ = [
     'ServerError',
     'ServerLayout',
     'ServerReport',
+    'ServerState',
     'ShardUpdate',
     'Sync',
     'Transport',

@@ -1,89 +1,57 @@
-"""A server's checkpoints: its leaves, their optimizer state and its version, with orbax.
+"""A server's checkpoints: its leaves, their optimizer state and its version, verified on restore.
 
-Each server writes its own directory (``DIRECTORY/server-S``) with an orbax `CheckpointManager`
-limited to its own process (``MultiprocessingOptions(primary_host=this process,
-active_processes={this process})``, for the manager and its JSON handler), so no other process
-joins its barriers. Orbax keeps the steps (atomic: a step is written into a temporary directory
-and renamed when complete, so a server killed while saving leaves the previous step as its
-latest) and the retention. The arrays go through a small orbax handler of our own
-(`ArraysHandler`: one ``arrays.npz``, read back without pickles): orbax's own handlers refuse
-them here — a single-device `jax.Array` in a job of several processes is "host local", and its
-numpy handler writes files on process 0 only, so a server's steps came out empty.
+Each server writes its own directory (``DIRECTORY/server-S``), by its process alone, so no
+other process joins its saves (`hetjax.checkpoint.ArraysCheckpointer`: an orbax step directory
+per version, renamed into place when complete, ``state/arrays.npz`` and the record ``meta``
+with the checksums; a server killed while saving leaves the previous version as its latest).
+The step of a checkpoint is the server's version; the record holds the version, the workers'
+clocks and the protocol besides.
+
+A restore verifies the checksums. A bad latest checkpoint is not skipped: the servers and the
+workers resume from what every server restored (its version, the workers' clocks), and a server
+that went back alone would break that, so it is a one-line `ConfigError` naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import jax
-import numpy as np
-import orbax.checkpoint as ocp
+
+from hetjax.checkpoint import ArraysCheckpointer
 
 
-class ArraysHandler(ocp.CheckpointHandler):
-  """Saves a list of arrays as ``arrays.npz`` in an orbax item directory (this process only)."""
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ServerState:
+  """What a server checkpoints: its leaves and their optimizer state at version ``step``."""
 
-  def save(self, directory, args: ArraysSave) -> None:
-    with open(os.path.join(os.fspath(directory), 'arrays.npz'), 'wb') as f:
-      np.savez(f, *[np.asarray(a) for a in args.arrays])
-
-  def restore(self, directory, args: ArraysRestore | None = None) -> list[np.ndarray]:
-    with np.load(os.path.join(os.fspath(directory), 'arrays.npz'), allow_pickle=False) as data:
-      return [data[f'arr_{i}'] for i in range(len(data.files))]
+  step: int = dataclasses.field(metadata={'static': True})
+  params: list
+  opt_state: Any
 
 
-@ocp.args.register_with_handler(ArraysHandler, for_save=True)
-@dataclasses.dataclass
-class ArraysSave(ocp.args.CheckpointArgs):
-  arrays: list
+class ServerCheckpointer(ArraysCheckpointer):
+  """One server's checkpoints (the `hetjax.checkpoint.CheckpointerProtocol`, module docstring).
 
+  Example::
 
-@ocp.args.register_with_handler(ArraysHandler, for_restore=True)
-@dataclasses.dataclass
-class ArraysRestore(ocp.args.CheckpointArgs):
-  pass
-
-
-class ServerCheckpointer:
-  """Saves and restores one server's state at its version."""
+    ckpt = ServerCheckpointer(workdir / 'checkpoints', server=0)
+    ckpt.save(ServerState(version, params, opt_state), {'version': version, 'clocks': clocks})
+    state, meta = ckpt.restore(ServerState(0, params, opt_state))   # state.step == version
+  """
 
   def __init__(self, directory: str | os.PathLike, server: int, *, max_to_keep: int = 2):
-    me = jax.process_index()
-    self.directory = os.path.abspath(os.path.join(os.fspath(directory), f'server-{server}'))
-    alone = ocp.options.MultiprocessingOptions(  # this process writes, waits for no other
-        primary_host=me, active_processes={me},
-        barrier_sync_key_prefix=f'hetjax-ps-server-{server}')
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=False, enable_async_checkpointing=False,
-        multiprocessing_options=alone)
-    os.makedirs(self.directory, exist_ok=True)  # orbax will not, for a subset of processes
-    handlers = {'state': ArraysHandler(),
-                'meta': ocp.JsonCheckpointHandler(multiprocessing_options=alone)}
-    self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_names=('state', 'meta'), item_handlers=handlers)
+    super().__init__(os.path.join(os.fspath(directory), f'server-{server}'), alone=True,
+                     max_to_keep=max_to_keep, fallback=False)
 
-  def latest_version(self) -> int | None:
-    return self._manager.latest_step()
+  def _join(self, parts: Mapping[str, Any], abstract_state: ServerState,
+            meta: Mapping[str, Any]) -> ServerState:
+    return dataclasses.replace(parts['arrays'], step=int(meta['step']))
 
-  def save(self, version: int, state: Any, meta: dict) -> None:
-    leaves = [np.asarray(x) for x in jax.tree.leaves(state)]
-    self._manager.save(version, args=ocp.args.Composite(
-        state=ArraysSave(leaves), meta=ocp.args.JsonSave(dict(meta))))
-    self._manager.wait_until_finished()
-
-  def restore(self, template: Any, version: int | None = None) -> tuple[Any, dict]:
-    """The state at ``version`` (default: the latest) shaped like ``template``, and its meta."""
-    version = self.latest_version() if version is None else version
-    out = self._manager.restore(version, args=ocp.args.Composite(
-        state=ArraysRestore(), meta=ocp.args.JsonRestore()))
-    leaves, treedef = jax.tree.flatten(template)
-    if len(out.state) != len(leaves) or any(
-        a.shape != np.shape(b) for a, b in zip(out.state, leaves, strict=True)):
-      raise ValueError(f'checkpoint {self.directory}/{version} does not hold this server\'s '
-                       'leaves (another model or layout?)')
-    return jax.tree.unflatten(treedef, list(out.state)), out.meta
-
-  def close(self) -> None:
-    self._manager.close()
+  def _no_fallback_reason(self) -> str:
+    return ('a server does not go back to an older version alone (the other servers and the '
+            'workers would not)')

@@ -33,6 +33,7 @@ import jax
 
 from hetjax._errors import ConfigError
 from hetjax.ps import _keys as keys
+from hetjax.ps._checkpoint import ServerCheckpointer, ServerState
 from hetjax.ps._config import LrRule, PsConfig, Sync
 from hetjax.ps._layout import ServerLayout
 from hetjax.ps._transport import Transport
@@ -87,7 +88,8 @@ class ParameterServer:
 
   def __init__(self, server: int, workers: int, layout: ServerLayout, params: list, update:
                ShardUpdate, config: PsConfig, channel: Any, transport: Transport, *,
-               checkpointer: Any = None, checkpoint_every: int = 0, idle_timeout_s: float = 300.0,
+               checkpointer: ServerCheckpointer | None = None, checkpoint_every: int = 0,
+               idle_timeout_s: float = 300.0,
                on_update: Callable[[ParameterServer], None] | None = None):
     self.server, self.workers, self.layout, self.config = server, workers, layout, config
     self.channel, self.transport, self.update = channel, transport, update
@@ -98,11 +100,12 @@ class ParameterServer:
     self.opt_state = update.init(self.params)
     self.version, self.clocks = 0, [0] * workers
     self.restored_from = self._saved = None
-    if checkpointer is not None and checkpointer.latest_version() is not None:
-      restored, meta = checkpointer.restore((self.params, self.opt_state))
-      self.params, self.opt_state = jax.device_put(restored, transport.device)
+    if checkpointer is not None and checkpointer.latest_step() is not None:
+      restored, meta = checkpointer.restore(ServerState(0, self.params, self.opt_state))
+      self.params, self.opt_state = jax.device_put((restored.params, restored.opt_state),
+                                                   transport.device)
       self.params = list(self.params)
-      self.version, self.clocks = int(meta['version']), list(meta['clocks'])
+      self.version, self.clocks = restored.step, list(meta['clocks'])
       self.restored_from = self._saved = self.version
     self._refuse_above = config.refuse_above(workers)
     self._held: list[dict] = []           # pulls waiting for a version or the slowest worker
@@ -252,7 +255,7 @@ class ParameterServer:
 
   def _save(self) -> None:
     self._saved = self.version
-    self.checkpointer.save(self.version, (self.params, self.opt_state),
+    self.checkpointer.save(ServerState(self.version, self.params, self.opt_state),
                            {'version': self.version, 'clocks': self.clocks,
                             'sync': self.config.describe()})
 
