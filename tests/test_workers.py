@@ -143,7 +143,7 @@ def test_train_under_the_launcher_writes_telemetry_cluster_and_report(tmp_path):
       assert r['compute_s'] + r['dilation_s'] == pytest.approx(target, rel=0.25), r
   assert sum(r['wait_s'] for r in late if r['worker'] == 0) > sum(
       r['wait_s'] for r in late if r['worker'] == 1)
-  cluster = json.loads((tmp_path / 'cluster.json').read_text())
+  cluster = json.loads((tmp_path / 'cluster.json').read_text())['workers']
   assert [w['worker'] for w in cluster] == [0, 1] and all(len(w['devices']) == 2 for w in cluster)
   summary = json.loads((tmp_path / 'summary.json').read_text())
   assert summary['final_step'] == steps

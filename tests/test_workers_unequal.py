@@ -20,6 +20,7 @@ import pytest
 
 from hetjax import ConfigError, models
 from hetjax.emulation import KnownSpeedHost, StaticTrace
+from hetjax.planner import ClusterSpec
 from hetjax.run import _build as _programs
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
@@ -114,8 +115,10 @@ def test_train_py_runs_lbbsp_on_workers_of_2_1_and_1_devices(tmp_path):
   assert summary['final_step'] == steps and summary['checkpoint_steps'] == [steps]
   assert summary['first_shares'] == [32, 16, 16]  # per worker, equal rows per device
   assert len(summary['last_shares']) == 3 and summary['last_shares'][2] < 16
-  cluster = json.loads((tmp_path / 'cluster.json').read_text())
+  cluster = json.loads((tmp_path / 'cluster.json').read_text())['workers']
   assert [len(w['devices']) for w in cluster] == list(DEVICES)
+  # What the run wrote is what the planner reads: one cluster description.
+  assert ClusterSpec.load(tmp_path / 'cluster.json').counts == tuple(DEVICES)
   # Tokens need one program shape on every worker: a one-line refusal, exit 2.
   out = io.StringIO()
   tokens = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',

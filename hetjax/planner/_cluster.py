@@ -11,6 +11,11 @@ second), with an optional faster pair for links inside one worker::
 ``speed`` is FLOP/s and ``memory`` bytes, both per device; an optional ``bandwidth`` (memory
 bytes/s per device) makes the cost model charge memory traffic too. β may be given as
 ``beta_gbit_s`` (gigabits per second, as links are sold) or ``beta_bytes_per_s``.
+
+``devices`` is a count or the devices' names: the ``cluster.json`` a run writes
+(`hetjax.runtime.Cluster.to_json`) is this format, its workers listing their devices by name
+with fields the planner does not use (``samples_per_s``, ``host``, …), so
+``ClusterSpec.load('runs/x/cluster.json')`` plans for the cluster that run measured.
 """
 
 from __future__ import annotations
@@ -164,6 +169,9 @@ class ClusterSpec:
       ConfigError: no workers, or a worker whose ``devices``, ``speed`` or ``memory`` is missing,
         not a number, zero, negative or NaN (the message names the worker and the field).
     """
+    if isinstance(data, list):
+      raise ConfigError('a cluster must be a JSON object {"workers": [...]}, got a list: a '
+                        'cluster.json of an older run, without device speeds; rerun to rewrite it')
     if not isinstance(data, Mapping):
       raise ConfigError(f'a cluster must be a JSON object, got {type(data).__name__}')
     entries = data.get('workers')
@@ -175,6 +183,8 @@ class ClusterSpec:
       if not isinstance(entry, Mapping):
         raise ConfigError(f'worker {i}: expected {{"devices", "speed", "memory"}}, got {entry!r}')
       devices = entry.get('devices', 1)
+      if isinstance(devices, list) and devices and all(isinstance(d, str) for d in devices):
+        devices = len(devices)  # a run's cluster.json names them
       _check_devices(devices, i)
       bandwidth = (_number(entry, 'bandwidth', f'worker {i}') if 'bandwidth' in entry
                    else None)

@@ -1,11 +1,14 @@
-"""Measuring the machine at hand: all-reduce latency and bandwidth across workers."""
+"""Measuring the machine at hand: all-reduce latency and bandwidth across workers, device speed
+and memory (what a run's `hetjax.runtime.Cluster` and the planner's measured cluster record)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -76,3 +79,35 @@ def fit_allreduce(mesh: Mesh, axis: str, large_floats: int, repeats: int = 10) -
   link = LinkCost.fit_ring_all_reduce(n, small_s, 4 * large_floats, large_s)
   return AllReduceFit(n, link.alpha_s, link.beta_bytes_per_s, 4, small_s, 4 * large_floats,
                       large_s)
+
+
+_MATMUL = 256  # n of the n×n×n matmuls timed per device
+
+
+def device_flops_per_s(devices, repeats: int = 5) -> float:
+  """FLOP/s of one of ``devices``: every device multiplies 256×256 matrices at once (so devices
+  that share cores, like virtual CPU devices, are measured sharing them); FLOPs over the median
+  time. ``devices`` may be this process's (a run's discovery) or the job's (the planner's)."""
+  mesh = Mesh(np.array(list(devices)), ('all',))
+  n, count = _MATMUL, mesh.devices.size
+  sharding = NamedSharding(mesh, PartitionSpec('all'))
+  a = jax.device_put(jnp.ones((count, n, n), jnp.float32), sharding)
+  matmul = jax.jit(lambda x: jnp.einsum('bij,bjk->bik', x, x), out_shardings=sharding)
+  return 2 * n ** 3 / median_seconds(matmul, a, repeats)
+
+
+def device_memory(devices) -> float:
+  """Bytes one of ``devices`` can hold: the accelerator's limit, or the host's RAM shared out.
+  Another process's devices cannot be asked: they are taken to be like this process's."""
+  local = devices[0].process_index == jax.process_index()
+  try:
+    stats = devices[0].memory_stats() if local else None
+  except Exception:  # not every backend implements memory_stats
+    stats = None
+  if stats and stats.get('bytes_limit'):
+    return float(stats['bytes_limit'])
+  try:
+    host = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  except (ValueError, OSError, AttributeError):
+    host = 8 << 30
+  return float(host) / max(len(devices), 1)
