@@ -16,12 +16,14 @@ Every worker line comes out on stdout as ``[w{i}] line`` while the job is health
 fails, the others are stopped and the launcher exits with that worker's status; 124 on
 ``--timeout``, 130 on Ctrl-C. The peers' tracebacks and runtime errors do not flood the console:
 stderr gets the cause, one line per worker and the path of the launch log, which keeps every
-line of every worker::
+line of every worker (long lines wrapped here)::
 
-  launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by …)
-  launch:   worker 0: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by
+    SIGABRT)
+  launch:   worker 0: was killed by SIGABRT (Terminating process because the JAX distributed
+    service detected fatal errors.)
   launch:   worker 1: was killed by SIGABRT (ValueError: boom)
-  launch:   worker 2: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch:   worker 2: was killed by SIGABRT (ValueError: UNKNOWN: Gloo AllGather failed: …)
   launch: the full output of every worker: runs/gpt/launch.log
 
 The log is ``launch.log`` in ``--log-dir``, by default the ``--workdir`` the command carries,

@@ -18,7 +18,7 @@ import pytest
 
 from hetjax import ConfigError, launch
 from hetjax.runtime._console import LINGER_S, Console
-from hetjax.runtime._launcher import launch_local
+from hetjax.runtime._launcher import LaunchResult, launch_local
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -74,9 +74,10 @@ def test_held_lines_come_out_when_the_worker_exits_0_and_never_once_the_job_fail
 def test_the_error_is_the_exception_the_last_traceback_ended_with():
   console, *_ = _console()
   w = console.add('w0')
-  for line in ['E1127 00:00:00.000001 1 a.cc:1] first error', 'F1127 00:00:00.000002 1 a.cc:2] fatal',
-               *TRACEBACK, '', 'During handling of the above exception, another exception '
-               'occurred:', '', 'Traceback (most recent call last):', '  File "x.py", line 1',
+  for line in ['E1127 00:00:00.000001 1 a.cc:1] first error',
+               'F1127 00:00:00.000002 1 a.cc:2] fatal', *TRACEBACK, '',
+               'During handling of the above exception, another exception occurred:', '',
+               'Traceback (most recent call last):', '  File "x.py", line 1',
                'jaxlib.XlaRuntimeError: INTERNAL: lost peer', 'more of the message']:
     console.write(w, line)
   assert console.error(w) == 'jaxlib.XlaRuntimeError: INTERNAL: lost peer'
@@ -102,7 +103,7 @@ RAISES = """
       train()
     while not marker.exists():
       time.sleep(0.02)
-    time.sleep(1.5)
+    time.sleep(2.5)  # the launcher names a traceback printed at least 1 s before the first exit
     for k in range(12):
       print(f'E1127 00:07:23.85{k:04d}   12306 coordination_service_agent.cc:289] Polled an '
             'error from coordination service', flush=True)
@@ -142,6 +143,19 @@ def test_a_failed_job_prints_one_line_per_worker_and_logs_everything(tmp_path):
   assert sum(x == '[w0] RuntimeError: Gloo AllGather failed: Connection closed by peer'
              for x in logged) == 1
   assert logged[-4:-3] == ['# ' + err[0].removeprefix('launch: ')]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_a_worker_that_raised_and_lingered_is_named_with_its_exception():
+  code = ('import atexit, os, time\nif os.environ["HETJAX_WORKER_ID"] == "1":\n'
+          '  atexit.register(time.sleep, 2.5)\n  raise ValueError("boom")\ntime.sleep(30)')
+  result = launch_local([sys.executable, '-c', code], 2, stdout=io.StringIO(), timeout=30)
+  try:
+    assert result == LaunchResult(1, 1, 'worker 1 raised ValueError: boom, then exited with '
+                                         'status 1')
+  finally:
+    shutil.rmtree(os.path.dirname(result.log))
 
 
 @pytest.mark.multiprocess

@@ -19,13 +19,15 @@ its last traceback ended with, else its first fatal or error log message), its l
 when its last traceback began (`Console.tracebacks`): a worker that raised is alive for a while
 (JAX's shutdown barrier waits for the others), so it is often not the first to exit.
 
-Example of what the launcher makes of it (the console, 3 workers, worker 1 raised)::
+What the launcher makes of it (the console, 3 workers, worker 1 raised; long lines wrapped)::
 
   [w0] step 3 | loss 2.07
-  launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by …)
-  launch:   worker 0: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by
+    SIGABRT)
+  launch:   worker 0: was killed by SIGABRT (Terminating process because the JAX distributed
+    service detected fatal errors.)
   launch:   worker 1: was killed by SIGABRT (ValueError: boom)
-  launch:   worker 2: was killed by SIGABRT (Terminating process because the JAX distributed …)
+  launch:   worker 2: was killed by SIGABRT (ValueError: UNKNOWN: Gloo AllGather failed: …)
   launch: the full output of every worker: runs/gpt/launch.log
 """
 

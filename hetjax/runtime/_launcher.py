@@ -481,10 +481,10 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
         blamed = min(stopped_since, key=stopped_since.get)
         cause = (f'{job.name(blamed)} was stopped (SIGSTOP) for '
                  f'{now - stopped_since[blamed]:.1f} s; its peers failed waiting for it ({cause})')
-      elif (raised := _raised_first(job.console, now)) not in (None, worker):
-        blamed = raised
-        error = job.console.error(raised) or 'an exception'
-        cause = f'{job.name(raised)} raised {error}; its peers failed after it ({cause})'
+      elif (raised := _raised_first(job.console, now)) is not None:
+        blamed, error = raised, job.console.error(raised) or 'an exception'
+        cause = (f'{job.name(raised)} raised {error}, then {how}' if raised == worker else
+                 f'{job.name(raised)} raised {error}; its peers failed after it ({cause})')
       seen = time.time()
       job.stop(signal.SIGTERM, _GRACE_SECONDS)
       return LaunchResult(code, blamed, cause, seen)
