@@ -44,7 +44,7 @@ def test_a_grouped_plan_trains_checkpoints_and_resumes_across_workers(tmp_path):
     assert result.returncode == 0, result
   steps = sorted(int(p.name) for p in (run / 'checkpoints').iterdir() if p.name.isdecimal())
   assert steps == [2, 4, 6]
-  assert sorted(p.name for p in (run / 'checkpoints' / '6').iterdir()) == [
-      'meta.json', 'stage-0.npz', 'stage-1.npz', 'stage-2.npz']
+  assert sorted(p.name for p in (run / 'checkpoints' / '6' / 'state').glob('*.npz')) == [
+      'stage-0.npz', 'stage-1.npz', 'stage-2.npz']
   # Steps 1–4 from the first segment, 5–6 from the resumed one: the one-process run's losses.
   np.testing.assert_allclose(_losses(run), _losses(tmp_path / 'one'), rtol=1e-5)

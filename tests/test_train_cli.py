@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hetjax.checkpoint import Checkpointer
-from hetjax.pipeline import ReplicaSync, SyncValuePolicy
+from hetjax.pipeline import ReplicaCheckpointer, ReplicaSync, SyncValuePolicy
 from hetjax.run import _config as configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
   assert result.returncode == 0, result.stderr
   assert json.loads((tmp_path / 'a' / 'summary.json').read_text())['final_step'] == 2
   result = train('--config=hetjax.configs.mlp:get_config', '--steps=1',
-                 '--set', 'model=models:make_task', '--set', 'model_args.name=mlp',
+                 '--set', 'model=hetjax.models:make_task', '--set', 'model_args.name=mlp',
                  f'--workdir={tmp_path / "b"}')
   assert result.returncode == 0, result.stderr
 
@@ -259,7 +259,7 @@ def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
   assert json.loads((tmp_path / 'run.json').read_text())['sync'] == 'sdpipe'
   saved = {}
   for w in (0, 1):
-    meta = json.loads((tmp_path / 'checkpoints' / f'replica-{w}' / '4' / 'meta.json').read_text())
+    meta = ReplicaCheckpointer(tmp_path / 'checkpoints' / f'replica-{w}').read_meta(4)
     assert meta['step'] == 4 and meta['policy_name'] == 'sdpipe'
     saved[w] = meta
 
@@ -269,8 +269,8 @@ def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
   assert 'steps 4→6' in result.stdout and len(_losses(tmp_path)) == 6
   policy = ReplicaSync(SyncValuePolicy('sdpipe', 2), None, '', serve=False)
   before = Checkpointer.policy_state(saved[0], policy.init())
-  after = Checkpointer.policy_state(json.loads(
-      (tmp_path / 'checkpoints' / 'replica-0' / '6' / 'meta.json').read_text()), policy.init())
+  after = Checkpointer.policy_state(
+      ReplicaCheckpointer(tmp_path / 'checkpoints' / 'replica-0').read_meta(6), policy.init())
   assert (before['step'], after['step']) == (4, 6)
   # The scheduler went on from its saved state: group numbers and its clock continue. Only step
   # 5's group is sure to be closed by step 6's checkpoint: with the sync one step late, step 6's
