@@ -128,17 +128,20 @@ class Console:
   def error(self, i: int) -> str | None:
     """Process ``i``'s own error: the exception of its last traceback, else the message of its
     first fatal (else error) log line; None if it printed neither."""
-    p = self._processes[i]
-    return p.exception or (p.logged[1] if p.logged else None)
+    with self._lock:
+      p = self._processes[i]
+      return p.exception or (p.logged[1] if p.logged else None)
 
   def last(self, i: int) -> str:
     """The last non-blank line process ``i`` printed ('' if none)."""
-    return self._processes[i].last
+    with self._lock:
+      return self._processes[i].last
 
   def tracebacks(self) -> dict[int, float]:
     """When each process's last traceback began (`clock` time), for those that printed one."""
-    return {i: p.traceback_at for i, p in enumerate(self._processes)
-            if p.traceback_at is not None}
+    with self._lock:
+      return {i: p.traceback_at for i, p in enumerate(self._processes)
+              if p.traceback_at is not None}
 
   def _remember(self, p: _Process, text: str, now: float) -> None:
     if text.strip():
