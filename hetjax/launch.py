@@ -27,7 +27,7 @@ line of every worker (long lines wrapped here)::
   launch: the full output of every worker: runs/gpt/launch.log
 
 The log is ``launch.log`` in ``--log-dir``, by default the ``--workdir`` the command carries,
-else a temporary directory (deleted when the job succeeds). The worker named is the one to
+else a temporary directory (kept only when the job failed). The worker named is the one to
 blame: a worker stopped by SIGSTOP, named by the stall watchdog, or that raised while its peers
 still ran, rather than the peers that failed after it. Bad input prints ``launch: error: …``
 and exits with 2.

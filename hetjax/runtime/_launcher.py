@@ -83,8 +83,8 @@ class LaunchResult:
       the others; None if the job did not fail.
     workers: when the job failed or timed out, one line per process on how it ended and its own
       error, e.g. ``'worker 1: exited with status 1 (ValueError: boom)'``; else empty.
-    log: the launch log holding every line of every process, or None (a job that succeeded
-      with no ``log_dir``: its log is deleted).
+    log: the launch log holding every line of every process, or None (with no ``log_dir``,
+      the log of a job that succeeded or was interrupted is deleted).
   """
 
   returncode: int
@@ -335,8 +335,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     hosts: the workers' original ids (``HETJAX_HOSTS``), when a restart left some out: worker
       i is named, and its lines prefixed, by ``hosts[i]``.
     log_dir: where the launch log ``launch.log`` goes (created; appended to by every launch,
-      restarts included), e.g. the run directory. None: a new temporary directory, deleted
-      when the job succeeds.
+      restarts included), e.g. the run directory. None: a new temporary directory, kept when
+      the job failed or timed out.
 
   Returns:
     A `LaunchResult`; nothing goes to stderr (the CLI prints ``result.verdict()``).
@@ -417,9 +417,10 @@ def _open_log(log_dir: str | os.PathLike[str] | None) -> tuple[TextIO, str]:
 
 def _close_log(job: _Workers, result: LaunchResult | None, log: TextIO, path: str, *,
                keep: bool, interrupted: bool) -> LaunchResult | None:
-  """Adds how each process ended to the result and the log, and closes the log: deleted with
-  its temporary directory when the job succeeded and nobody asked for it, written again if the
-  job deleted it (a run directory replaced by ``--overwrite``)."""
+  """Adds how each process ended to the result and the log, and closes the log: written again
+  if the job deleted it (a run directory replaced by ``--overwrite``); deleted with its
+  temporary directory if nobody asked for it and no verdict points at it (the job succeeded,
+  never ran, or was interrupted)."""
   failed = result is not None and result.returncode != 0
   lines = []
   for i in sorted(job.codes):
@@ -439,13 +440,13 @@ def _close_log(job: _Workers, result: LaunchResult | None, log: TextIO, path: st
       with open(path, 'a', encoding='utf-8') as again:
         shutil.copyfileobj(log, again)
   log.close()
-  if not failed and not keep:  # it succeeded, or never ran (a worker could not start)
+  unseen = not failed or interrupted  # no verdict points at the log (or the job never ran)
+  if unseen and not keep:
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return result
   if result is None:
     return None
-  return dataclasses.replace(result, workers=() if not failed or interrupted else tuple(lines),
-                             log=path)
+  return dataclasses.replace(result, workers=() if unseen else tuple(lines), log=path)
 
 
 def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_timeout: float,
