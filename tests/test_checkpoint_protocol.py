@@ -4,6 +4,8 @@ exactly the members the runner uses, with the same signatures, and the same reco
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -55,3 +57,14 @@ def test_checkpointers_are_the_protocol_and_write_the_same_record(tmp_path):
   np.testing.assert_array_equal(restored.params[0], w)
   spmd.close()
   server.close()
+
+
+def test_importing_the_checkpointers_leaves_logging_alone():
+  """Orbax's import configures the root logger (absl's ``basicConfig``), which changes how a
+  process's warnings print (the sync service's "worker 2 dropped" line); it is imported when a
+  checkpointer is first made, not with `hetjax.checkpoint`, `hetjax.pipeline` or `hetjax.ps`."""
+  code = ('import logging, sys; import hetjax.checkpoint, hetjax.pipeline, hetjax.ps; '
+          'print(sorted(m for m in sys.modules if m.startswith("orbax")), logging.root.handlers)')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == '[] []'

@@ -18,7 +18,6 @@ retention, the record, restores verified against the checksums, a bad latest one
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import zlib
 from collections.abc import Mapping, Sequence
@@ -26,51 +25,10 @@ from typing import Any
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from hetjax.checkpoint._checksum import checksums
 from hetjax.checkpoint._record import make_record, verify
-from hetjax.checkpoint._steps import AGREE_TIMEOUT_S, StepCheckpointer
-
-
-class ArraysHandler(ocp.CheckpointHandler):
-  """Saves lists of host arrays as ``NAME.npz`` in an orbax item directory (this process's).
-
-  Example::
-
-    ArraysHandler().save(item_dir, ArraysSave({'arrays': [np.ones(3), np.zeros(2)]}))
-    ArraysHandler().restore(item_dir, ArraysRestore(['arrays']))   # {'arrays': [...]}
-  """
-
-  def save(self, directory, args: ArraysSave) -> None:
-    for name, arrays in args.files.items():
-      with open(os.path.join(os.fspath(directory), f'{name}.npz'), 'wb') as f:
-        np.savez(f, *[np.asarray(a) for a in arrays])
-
-  def restore(self, directory, args: ArraysRestore | None = None) -> dict[str, list[np.ndarray]]:
-    names = args.names if args is not None and args.names is not None else sorted(
-        p[:-len('.npz')] for p in os.listdir(os.fspath(directory)) if p.endswith('.npz'))
-    out = {}
-    for name in names:
-      with np.load(os.path.join(os.fspath(directory), f'{name}.npz'), allow_pickle=False) as data:
-        out[name] = [data[f'arr_{i}'] for i in range(len(data.files))]
-    return out
-
-
-@ocp.args.register_with_handler(ArraysHandler, for_save=True)
-@dataclasses.dataclass
-class ArraysSave(ocp.args.CheckpointArgs):
-  """The files this process writes: ``{name: arrays}`` (names without ``.npz``)."""
-
-  files: Mapping[str, Sequence[np.ndarray]]
-
-
-@ocp.args.register_with_handler(ArraysHandler, for_restore=True)
-@dataclasses.dataclass
-class ArraysRestore(ocp.args.CheckpointArgs):
-  """The files to read (None: every ``.npz`` file of the item)."""
-
-  names: Sequence[str] | None = None
+from hetjax.checkpoint._steps import AGREE_TIMEOUT_S, StepCheckpointer, orbax
 
 
 class ArraysCheckpointer(StepCheckpointer):
@@ -101,6 +59,7 @@ class ArraysCheckpointer(StepCheckpointer):
 
   def __init__(self, directory: str | os.PathLike, *, alone: bool, max_to_keep: int = 3,
                fallback: bool = True):
+    ocp, handlers = orbax(), _handlers()
     me, count = jax.process_index(), jax.process_count()
     processes = {me} if alone else (set(range(count)) if count > 1 else None)
     # Naming the processes makes orbax's barriers run on the coordination service among them
@@ -117,7 +76,7 @@ class ArraysCheckpointer(StepCheckpointer):
             max_to_keep=max_to_keep, create=False, step_name_format=names,
             enable_async_checkpointing=False, multiprocessing_options=multiprocessing),
         item_names=('state', 'meta'),
-        item_handlers={'state': ArraysHandler(),
+        item_handlers={'state': handlers.ArraysHandler(),
                        'meta': ocp.JsonCheckpointHandler(multiprocessing_options=multiprocessing)})
     super().__init__(directory, manager, names, agree=not alone, fallback=fallback)
     self._alone = alone
@@ -131,9 +90,9 @@ class ArraysCheckpointer(StepCheckpointer):
     for part in parts.values():
       sums |= checksums(part)
     record = make_record(meta, step, self._gather(sums), policy_state)
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ArraysSave({name: jax.tree.leaves(part) for name, part in parts.items()}),
-        meta=ocp.args.JsonSave(record)))
+    files = {name: jax.tree.leaves(part) for name, part in parts.items()}
+    self._manager.save(step, args=orbax().args.Composite(
+        state=_handlers().ArraysSave(files), meta=orbax().args.JsonSave(record)))
     self._manager.wait_until_finished()
 
   # -- what a state split over processes overrides ----------------------------------------------
@@ -152,8 +111,8 @@ class ArraysCheckpointer(StepCheckpointer):
 
   # -- StepCheckpointer --------------------------------------------------------------------------
 
-  def _restore_args(self, abstract_state: Any) -> ArraysRestore:
-    return ArraysRestore(list(self._targets(abstract_state)))
+  def _restore_args(self, abstract_state: Any) -> Any:
+    return _handlers().ArraysRestore(list(self._targets(abstract_state)))
 
   def _verify(self, files: Mapping[str, list[np.ndarray]], meta: Mapping[str, Any],
               abstract_state: Any) -> str | None:
@@ -192,6 +151,12 @@ class ArraysCheckpointer(StepCheckpointer):
     for process in range(jax.process_count()):
       merged |= channel.get(f'process{process}', AGREE_TIMEOUT_S)
     return merged
+
+
+def _handlers() -> Any:
+  """`hetjax.checkpoint._arrays_handler`, imported with orbax on first use (`orbax`)."""
+  from hetjax.checkpoint import _arrays_handler
+  return _arrays_handler
 
 
 def _misfit(host: Sequence[np.ndarray], target: Any) -> str | None:

@@ -7,12 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
 from absl import flags
 
 from hetjax.checkpoint._checksum import checksums
 from hetjax.checkpoint._record import make_record, verify
-from hetjax.checkpoint._steps import StepCheckpointer
+from hetjax.checkpoint._steps import StepCheckpointer, orbax
 from hetjax.train import TrainState
 
 
@@ -55,6 +54,7 @@ class Checkpointer(StepCheckpointer):
     background (orbax's default); False: `save` returns once the checkpoint is complete, so a
     job killed at any later step loses at most the steps since this save."""
     _barriers_for_unequal_workers()
+    ocp = orbax()
     names = ocp.step.standard_name_format()
     manager = ocp.CheckpointManager(
         os.path.abspath(os.fspath(directory)),
@@ -72,15 +72,15 @@ class Checkpointer(StepCheckpointer):
     ``'checksums'``, computed before this returns (in a job of several processes, a collective:
     every process calls `save`, as orbax needs anyway).
     """
-    step = int(state.step)
+    step, ocp = int(state.step), orbax()
     record = make_record(meta, step, checksums(state), policy_state)
     self._manager.save(
         step,
         args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(record)))
 
-  def _restore_args(self, abstract_state: TrainState) -> ocp.args.CheckpointArgs:
-    return ocp.args.StandardRestore(abstract_state)
+  def _restore_args(self, abstract_state: TrainState) -> Any:
+    return orbax().args.StandardRestore(abstract_state)
 
   def _verify(self, state: TrainState, meta: Mapping[str, Any], abstract_state: TrainState
               ) -> str | None:

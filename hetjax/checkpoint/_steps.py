@@ -21,21 +21,33 @@ import collections
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
-import orbax.checkpoint as ocp
 from etils import epath
 
 from hetjax._errors import ConfigError
 from hetjax.checkpoint import _record
+from hetjax.checkpoint._drain import draining_event_loops
 from hetjax.runtime import Channel
 from hetjax.train import Hook, StepInfo
+
+if TYPE_CHECKING:
+  import orbax.checkpoint as ocp
 
 AGREE_TIMEOUT_S = 300.0  # how long a process waits for the others' verdict on a checkpoint
 # Rounds on the coordination service so far per checkpoint directory, the same count in every
 # process of a job (they save and restore in lockstep), so that each round's keys are new.
 _ROUNDS: collections.Counter[str] = collections.Counter()
+
+
+def orbax() -> Any:
+  """``orbax.checkpoint``, imported when a checkpointer first needs it: importing orbax
+  configures Python's root logger (an absl log call at its import runs ``logging.basicConfig``)
+  and so changes how every later warning of the process prints; importing `hetjax.checkpoint`,
+  `hetjax.pipeline` or `hetjax.ps` does not."""
+  import orbax.checkpoint as ocp
+  return ocp
 
 
 class StepCheckpointer:
@@ -77,7 +89,7 @@ class StepCheckpointer:
     Raises:
       ConfigError: no such checkpoint, or its record does not read back (one line).
     """
-    step = self._require(step)
+    step, ocp = self._require(step), orbax()
     handler = ocp.CompositeCheckpointHandler()
     try:
       return handler.restore(self._path(step), ocp.args.Composite(meta=ocp.args.JsonRestore())
@@ -191,10 +203,12 @@ class StepCheckpointer:
     processes, where a process whose read succeeded would wait for one whose read failed while
     that one waits in `_agree` for its verdict.
     """
+    ocp = orbax()
     handler = ocp.CompositeCheckpointHandler()
     try:
-      return handler.restore(self._path(step), ocp.args.Composite(
-          state=self._restore_args(abstract_state), meta=ocp.args.JsonRestore())), None
+      with draining_event_loops():  # a failed read leaves no read running behind it
+        return handler.restore(self._path(step), ocp.args.Composite(
+            state=self._restore_args(abstract_state), meta=ocp.args.JsonRestore())), None
     except Exception as e:  # corrupt files fail in many ways; the caller names the step
       return None, f'is unreadable ({_first_line(e)})'
     finally:
