@@ -26,9 +26,9 @@ from hetjax.pipeline import (
   dispatch_order,
   gpipe,
   one_f_one_b,
-  profile_split,
   split_stages,
 )
+from hetjax.planner import profile_split
 from hetjax.train import Task
 from tests.conftest import require_devices
 
@@ -166,7 +166,7 @@ def test_mlp_chain_gradients_equal_unpipelined(mlp):
 
 
 def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, reference, monkeypatch):
-  import hetjax.planner
+  from hetjax.planner import _profile_split
 
   profiles = []  # what the planner measured for profile_split (profiling takes seconds)
 
@@ -174,8 +174,8 @@ def test_profile_split_uses_the_planners_costs_and_trains_exactly(task, referenc
     profiles.append(real(*args, **kwargs))
     return profiles[-1]
 
-  real = hetjax.planner.profile_submodels
-  monkeypatch.setattr(hetjax.planner, 'profile_submodels', profile_submodels)
+  real = _profile_split.profile_submodels
+  monkeypatch.setattr(_profile_split, 'profile_submodels', profile_submodels)
   ranges = profile_split(task, 2)
   assert len(profiles) == 1
   flops = [p.flops_per_example for p in profiles[0]]

@@ -1,9 +1,9 @@
 """Pipeline parallelism: a model's chain of sub-models cut into stages that pass micro-batches on.
 
-`split_stages` cuts the chain into contiguous stages of the least bottleneck (`profile_split`
-does it on the planner's measured costs); `gpipe` and `one_f_one_b` build the order in which
-each stage runs its forward and backward passes, as data (`Schedule` of `Action`s) that
-`Schedule.validate` checks and `time_schedule` times. A model that
+`split_stages` cuts the chain into contiguous stages of the least bottleneck
+(`hetjax.planner.profile_split` does it on the planner's measured costs); `gpipe` and
+`one_f_one_b` build the order in which each stage runs its forward and backward passes, as data
+(`Schedule` of `Action`s) that `Schedule.validate` checks and `time_schedule` times. A model that
 implements `HasChain` (its `Link`s in forward order and a ``chain_loss``) can be trained by
 `PipelineTrainer`, which runs such a schedule on one device group per stage (in this process or
 across processes), with the same gradients as the unpipelined model.
@@ -51,7 +51,6 @@ from hetjax.pipeline._schedule import SimResult as SimResult
 from hetjax.pipeline._schedule import gpipe as gpipe
 from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import time_schedule as time_schedule
-from hetjax.pipeline._split import profile_split as profile_split
 from hetjax.pipeline._split import split_stages as split_stages
 from hetjax.pipeline._stage_checkpoint import StageCheckpointer as StageCheckpointer
 from hetjax.pipeline._stage_pace import ActionPace as ActionPace
@@ -116,7 +115,6 @@ __all__ = [
     'make_sync_policy',
     'one_f_one_b',
     'parse_sync_name',
-    'profile_split',
     'replica_trace',
     'resume_state',
     'roofline_costs',

@@ -6,7 +6,8 @@ takes the most even one (the least sum of squared stage costs), then the one who
 earliest. Earlier stages hold more micro-batches' activations under 1F1B, so a tie leaves them
 the smaller share. Costs are compared exactly (as the binary fractions the floats are), so the
 answer does not depend on rounding. `tests/test_pipeline_schedule.py` checks it against brute
-force over all cut positions.
+force over all cut positions. `hetjax.planner.profile_split` splits on the planner's measured
+costs (the planner uses the pipeline, never the other way round).
 """
 
 from __future__ import annotations
@@ -105,33 +106,3 @@ def _most_even(prefix: list[int], stages: int, bound: int) -> tuple[int, ...]:
         new[i] = min(options)
     table = new
   return table[n][1]
-
-
-def profile_split(task, stages: int, batch_size: int = 32, seed: int = 0
-                  ) -> tuple[tuple[int, int], ...]:
-  """`split_stages` of ``task``'s chain on the planner's measured costs: each link's forward +
-  backward FLOPs per example (`hetjax.planner.profile_submodels`), for `PipelineTrainer`'s
-  ``stages``.
-
-  Example::
-
-    ranges = profile_split(models.make_task('transformer', layers=4), 2)
-    trainer = PipelineTrainer(task, optax.sgd(0.1), 64, stages=ranges)
-
-  Raises:
-    ConfigError: a model without a chain, or a link the planner's profile does not name (the
-      chain's links must be the model's sub-models).
-  """
-  from flax import nnx
-
-  from hetjax.pipeline._chain import check_chain
-  from hetjax.planner import profile_submodels
-
-  with nnx.use_eager_sharding(False):
-    links, _ = check_chain(nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed))))
-  flops = {p.name: p.flops_per_example for p in profile_submodels(task, batch_size, seed)}
-  missing = [link.name for link in links if link.name not in flops]
-  if missing:
-    raise ConfigError(f'links {missing} are not sub-models the planner profiled '
-                      f'({sorted(flops)}); split by hand with split_stages')
-  return split_stages([flops[link.name] for link in links], stages)

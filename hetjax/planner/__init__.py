@@ -25,6 +25,7 @@ from hetjax.planner._measure import measure_cluster as measure_cluster
 from hetjax.planner._plan import Plan as Plan
 from hetjax.planner._plan import SubmodelPlan as SubmodelPlan
 from hetjax.planner._profile import profile_submodels as profile_submodels
+from hetjax.planner._profile_split import profile_split as profile_split
 from hetjax.planner._profile_types import SubmodelProfile as SubmodelProfile
 from hetjax.planner._search import TIE_TOLERANCE as TIE_TOLERANCE
 from hetjax.planner._search import evaluate as evaluate
@@ -60,6 +61,7 @@ __all__ = [
     'measure_cluster',
     'mesh_factors',
     'plan_stages',
+    'profile_split',
     'profile_submodels',
     'search',
     'tensor_degrees',
