@@ -3,12 +3,15 @@
 A replica's state is a whole pipeline on one process; its checkpoint is an orbax step directory
 (``state/arrays.npz`` and the record). A latest checkpoint whose saved arrays were changed (the
 file still decodes, the values differ) is skipped with one warning; asked for by step, as the
-runner does to resume every replica from one step, it is a one-line ConfigError.
+runner does to resume every replica from one step, it is a one-line ConfigError. Replicas that
+restore together over a channel agree on the newest step every one of them holds good.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+import threading
 
 import jax
 import numpy as np
@@ -18,6 +21,7 @@ import pytest
 from hetjax import ConfigError, models
 from hetjax.checkpoint import CheckpointerProtocol
 from hetjax.pipeline import PipelineTrainer, ReplicaCheckpointer
+from hetjax.runtime import LocalChannel
 from tests.conftest import require_devices
 
 
@@ -80,3 +84,51 @@ def test_a_replica_checkpoint_of_another_model_does_not_fit(trainer, states, tmp
                      r"\(leaf 'params/0/up/bias' has shape \[16\] saved, \[32\] expected\)$"):
     ckpt.restore(other.abstract_state(), 1)
   ckpt.close()
+
+
+def _restore_together(trainer, directories, board):
+  """Every replica's ``restore`` as threads over ``board``: (state, meta) or the error, each."""
+  results = [None] * len(directories)
+
+  def replica(r):
+    ckpt = ReplicaCheckpointer(directories[r], board=board, replica=r,
+                               replicas=len(directories))
+    try:
+      results[r] = ckpt.restore(trainer.abstract_state())
+    except ConfigError as e:
+      results[r] = e
+    finally:
+      ckpt.close()
+
+  threads = [threading.Thread(target=replica, args=(r,)) for r in range(len(directories))]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(60)
+  return results
+
+
+def test_replicas_agree_on_the_newest_step_every_one_holds_good(trainer, states, tmp_path,
+                                                                capsys):
+  """Replica 0's step 2 is bad and replica 1 also holds step 3: both restore step 1, and only
+  replica 0 prints a warning (its own bad checkpoint)."""
+  directories = [tmp_path / 'replica-0', tmp_path / 'replica-1']
+  for directory, steps in zip(directories, ((1, 2), (1, 2, 3)), strict=True):
+    ckpt = ReplicaCheckpointer(directory)
+    for step in steps:
+      ckpt.save(dataclasses.replace(states[min(step, 2)], step=step), {'run': 1})
+    ckpt.close()
+  change_one_value(directories[0] / '2' / 'state' / 'arrays.npz', array=0)
+  results = _restore_together(trainer, directories, LocalChannel())
+  for restored, meta in results:
+    assert restored.step == meta['step'] == 1
+    jax.tree.map(np.testing.assert_array_equal, restored.params, states[1].params)
+  assert capsys.readouterr().err.strip().splitlines() == [
+      f'warning: checkpoint step 2 in {directories[0]} failed verification '
+      "(leaf 'params/0/up/bias' checksum differs); using step 1"]
+
+  change_one_value(directories[0] / '1' / 'state' / 'arrays.npz', array=0)  # none good in 0
+  results = _restore_together(trainer, directories, LocalChannel())
+  for r, result in enumerate(results):
+    assert isinstance(result, ConfigError)
+    assert str(result) == f"replica 0 has no good checkpoint (this replica's are in {directories[r]})"

@@ -30,16 +30,21 @@ Example (every process; ``channel`` the job's key-value channel)::
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+from hetjax._errors import ConfigError
 from hetjax.checkpoint import ArraysCheckpointer
 from hetjax.core import StepStats
 from hetjax.pipeline._executor import PipelineState
 from hetjax.pipeline._replicated import ServiceThread, start_service
 from hetjax.pipeline._sync_service import Board, ServiceReport
 from hetjax.pipeline._sync_values import SyncValuePolicy, resume_state
+
+AGREE_TIMEOUT_S = 300.0  # how long a replica waits for the others' proposals when restoring
 
 
 class ReplicaSync:
@@ -96,13 +101,88 @@ class ReplicaCheckpointer(ArraysCheckpointer):
   save of the job's processes together would wait for the others. So each checkpoint is an
   orbax step directory written by this process alone (`hetjax.checkpoint.ArraysCheckpointer`:
   ``STEP/state/arrays.npz`` and the record ``STEP/meta``, checksums included). A restore
-  verifies them; by default a bad latest checkpoint is skipped for the one before it (the
-  replicas of a job resume from one step: the runner asks for it by step, and a bad one is a
-  one-line `ConfigError` naming it). The restored state's step is the checkpoint's.
+  verifies them. The restored state's step is the checkpoint's.
+
+  The replicas of a job must resume from one step. Given the job's ``board`` (every replica
+  passes its own ``replica`` index), ``restore(abstract_state)`` finds the newest step that
+  every replica holds good: each proposes its newest good checkpoint (skipping a bad one with
+  one warning line), all go down to the oldest proposal, and a replica that does not hold that
+  step good proposes an older one, until they agree. Asked for by step, a bad checkpoint is a
+  one-line `ConfigError`; without a board, a bad latest checkpoint is skipped for the one
+  before it.
+
+  Args:
+    directory: this replica's step directories.
+    max_to_keep: complete steps kept.
+    board: the job's key-value channel (`hetjax.runtime.Channel`), or None.
+    replica: this replica's index (with ``board``).
+    replicas: how many replicas restore together (with ``board``).
+
+  Example (every replica; ``channel`` the job's)::
+
+    ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{w}', board=channel,
+                               replica=w, replicas=workers)
+    state, meta = ckpt.restore(driver.abstract_state())   # the same step in every replica
   """
 
-  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
+               board: Board | None = None, replica: int = 0, replicas: int = 1):
     super().__init__(directory, alone=True, max_to_keep=max_to_keep)
+    self._board, self._replica, self._replicas = board, replica, replicas
+    self._restores = 0  # the same count in every replica: they restore together
+
+  def restore(self, abstract_state: PipelineState, step: int | None = None
+              ) -> tuple[PipelineState, dict[str, Any]]:
+    """Checkpoint ``step`` (default: the newest good in every replica, with a ``board``) on
+    ``abstract_state``'s shardings, and its record (class docstring).
+
+    Raises:
+      ConfigError: the asked step bad, or a replica with no good checkpoint at or before the
+        others' (one line).
+    """
+    if step is not None or self._board is None or self._replicas == 1:
+      return super().restore(abstract_state, step)
+    self._restores += 1
+    bound, found = None, None
+    for agreement in itertools.count():
+      if found is None or (bound is not None and found[0] > bound):
+        found = self._newest_good(abstract_state, bound)
+      key = f'checkpoints/restore{self._restores}/{agreement}'
+      self._board.set(f'{key}/{self._replica}', 0 if found is None else found[0])
+      steps = [self._proposal(key, r) for r in range(self._replicas)]
+      if 0 in steps:
+        raise ConfigError(f'replica {steps.index(0)} has no good checkpoint'
+                          f'{"" if bound is None else f" at or before step {bound}"} (this '
+                          f'replica\'s are in {self.directory})')
+      if len(set(steps)) == 1:
+        restored = found[1]
+        return self._finish(restored.state, restored.meta, abstract_state), restored.meta
+      bound = min(steps)
+    raise AssertionError('unreachable')
+
+  def _newest_good(self, abstract_state: PipelineState, bound: int | None
+                   ) -> tuple[int, Any] | None:
+    """This replica's newest checkpoint at or before ``bound`` that reads back and verifies,
+    as (step, what was read), or None; each bad one skipped with one warning line."""
+    candidates = [s for s in sorted(self.all_steps(), reverse=True) if bound is None or s <= bound]
+    for i, step in enumerate(candidates):
+      restored, problem = self._read(step, abstract_state)
+      if problem is None:
+        problem = self._verify(restored.state, restored.meta, abstract_state)
+      if problem is None:
+        return step, restored
+      then = f'using step {candidates[i + 1]}' if i + 1 < len(candidates) else \
+          'no older one is good'
+      print(f'warning: checkpoint step {step} in {self.directory} {problem}; {then}',
+            file=sys.stderr, flush=True)
+    return None
+
+  def _proposal(self, key: str, replica: int) -> int:
+    proposal = self._board.wait(f'{key}/{replica}', AGREE_TIMEOUT_S)
+    if proposal is None:
+      raise ConfigError(f'restoring replica {self._replica}: replica {replica} did not say '
+                        f'which checkpoint it holds within {AGREE_TIMEOUT_S:.0f} s')
+    return int(proposal)
 
   def _join(self, parts: Mapping[str, Any], abstract_state: PipelineState,
             meta: Mapping[str, Any]) -> PipelineState:
