@@ -203,6 +203,7 @@ def _without(field):
     ([json.dumps(_row(1, 0) | {'share': 1.5})], None, [], 'share must be a non-negative integer'),
     ([json.dumps(_row(1, 0) | {'comm_s': -1})], None, [], 'comm_s must be a non-negative number'),
     ([json.dumps(_row(1, 0))] * 2, None, [], 'line 2: a second row for step 1 worker 0'),
+    ([json.dumps(_row(1, 0) | {'sampled': 0})], None, [], 'sampled must be true or false, got 0'),
     (None, {'workers': 5}, [], 'run.json says 5 workers but telemetry has 4 (no rows for worker 4)'),
     (None, None, ['--skip', '6'], 'skip must be in [0, 6) for 6 steps, got 6'),
     (None, None, ['--skip', 'x'], "argument --skip: invalid int value: 'x'"),
@@ -259,6 +260,46 @@ def test_report_and_summary_share_one_steady_throughput(tmp_path, capsys):
   assert main([str(run_dir), '--no-plots']) == 0
   assert capsys.readouterr().out.splitlines()[-1] == (
       f'iteration 1000.00 ms (slowest worker) | 128.0 samples/s | global batch 128 | {STEADY}')
+
+
+def _resized_share_rows():
+  """4 workers on hosts of known speed (worker 3 at 3x), global batch 2048, 20 steps of 0.25 s
+  after a compiling first one; at steps 6-7 the policy has moved worker 2 to a new share size,
+  which it runs as pieces while the size compiles in the background: it waits for no compile
+  (``compile_s`` 0) but overruns its host by 3.4 s, and the others wait for it."""
+  rows = []
+  for step in range(1, 21):
+    resized = step in (6, 7)
+    for worker, share in enumerate((640, 640, 640, 128)):
+      compute = 9.0 if step == 1 else 3.5 if resized and worker == 2 else 0.1
+      step_s = 10.0 if step == 1 else 3.75 if resized else 0.25
+      rows.append({'step': step, 'worker': worker, 'share': share,
+                   'slowdown': 3.0 if worker == 3 else 1.0, 'data_s': 0.0, 'compute_s': compute,
+                   'dilation_s': 0.0 if compute > 0.1 else 0.1, 'comm_s': 0.05,
+                   'wait_s': round(step_s - 0.05 - max(compute, 0.2), 6), 'step_s': step_s,
+                   'compile_s': 9.0 if step == 1 else 0.0, 'load': 1.0,
+                   'overrun_s': 3.4 if resized and worker == 2 else 0.0,
+                   'sampled': not (resized and worker == 2)})
+  return rows
+
+
+def test_a_step_beside_a_background_compile_is_not_steady(tmp_path, capsys):
+  """The report's headline and summary.json's figure are one, and near the true steady rate
+  (2048 rows every 0.25 s): the steps that overran beside a compile are left out, not averaged
+  in (3,312/s here; 554/s on a user's run whose plot showed 2,000-8,000)."""
+  rows = _resized_share_rows()
+  run_dir = _write(tmp_path / 'run', rows=rows, run={'workers': 4, 'policy': 'lbbsp'})
+  steady = 'steps 2-20, 17 counted: 1 warm-up step and 2 compiling steps (6-7) excluded'
+  assert summary_fields(run_dir) == {'steady_samples_per_s': 8192.0, 'steady_steps': steady}
+  t = load_telemetry(run_dir)
+  assert iteration_summary(t).samples_per_s == 8192.0 == 2048 / 0.25
+  assert main([str(run_dir), '--no-plots']) == 0
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      f'iteration 250.00 ms (slowest worker) | 8,192.0 samples/s | global batch 2048 | {steady}')
+  # The same telemetry from before runs recorded ``sampled``: those steps counted as steady.
+  old = _write(tmp_path / 'old', rows=[{k: v for k, v in r.items() if k != 'sampled'}
+                                       for r in rows])
+  assert summary_fields(old)['steady_samples_per_s'] == round(2048 * 19 / (17 * 0.25 + 7.5), 1)
 
 
 def test_steady_throughput_edges():

@@ -41,6 +41,9 @@ class WorkerTiming:
       found the queue empty or the end game's read); 0 otherwise.
     pull_s: seconds those round trips took (inside ``data_s``).
     left: tokens still queued when this worker left them to faster ones (the end game).
+    sampled: False when a compile of this worker's programs ran beside the step (in the
+      background: it ran a new size as pieces, or the compile competed for the cores), so
+      its time is neither its speed nor a steady step's (`StepStats.sampled`, this worker's).
   """
 
   step: int
@@ -58,6 +61,7 @@ class WorkerTiming:
   pulls: int = 0
   pull_s: float = 0.0
   left: int = 0
+  sampled: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
   python -m hetjax.report runs/het4 --skip 1
 
-Throughput here and in a run's ``summary.json`` is one figure, `steady_throughput`: the steps
-after the warm-up that waited for no compile.
+Throughput here, in a run's ``summary.json`` and in its progress lines is one figure,
+`steady_throughput`: the steps after the warm-up that no compile held up (none waited for one or
+ran beside one compiling in the background).
 """
 
 from hetjax.report._objective import METRICS_FILE as METRICS_FILE

@@ -5,9 +5,9 @@
 A run without per-worker telemetry (one process, or SchMP rounds) gets its objective instead:
 the first and last evaluated values and ``objective.png``, against rounds and against time.
 
-The means and the throughput cover the steps after the ``--skip`` warm-up ones that waited for
-no compile (the footer names those left out), the figure ``summary.json`` gives as
-``steady_samples_per_s``.
+The means and the throughput cover the steps after the ``--skip`` warm-up ones that no compile
+held up (none waited for one or ran beside one: the footer names those left out), the figure
+``summary.json`` gives as ``steady_samples_per_s``.
 
 Bad input (no such directory, a malformed telemetry line, an incomplete steps × workers grid, a
 ``--skip`` that leaves no steps) prints one line ``report: error: …`` and exits with 2.
@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('run_dir', metavar='RUN_DIR', help='directory holding telemetry.jsonl')
   parser.add_argument('--skip', type=int, default=1,
                       help='leading warm-up steps to leave out of the means (steps that waited '
-                      'for a compile are left out too); default 1')
+                      'for a compile or ran beside one are left out too); default 1')
   parser.add_argument('--no-plots', action='store_true', help='print the table only')
   return parser
 

@@ -23,6 +23,8 @@ RUN_FILE = 'run.json'
 FIELDS = ('share', 'slowdown', 'data_s', 'compute_s', 'dilation_s', 'comm_s', 'wait_s', 'step_s')
 #: Fields newer runs write; absent in older telemetry, read as 0.
 OPTIONAL_FIELDS = ('compile_s', 'load', 'overrun_s')
+#: Whether a worker's step ran without a compile beside it; absent in older telemetry, True.
+SAMPLED = 'sampled'
 _INTS = ('step', 'worker', 'share')
 
 
@@ -52,6 +54,7 @@ class Telemetry:
   compile_s: np.ndarray
   load: np.ndarray
   overrun_s: np.ndarray  # how far compute ran past the emulated host's time (0: it held)
+  sampled: np.ndarray  # bool; False: a compile ran beside the step (`WorkerTiming.sampled`)
 
   def iteration_s(self) -> np.ndarray:
     """Per step, the wall time of the iteration: the slowest worker's ``step_s``."""
@@ -85,7 +88,7 @@ class WorkerSummary:
 @dataclasses.dataclass(frozen=True)
 class IterationSummary:
   """Whole-run figures over the counted steps: those after the ``skip`` warm-up steps that
-  waited for no compile (``throughput`` says which were left out)."""
+  no compile held up (``throughput`` says which were left out)."""
 
   iteration_s: float
   global_batch: float
@@ -133,6 +136,8 @@ def load_telemetry(run_dir: str | pathlib.Path) -> Telemetry:
   arrays = {f: np.array([[rows[s, w].get(f, 0.0) for w in workers] for s in steps],
                         dtype=np.int64 if f in _INTS else np.float64)
             for f in FIELDS + OPTIONAL_FIELDS}
+  arrays[SAMPLED] = np.array([[bool(rows[s, w].get(SAMPLED, True)) for w in workers]
+                              for s in steps], dtype=bool).reshape(len(steps), len(workers))
   for array in arrays.values():
     array.setflags(write=False)
   return Telemetry(directory, tuple(steps), tuple(workers), run, **arrays)
@@ -156,6 +161,8 @@ def _read_rows(path: pathlib.Path) -> dict[tuple[int, int], dict[str, Any]]:
         raise ConfigError(f'{where}: missing field(s) {", ".join(missing)}')
       for key in ('step', 'worker', *FIELDS):
         _check_value(where, key, row[key])
+      if not isinstance(row.get(SAMPLED, True), bool):
+        raise ConfigError(f'{where}: {SAMPLED} must be true or false, got {row[SAMPLED]!r}')
       key = (row['step'], row['worker'])
       if key in rows:
         raise ConfigError(f'{where}: a second row for step {key[0]} worker {key[1]}')
@@ -205,7 +212,9 @@ def _after_warmup(t: Telemetry, skip: int) -> slice:
 
 def telemetry_throughput(t: Telemetry, skip: int = 1) -> Throughput:
   """`steady_throughput` of a run: per step, the global batch, the slowest worker's time, and
-  whether any worker waited for a compile (the others then waited for it at the barrier).
+  whether any worker waited for a compile or ran beside one (``sampled`` false: it ran a new
+  size as pieces while the size compiled, often overrunning its host by seconds); the others
+  then waited for it at the barrier.
 
   Example::
 
@@ -213,8 +222,9 @@ def telemetry_throughput(t: Telemetry, skip: int = 1) -> Throughput:
     # 'steps 2-100, 96 counted: 1 warm-up step and 3 compiling steps (2-3, 9) excluded'
   """
   _after_warmup(t, skip)
+  compiling = (t.compile_s.max(axis=1) > 0) | ~t.sampled.all(axis=1)
   return steady_throughput(t.steps, t.batch().tolist(), t.iteration_s().tolist(),
-                           t.compile_s.max(axis=1).tolist(), skip)
+                           compiling.tolist(), skip)
 
 
 def summary_fields(run_dir: str | pathlib.Path, skip: int = 1) -> dict[str, Any]:
@@ -247,7 +257,7 @@ def _counted(t: Telemetry, skip: int) -> tuple[np.ndarray, Throughput]:
 
 def summarise(t: Telemetry, skip: int = 1) -> list[WorkerSummary]:
   """Per-worker means over the counted steps: those after the first ``skip`` (warm-up) that
-  waited for no compile, as in `iteration_summary`.
+  no compile held up, as in `iteration_summary`.
 
   Example::
 
@@ -268,7 +278,7 @@ def iteration_summary(t: Telemetry, skip: int = 1) -> IterationSummary:
   """Mean iteration time (slowest worker per step) and throughput over the counted steps.
 
   Throughput is `telemetry_throughput`: total examples over total iteration time of the steps
-  after the ``skip`` warm-up ones that waited for no compile, so a few slow steps weigh in by
+  after the ``skip`` warm-up ones that no compile held up, so a few slow steps weigh in by
   how long they took, and a run's ``summary.json`` gives the same figure.
 
   Example::

@@ -1,9 +1,13 @@
-"""Steady-state throughput: the one definition the report and a run's ``summary.json`` share.
+"""Steady-state throughput: the one definition the report, a run's ``summary.json`` and its
+progress lines share.
 
 A run's first step compiles its program, and a step that meets a new share size waits for
-another compile; averaged in, a few such steps can make a run look ten times slower than it
-trains. Steady throughput is the examples of the other steps over their time.
-`hetjax.report.telemetry_throughput` applies it to a run's telemetry.
+another compile, or runs beside one compiling in the background (as pieces, on cores the
+compile shares: on hosts of known speed such a step overruns its host's time by seconds);
+averaged in, a few such steps can make a run look ten times slower than it trains. Steady
+throughput is the examples of the other steps over their time.
+`hetjax.report.telemetry_throughput` applies it to a run's telemetry (every worker's steps),
+`hetjax.train.MetricsLogger` to the intervals between its progress lines.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ class Throughput:
       no time); None when no step is left to count.
     steps: the counted steps.
     warmup: the leading steps left out (the first compiles the program).
-    compiling: later steps left out because they waited for a compile.
+    compiling: later steps left out because they waited for a compile or ran beside one.
   """
 
   samples_per_s: float | None
@@ -57,35 +61,38 @@ def steady_throughput(
     steps: Sequence[int],
     samples: Sequence[float],
     seconds: Sequence[float],
-    compile_s: Sequence[float],
+    compiling: Sequence[float | bool],
     warmup: int = 1,
 ) -> Throughput:
   """Throughput without the first ``warmup`` steps and without any later step that compiled.
 
   Each sequence has one entry per step, in run order: the step's number, its examples, its
-  wall time, and the seconds it waited for compiles (any positive value leaves it out).
+  wall time, and whether a compile held it up: the seconds it waited for compiles, or True
+  when one ran beside it (any positive value, or True, leaves it out). An entry may also
+  stand for an interval of steps (its last step's number), as `hetjax.train.MetricsLogger`
+  measures them without syncing every step.
 
   Example::
 
     steady_throughput([1, 2, 3, 4], [128] * 4, [10.0, 1.0, 3.0, 1.0], [9.0, 0.0, 2.0, 0.0])
     # Throughput(samples_per_s=128.0, steps=(2, 4), warmup=(1,), compiling=(3,))
   """
-  if not len(steps) == len(samples) == len(seconds) == len(compile_s):
-    raise ValueError('steps, samples, seconds and compile_s need one entry per step')
+  if not len(steps) == len(samples) == len(seconds) == len(compiling):
+    raise ValueError('steps, samples, seconds and compiling need one entry per step')
   if warmup < 0:
     raise ValueError(f'warmup must be >= 0, got {warmup}')
-  counted, compiling = [], []
+  counted, held_up = [], []
   examples = total = 0.0
-  for i, (step, n, s, c) in enumerate(zip(steps, samples, seconds, compile_s, strict=True)):
+  for i, (step, n, s, c) in enumerate(zip(steps, samples, seconds, compiling, strict=True)):
     if i < warmup:
       continue
     if c > 0:
-      compiling.append(int(step))
+      held_up.append(int(step))
       continue
     counted.append(int(step))
     examples, total = examples + float(n), total + float(s)
   rate = None if not counted else examples / total if total > 0 else math.inf
-  return Throughput(rate, tuple(counted), tuple(int(s) for s in steps[:warmup]), tuple(compiling))
+  return Throughput(rate, tuple(counted), tuple(int(s) for s in steps[:warmup]), tuple(held_up))
 
 
 def _count(n: int, noun: str) -> str:

@@ -68,7 +68,7 @@ class PartialGradient:
         step=self.step + 1, worker=worker, share=self.rows, slowdown=self.slowdown,
         data_s=self.data_s, compute_s=self.compute_s, dilation_s=self.slept,
         collective_s=collective_s, step_s=end - self.start, compile_s=self.compile_s,
-        load=self.load, overrun_s=self.overrun_s)
+        load=self.load, overrun_s=self.overrun_s, sampled=self.sampled)
 
 
 def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,

@@ -293,6 +293,7 @@ class TokenTrainer(WorkerTrainer):
         slowdown=self.host.factor(work.step) if self.host else 1.0,
         data_s=got.data_s + got.pull_s, compute_s=got.compute_s, dilation_s=got.slept,
         collective_s=end - combine, step_s=end - start, compile_s=got.compile_s, load=load,
-        overrun_s=got.overrun, pulls=got.pulls, pull_s=got.pull_s, left=got.left)
+        overrun_s=got.overrun, pulls=got.pulls, pull_s=got.pull_s, left=got.left,
+        sampled=sampled)
     tokens = tuple(int(r) // self.tokens.token_rows for r in done)
     return state, self.stats(work.step, head, end - start, got.compile_s, local, tokens)
