@@ -15,7 +15,15 @@ import numpy as np
 from flax import nnx
 
 from hetjax.data import ArraySource
-from hetjax.run import Config
+from hetjax.run import (
+  CheckpointConfig,
+  Config,
+  DataConfig,
+  LoggingConfig,
+  ModelConfig,
+  OptimizerConfig,
+  ParallelismConfig,
+)
 from hetjax.train import Task
 
 
@@ -45,6 +53,9 @@ def make_task(features: int = 8, examples: int = 4096) -> Task:
 
 
 def get_config() -> Config:
-  return Config(model='examples.regression:make_task', model_args={'features': 8},
-                global_batch=128, optimizer='sgd', learning_rate=0.05, steps=20,
-                strategy='data_parallel', mesh='1x1', log_every=10, checkpoint_every=10)
+  return Config(
+      model=ModelConfig('examples.regression:make_task', {'features': 8}),
+      data=DataConfig(global_batch=128),
+      optimizer=OptimizerConfig('sgd', learning_rate=0.05, steps=20),
+      parallelism=ParallelismConfig(strategy='data_parallel', mesh='1x1'),
+      logging=LoggingConfig(every=10), checkpoint=CheckpointConfig(every=10))

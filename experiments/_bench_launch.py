@@ -64,8 +64,9 @@ def known_speed_host(ctx: runtime.WorkerContext, trainer, trace: emulation.Slowd
   """
   from hetjax import run  # the model zoo and the planner: worker side only
 
-  config = run.Config(model=trainer.task.name, global_batch=trainer.global_batch,
-                          **({'mode': 'tokens', 'token_rows': token_rows} if token_rows else {}))
+  config = run.override(run.Config(model=trainer.task.name), [
+      f'global_batch={trainer.global_batch}',
+      *(['mode=tokens', f'token_rows={token_rows}'] if token_rows else [])])
   return run.emulated_host(config, ctx, trainer, trace, channel)
 
 

@@ -33,10 +33,10 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   from hetjax.core import ShareRules
 
   out = pathlib.Path(out_dir)
-  config = run.Config(model='mlp', model_args=MODEL, global_batch=GLOBAL_BATCH,
-                          optimizer='adam', learning_rate=3e-3, mesh='1x1')
+  config = run.override(run.Config(model=run.ModelConfig('mlp', MODEL)), [
+      f'global_batch={GLOBAL_BATCH}', 'optimizer=adam', 'learning_rate=3e-3', 'mesh=1x1'])
   task = models.make_task('mlp', **MODEL)
-  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
+  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
                                 train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)

@@ -151,9 +151,9 @@ def test_the_oracle_under_train_py_knows_its_hosts_costs():
   """`--policy=oracle` gets the emulated hosts' per-row and fixed costs, not only the trace."""
   from hetjax import balance, runtime
   from hetjax.run import _build as _programs
-  from hetjax.run import _config as configs
+  from hetjax import run
 
-  config = configs.override(configs.load('mlp'), [
+  config = run.override(run.load_config('mlp'), [
       'mode=shares', 'policy=oracle', 'slowdown=static:1', 'host_row_s=1e-4', 'mesh=8x1',
       'global_batch=64'])
   built = _programs.build(config, runtime.WorkerContext(0, 1, None), None)
@@ -166,7 +166,7 @@ def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch)
   """Mode tokens: the host is fitted to single calls at the token size and a uniform share,
   alternating, scaled to the tail of their slow spells (`_hosts.TAIL`), not to medians."""
   from hetjax import emulation, runtime
-  from hetjax.run import _config as configs
+  from hetjax import run
 
   seen, calibrate = [], emulation.calibrate_row_cost
 
@@ -181,7 +181,7 @@ def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch)
   for mode, sizes, kwargs in [
       ('tokens', (256, 2048), {'repeats': 3, 'tail': _hosts.TAIL}),
       ('shares', (512, 2048), {})]:
-    config = configs.override(configs.load('mlp'), [
+    config = run.override(run.load_config('mlp'), [
         f'mode={mode}', 'slowdown=static:2', 'mesh=8x1', 'global_batch=2048', 'token_rows=256'])
     built = _programs.build(config, ctx, None)
     rows, used, cost = seen.pop()

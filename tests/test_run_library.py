@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
 def test_train_from_python_writes_the_run_the_cli_writes(trained):
   workdir, summary = trained
   assert summary['final_step'] == 6 and summary['checkpoint_steps'] == [3, 6]
-  assert json.loads((workdir / 'config.json').read_text())['mesh'] == '4x2'
+  assert json.loads((workdir / 'config.json').read_text())['parallelism']['mesh'] == '4x2'
   assert json.loads((workdir / 'summary.json').read_text())['final_step'] == 6
   with pytest.raises(ConfigError, match='already holds a run'):
     run.train(run.load_config('mlp'), workdir)

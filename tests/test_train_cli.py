@@ -12,7 +12,7 @@ import pytest
 
 from hetjax.checkpoint import Checkpointer
 from hetjax.pipeline import ReplicaCheckpointer, ReplicaSync, SyncValuePolicy
-from hetjax.run import _config as configs
+from hetjax import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -31,7 +31,7 @@ def _losses(workdir):
   return [r['loss'] for r in rows]
 
 
-@pytest.mark.parametrize('name', configs.names())
+@pytest.mark.parametrize('name', run.config_names())
 def test_every_config_runs_one_step(tmp_path, name):
   result = train(f'--config={name}', '--steps=1', f'--workdir={tmp_path}')
   assert result.returncode == 0, result.stderr
@@ -218,10 +218,10 @@ def test_a_pipeline_run_resumes_at_its_step(tmp_path):
 def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
   path = tmp_path / 'mine.py'
   path.write_text(
-      'from hetjax.run import Config\n\n'
+      'from hetjax.run import Config, override\n\n'
       'def get_config():\n'
-      "  return Config(model='mlp', model_args={'hidden': 32, 'width': 16}, global_batch=64,\n"
-      "                steps=2, mesh='8x1', strategy='data_parallel')\n")
+      "  return override(Config(model='mlp'), ['model.args.hidden=32', 'model.args.width=16',\n"
+      "                  'data.global_batch=64', 'steps=2', 'mesh=8x1', 'strategy=data_parallel'])\n")
   result = train(f'--config={path}', f'--workdir={tmp_path / "a"}')
   assert result.returncode == 0, result.stderr
   assert json.loads((tmp_path / 'a' / 'summary.json').read_text())['final_step'] == 2

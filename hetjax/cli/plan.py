@@ -102,7 +102,7 @@ def plan_from_flags() -> planner.Plan:
     raise ConfigError(f'--config is required: one of {", ".join(run.config_names())}')
   config = run.override(run.load_config(_CONFIG.value), _SET.value)
   task = run.make_task(config)
-  batch = _BATCH.value or config.global_batch
+  batch = _BATCH.value or config.data.global_batch
   if batch < 1:
     raise ConfigError(f'--batch {batch} must be positive')
   cluster = (planner.ClusterSpec.load(_CLUSTER.value) if _CLUSTER.value
@@ -110,7 +110,7 @@ def plan_from_flags() -> planner.Plan:
   cluster = _emulated(cluster)
   names = submodel_names(task.make_model)
   if not names:
-    raise ConfigError(f'model {config.model!r} does not name its sub-models: give its model a '
+    raise ConfigError(f'model {config.model.name!r} does not name its sub-models: give its model a '
                       'submodels() method returning {name: nnx.Module} in forward order '
                       '(hetjax.train.HasSubmodels), and the planner can place each part')
   profiles = planner.profile_submodels(task)
@@ -122,7 +122,7 @@ def plan_from_flags() -> planner.Plan:
   else:
     plan = planner.search(profiles, cluster, batch, cost, memory_cap=cap,
                           tie_tolerance=_TIE.value, micro_batches=_MICRO.value)
-  print(f'{config.model} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
+  print(f'{config.model.name} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
   print(_table(plan, profiles, batch))

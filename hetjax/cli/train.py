@@ -3,7 +3,8 @@
   python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \\
       --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
 
-Every option of a run is a field of `hetjax.run.Config`, set with ``--set key=value``
+Every option of a run is a field of `hetjax.run.Config` (in sections), set with
+``--set section.field=value`` or its flat name
 (``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``); the flags
 below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
 ``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
@@ -60,7 +61,9 @@ from hetjax.cli._main import run_main
 _CONFIG = flags.DEFINE_string(
     'config', None, f'a config name ({", ".join(run.config_names())}), a file.py defining '
     'get_config(), or module:function returning a Config')
-_SET = flags.DEFINE_multi_string('set', [], 'override a config field: key=value (repeatable)')
+_SET = flags.DEFINE_multi_string(
+    'set', [], 'override a config field: section.field=value or its flat name, e.g. '
+    'optimizer.learning_rate=0.01, model.args.hidden=64, checkpoint_every=5 (repeatable)')
 _STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'s)')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
 _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')

@@ -6,11 +6,19 @@ model_args.group_size=32` many smaller groups). ``--set scheduler=shotgun`` is S
 descent, ``--set model_args.priority="'abs'"`` STRADS's priorities (each coordinate's last
 change); ``--set model_args.data="'diabetes'"`` scikit-learn's bundled diabetes data."""
 
-from hetjax.run import Config
+from hetjax.run import (
+  CheckpointConfig,
+  Config,
+  LoggingConfig,
+  ModelConfig,
+  OptimizerConfig,
+  SchmpConfig,
+)
 
 
 def get_config() -> Config:
   return Config(
-      model='lasso', model_args={},
-      steps=200, scheduler='schmp', staleness=1, objective_every=10, log_every=10,
-      checkpoint_every=100)
+      model=ModelConfig('lasso'),
+      optimizer=OptimizerConfig(steps=200),
+      schmp=SchmpConfig(scheduler='schmp', staleness=1, objective_every=10),
+      logging=LoggingConfig(every=10), checkpoint=CheckpointConfig(every=100))

@@ -5,11 +5,19 @@ columns correlated at 0.9 among 1024);
 ``--set model_args.pad_rows=True`` on devices that do not divide them), ``--set
 scheduler=shotgun`` or ``cyclic`` the baselines."""
 
-from hetjax.run import Config
+from hetjax.run import (
+  CheckpointConfig,
+  Config,
+  LoggingConfig,
+  ModelConfig,
+  OptimizerConfig,
+  SchmpConfig,
+)
 
 
 def get_config() -> Config:
   return Config(
-      model='logreg', model_args={},
-      steps=200, scheduler='schmp', staleness=1, objective_every=10, log_every=10,
-      checkpoint_every=100)
+      model=ModelConfig('logreg'),
+      optimizer=OptimizerConfig(steps=200),
+      schmp=SchmpConfig(scheduler='schmp', staleness=1, objective_every=10),
+      logging=LoggingConfig(every=10), checkpoint=CheckpointConfig(every=100))

@@ -37,6 +37,9 @@ class StepProgram(Protocol):
   """
 
   global_batch: int
+  #: The model, loss and data (`hetjax.train.Task`; a SchMP app): its ``name`` and ``config``
+  #: identify a checkpoint's model.
+  task: Any
 
   def init_state(self) -> Any:
     """A fresh training state, created directly in its layout."""
@@ -52,4 +55,9 @@ class StepProgram(Protocol):
 
   def step(self, state: Any, work: Work, decision: Any) -> tuple[Any, StepStats]:
     """Runs one step on ``work`` as ``decision`` says; ``state`` is donated."""
+    ...
+
+  def close(self) -> None:
+    """Releases what the program holds beyond its arrays (threads, connections, a replica's
+    group membership); called once when the run ends, however it ends."""
     ...

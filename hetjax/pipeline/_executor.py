@@ -208,6 +208,9 @@ class PipelineTrainer(StageProgramsMixin):
 
   # -- state ------------------------------------------------------------------------------------
 
+  def close(self) -> None:
+    """Nothing to release: the program holds only compiled functions and arrays."""
+
   def init_state(self, params: PyTree | None = None) -> PipelineState:
     """Each local stage's parameters and a fresh optimizer state, on the stage's devices.
 

@@ -113,6 +113,9 @@ class PsWorker:
 
   # -- the StepProgram ---------------------------------------------------------------------------
 
+  def close(self) -> None:
+    """Nothing to release here: `finish` tells the servers this worker is done."""
+
   def init_state(self) -> PsWorkerState:
     """The servers' current parameters (version 0 on a fresh job), pulled; the step is the
     number of this worker's pushes the servers hold (0 on a fresh job; a restored server's

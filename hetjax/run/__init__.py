@@ -17,22 +17,46 @@ from hetjax.run._build import fsdp_notice as fsdp_notice
 from hetjax.run._build import make_task as make_task
 from hetjax.run._build import mode_of as mode_of
 from hetjax.run._config import Config as Config
-from hetjax.run._config import Mode as Mode
-from hetjax.run._config import import_function as import_function
-from hetjax.run._config import load as load_config
-from hetjax.run._config import names as config_names
+from hetjax.run._config import keys as config_keys
 from hetjax.run._config import override as override
+from hetjax.run._config_files import import_function as import_function
+from hetjax.run._config_files import load as load_config
+from hetjax.run._config_files import names as config_names
 from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import emulated_host as emulated_host
-from hetjax.run._load import load_model as load_model
+from hetjax.run._trained import load_model as load_model
 from hetjax.run._runner import train as train
+from hetjax.run._sections import BalanceConfig as BalanceConfig
+from hetjax.run._sections import CheckpointConfig as CheckpointConfig
+from hetjax.run._sections import DataConfig as DataConfig
+from hetjax.run._sections import EmulationConfig as EmulationConfig
+from hetjax.run._sections import LoggingConfig as LoggingConfig
+from hetjax.run._sections import Mode as Mode
+from hetjax.run._sections import ModelConfig as ModelConfig
+from hetjax.run._sections import OptimizerConfig as OptimizerConfig
+from hetjax.run._sections import ParallelismConfig as ParallelismConfig
+from hetjax.run._sections import ParameterServerConfig as ParameterServerConfig
+from hetjax.run._sections import PipelineConfig as PipelineConfig
+from hetjax.run._sections import SchmpConfig as SchmpConfig
 
 __all__ = [
     'MARGIN',
+    'BalanceConfig',
     'Built',
+    'CheckpointConfig',
     'Config',
+    'DataConfig',
+    'EmulationConfig',
+    'LoggingConfig',
     'Mode',
+    'ModelConfig',
+    'OptimizerConfig',
+    'ParallelismConfig',
+    'ParameterServerConfig',
+    'PipelineConfig',
+    'SchmpConfig',
     'build',
+    'config_keys',
     'config_names',
     'default_bucket',
     'default_token_rows',

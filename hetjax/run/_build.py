@@ -11,6 +11,8 @@ import dataclasses
 import inspect
 import math
 import os
+import pathlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -19,8 +21,10 @@ import numpy as np
 from hetjax import (
   ConfigError,
   balance,
+  checkpoint,
   emulation,
   models,
+  pipeline,
   planner,
   ps,
   runtime,
@@ -32,39 +36,90 @@ from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
 from hetjax.run import _comm_options, _hosts, _replicas, _restarts
-from hetjax.run._config import Config, Mode, import_function
+from hetjax.run._config import Config, Mode
+from hetjax.run._config_files import import_function
+from hetjax.run._sections import PipelineConfig
 
-SYNC_DEFAULT = next(f.default for f in dataclasses.fields(Config) if f.name == 'sync')
+SYNC_DEFAULT = PipelineConfig.sync
+
+
+#: ``checkpoints(workdir, resume) -> (checkpointer, step to resume from or None: the latest)``.
+Checkpoints = Callable[[pathlib.Path, bool], tuple[Any, 'int | None']]
 
 
 @dataclasses.dataclass(frozen=True)
 class Built:
-  """A run's step program, its policy and a description of where it runs."""
+  """Everything the runner (`hetjax.run.train`) drives, for one mode on this worker: the one
+  value each mode's builder returns, so that the runner reads no mode and probes no program.
+
+  Attributes:
+    program: the `hetjax.core.StepProgram`.
+    policy: the policy that decides its steps (shares, tokens, a sync or SchMP scheduler), or
+      None.
+    devices: where it runs, for the first line a run prints.
+    mode: the mode it runs in.
+    host: this worker's host of known speed (``--slowdown``), or None.
+    describe: the run's first line after the model's name (mode, layout and devices).
+    worker: this process's index among the training workers (a ps job's servers not counted).
+    workers: the training workers of the job.
+    checkpoints: this worker's checkpointer under the run directory, and the step to resume
+      from (None: its latest); `default_checkpoints` for one state saved by `Checkpointer`.
+    restore_target: the abstract state a checkpoint of a step restores into.
+    start: ``start(resume) -> (state, policy state)`` when the state is not this worker's to
+      restore (a parameter-server worker pulls it from the servers); None: from ``checkpoints``.
+    measure_speed: the share and token modes: ``measure_speed(state, the policy's first
+      decision) -> samples/s`` of this worker on its first share or a token, padded to its
+      host (``cluster.json``; its telemetry then goes to ``telemetry.jsonl``); None: no probe.
+    warm_up: run once before the first step (pipeline replicas compile and connect their
+      groups before the scheduler's clock starts), or None.
+    finish: ``finish(state or None on failure) -> summary fields``, always called after the
+      loop (the replicas' scheduler stops and reports; a ps worker says it is done).
+    serve: ``serve(workdir)``: a parameter server's process serves instead of training; None
+      for a worker.
+    run_info: ``run.json``'s fields beyond the common ones.
+  """
 
   program: Any
   policy: Any
   devices: str
   mode: Mode
-  host: emulation.KnownSpeedHost | None = None
+  host: Any = None
+  describe: str = ''
+  worker: int = 0
+  workers: int = 1
+  checkpoints: Checkpoints | None = None
+  restore_target: Callable[[int], Any] | None = None
+  start: Callable[[bool], tuple[Any, Any]] | None = None
+  measure_speed: Callable[[Any, Any], float] | None = None
+  warm_up: Callable[[Any], Any] | None = None
+  finish: Callable[[Any], dict] = lambda state: {}
+  serve: Callable[[pathlib.Path], None] | None = None
+  run_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def default_checkpoints(config: Config) -> Checkpoints:
+  """One `hetjax.checkpoint.Checkpointer` in ``WORKDIR/checkpoints``; resumes from its latest."""
+  return lambda workdir, resume: (checkpoint.Checkpointer(
+      workdir / 'checkpoints', asynchronous=config.checkpoint.asynchronous), None)
 
 
 def make_task(config: Config) -> train.Task:
   """The config's task: a shipped model by name, or ``'module:function'`` of your own."""
-  if ':' in config.model:
-    make = import_function(config.model, 'model')
+  if ':' in config.model.name:
+    make = import_function(config.model.name, 'model')
     try:
-      inspect.signature(make).bind(**config.model_args)
+      inspect.signature(make).bind(**config.model.args)
     except ValueError:  # no signature to check (a builtin): the call will tell
       pass
     except TypeError as e:
-      raise ConfigError(f'model {config.model!r} does not take model_args '
-                        f'{dict(config.model_args)}: {e}') from None
-    task = make(**config.model_args)
+      raise ConfigError(f'model {config.model.name!r} does not take model_args '
+                        f'{dict(config.model.args)}: {e}') from None
+    task = make(**config.model.args)
     if not isinstance(task, train.Task):
-      raise ConfigError(f'model {config.model!r} returned {type(task).__name__}, not a '
+      raise ConfigError(f'model {config.model.name!r} returned {type(task).__name__}, not a '
                         'hetjax.train.Task')
     return task
-  return models.make_task(config.model, **config.model_args)
+  return models.make_task(config.model.name, **config.model.args)
 
 
 def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
@@ -72,17 +127,17 @@ def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
   plan is given; per-worker shares when there are
   several workers (or anything only shares use: fixed shares, a policy, a slowdown), else one
   SPMD step."""
-  mode = parse_choice(Mode, config.mode, 'mode')
-  if mode is Mode.AUTO and config.model in schmp.APPS:
+  mode = parse_choice(Mode, config.parallelism.mode, 'mode')
+  if mode is Mode.AUTO and config.model.name in schmp.APPS:
     return Mode.SCHMP
   if mode is Mode.AUTO and os.environ.get(ps.ENV_NUM_SERVERS):
     return Mode.PS
-  if mode is Mode.AUTO and config.plan:
+  if mode is Mode.AUTO and config.parallelism.plan:
     return Mode.PLAN
   if mode is not Mode.AUTO:
     return mode
-  several = ctx.workers > 1 or config.shares or config.slowdown or ctx.slowdown \
-      or config.policy != 'uniform'
+  several = ctx.workers > 1 or config.balance.shares or config.emulation.slowdown or ctx.slowdown \
+      or config.balance.policy != 'uniform'
   return Mode.SHARES if several else Mode.SPMD
 
 
@@ -132,7 +187,7 @@ def _divisor_at_most(total: int, target: int, degree: int) -> int:
 
 
 def _trace(config: Config, ctx: runtime.WorkerContext):
-  spec = config.slowdown or ctx.slowdown
+  spec = config.emulation.slowdown or ctx.slowdown
   if not spec:
     return None
   # A job restarted on fewer workers keeps its spec; each worker keeps its own host's speed.
@@ -142,8 +197,8 @@ def _trace(config: Config, ctx: runtime.WorkerContext):
 
 def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
   mesh = sharding.make_mesh(mesh_shape)
-  trainer = train.Trainer(task, optimizer, config.global_batch, mesh, strategy.rules(),
-                          config.seed)
+  trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, strategy.rules(),
+                          config.data.seed)
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
   if strategy is train.Strategy.FSDP and (notice := fsdp_notice(trainer)):
     print(notice, flush=True)
@@ -155,52 +210,60 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
   if trace is not None and ctx.workers == 1:
     raise ConfigError('a slowdown emulates workers of known speed, and this plan runs on one '
                       'process: launch several workers (python -m hetjax.launch)')
-  plan = planner.Plan.load(config.plan, sharding.submodel_names(task.make_model))
+  plan = planner.Plan.load(config.parallelism.plan, sharding.submodel_names(task.make_model))
   if plan.devices != jax.device_count() and runtime.original_workers(ctx.workers) > ctx.workers:
-    plan = _restarts.replan(plan, task, config.global_batch, ctx, channel)  # workers were lost
+    plan = _restarts.replan(plan, task, config.data.global_batch, ctx, channel)  # workers were lost
   cap = planner.device_memory(jax.local_devices())
-  compiled = planner.compile_plan(plan, task, optimizer, config.global_batch, cap,
-                                  seed=config.seed, micro_batches=config.micro_batches,
-                                  schedule=config.schedule)
+  compiled = planner.compile_plan(plan, task, optimizer, config.data.global_batch, cap,
+                                  seed=config.data.seed, micro_batches=config.pipeline.micro_batches,
+                                  schedule=config.pipeline.schedule)
   trainer, platform = compiled.trainer, jax.devices()[0].platform
-  if isinstance(trainer, train.Trainer):
+  if not compiled.stage_memory:  # one SPMD step (`train.Trainer`)
     return Built(trainer, None, f'plan {plan.name!r}: {plan.devices} {platform} devices',
-                 Mode.PLAN)
+                 Mode.PLAN, describe=f'plan, plan {config.parallelism.plan} (plan {plan.name!r}: '
+                 f'{plan.devices} {platform} devices)')
   groups = ', '.join(f'{"+".join(names)} on {len(mesh.devices.flat)}'
                      for names, mesh in zip(trainer.stage_links, trainer.meshes, strict=True))
   devices = (f'plan {plan.name!r}: {trainer.stages} stages ({groups} {platform} devices), '
-             f'{config.micro_batches} micro-batches, {config.schedule}')
+             f'{config.pipeline.micro_batches} micro-batches, {config.pipeline.schedule}')
   host = None
   if trace is not None:
     host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
-  return Built(trainer, None, devices, Mode.PLAN, host)
+  checkpoints = None
+  if ctx.workers > 1:  # stages on their processes: each saves its own stages' state
+    checkpoints = lambda workdir, resume: (pipeline.StageCheckpointer(  # noqa: E731
+        workdir / 'checkpoints', trainer, channel.barrier), None)
+  return Built(trainer, None, devices, Mode.PLAN, host, checkpoints=checkpoints,
+               restore_target=trainer.abstract_state)
 
 
 def _schmp(config, ctx, mode, channel) -> Built:
   """A SchMP app's rounds over every device of the job, and its scheduler."""
   if mode is not Mode.SCHMP:
-    raise ConfigError(f'{config.model!r} is a SchMP app: it runs in mode schmp (or auto), not '
+    raise ConfigError(f'{config.model.name!r} is a SchMP app: it runs in mode schmp (or auto), not '
                       f'{mode.value}')
-  if config.model not in schmp.APPS:
+  if config.model.name not in schmp.APPS:
     raise ConfigError(f'mode schmp runs a SchMP app, one of {", ".join(schmp.APPS)}; '
-                      f'{config.model!r} is not one')
-  unused = [f for f, v in (('plan', config.plan), ('shares', config.shares),
-                           ('policy', config.policy != 'uniform')) if v]
+                      f'{config.model.name!r} is not one')
+  unused = [f for f, v in (('plan', config.parallelism.plan), ('shares', config.balance.shares),
+                           ('policy', config.balance.policy != 'uniform')) if v]
   if unused:
     raise ConfigError(f'mode schmp takes no {", ".join(unused)}: its rounds are scheduled by '
                       '--set scheduler=…')
-  app = schmp.make_app(config.model, scheduler=config.scheduler, **config.model_args)
+  app = schmp.make_app(config.model.name, scheduler=config.schmp.scheduler, **config.model.args)
   devices = jax.devices()
-  size = config.schedule_size or app.default_schedule_size(len(devices))
-  program = schmp.SchmpProgram(app, size, devices, seed=config.seed, staleness=config.staleness,
-                               objective_every=config.objective_every,
-                               last_round=config.steps - 1)
-  policy = app.policy(size, config.seed)
+  size = config.schmp.schedule_size or app.default_schedule_size(len(devices))
+  program = schmp.SchmpProgram(app, size, devices, seed=config.data.seed, staleness=config.schmp.staleness,
+                               objective_every=config.schmp.objective_every,
+                               last_round=config.optimizer.steps - 1)
+  policy = app.policy(size, config.data.seed)
   host = _trace(config, ctx)
   if host is not None:
     host = _hosts.schmp_host(config, ctx, program, policy, host, channel, _hosts.MARGIN)
-  return Built(program, policy, f'{len(devices)} {devices[0].platform} devices, {size} blocks a '
-               f'round, scheduler {app.scheduler}, staleness {config.staleness}', Mode.SCHMP, host)
+  where = (f'{len(devices)} {devices[0].platform} devices, {size} blocks a round, scheduler '
+           f'{app.scheduler}, staleness {config.schmp.staleness}')
+  return Built(program, policy, where, Mode.SCHMP, host,
+               describe=f'schmp, rounds of scheduled model parallelism ({where})')
 
 
 def fsdp_notice(trainer: train.Trainer) -> str | None:
@@ -226,7 +289,7 @@ def fsdp_notice(trainer: train.Trainer) -> str | None:
 
 
 def _caps(config) -> tuple[int, ...] | None:
-  return None if config.memory_caps is None else tuple(config.memory_caps)
+  return None if config.balance.memory_caps is None else tuple(config.balance.memory_caps)
 
 
 def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
@@ -235,24 +298,25 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
   common multiple of the workers' local degrees; ``devices``: each worker's device count
   (uniform shares are equal per device)."""
   unequal = devices if len(set(devices)) > 1 else None
-  if config.shares is not None:
-    shares = tuple(config.shares)
-    rules = ShareRules(config.global_batch, ctx.workers, degree,
+  if config.balance.shares is not None:
+    shares = tuple(config.balance.shares)
+    rules = ShareRules(config.data.global_batch, ctx.workers, degree,
                        minimum=(0,) * ctx.workers)
     return balance.Fixed(rules, shares), None
-  bucket = config.bucket or default_bucket(config.global_batch, ctx.workers, degree, unequal)
+  bucket = config.balance.bucket or default_bucket(config.data.global_batch, ctx.workers, degree, unequal)
   if bucket % degree:
     raise ConfigError(f'bucket {bucket} is not a multiple of the local data-parallel degree '
                       f'{degree}' + (f' (of workers of {devices} devices)' if unequal else ''))
-  rules = ShareRules(config.global_batch, ctx.workers, bucket, maximum=_caps(config),
+  rules = ShareRules(config.data.global_batch, ctx.workers, bucket, maximum=_caps(config),
                      devices=unequal)
-  policy = balance.make_policy(config.policy, rules, trace)
+  policy = balance.make_policy(config.balance.policy, rules, trace)
   return policy, None if isinstance(policy, balance.Uniform) else bucket
 
 
 def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None
           ) -> Built:
-  """The step program and policy of ``config`` on this worker.
+  """Everything the runner drives for ``config`` on this worker (`Built`): its mode's step
+  program, policy and host, its checkpointer and restore target, and its extras.
 
   Raises:
     ConfigError: options that do not fit the mode or each other, one line.
@@ -260,33 +324,51 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
   mode = mode_of(config, ctx)
   _comm_options.check(config, ctx, mode)
   if mode is Mode.PS:
-    raise ConfigError('mode ps runs under launch --servers K (hetjax.run.train)')
-  if mode is Mode.SCHMP or config.model in schmp.APPS:
+    from hetjax.run import _ps_run  # (imports this module)
+
+    return _ps_run.build(config, ctx, channel)
+  built = _build_mode(config, ctx, channel, mode)
+  layout = f'{config.parallelism.strategy} on mesh {config.parallelism.mesh}'
+  return dataclasses.replace(
+      built,
+      describe=built.describe or f'{built.mode.value}, {layout} ({built.devices})',
+      worker=ctx.worker, workers=ctx.workers,
+      checkpoints=built.checkpoints or default_checkpoints(config),
+      restore_target=built.restore_target or (lambda step: built.program.abstract_state()),
+      run_info={'policy': None if built.policy is None else built.policy.name, 'sync': None,
+                'host_row_s': built.host.row_s
+                if isinstance(built.host, emulation.KnownSpeedHost) else None,
+                **built.run_info})
+
+
+def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None,
+                mode: Mode) -> Built:
+  if mode is Mode.SCHMP or config.model.name in schmp.APPS:
     return _schmp(config, ctx, mode, channel)
   task = make_task(config)
-  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
-  strategy = train.Strategy.parse(config.strategy)
-  mesh_shape = sharding.parse_mesh_shape(config.mesh)
-  if config.plan and mode is not Mode.PLAN:
+  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
+  strategy = train.Strategy.parse(config.parallelism.strategy)
+  mesh_shape = sharding.parse_mesh_shape(config.parallelism.mesh)
+  if config.parallelism.plan and mode is not Mode.PLAN:
     raise ConfigError(f'a plan runs in mode plan (or auto); mode {mode.value} takes strategy '
                       'and mesh instead')
-  if mode is Mode.PLAN and not config.plan:
+  if mode is Mode.PLAN and not config.parallelism.plan:
     raise ConfigError('mode plan needs a plan: --plan=PATH (experiments/plan.py --json writes '
                       'one; hetjax/configs/plans/ has hand-written ones)')
   replicas = mode is Mode.PIPELINE and ctx.workers > 1
   if mode in (Mode.SPMD, Mode.PIPELINE, Mode.PLAN):
     slowed = replicas or mode is Mode.PLAN
-    unused = [f for f, v in (('slowdown', not slowed and (config.slowdown or ctx.slowdown)),
-                             ('policy', config.policy != 'uniform' and config.policy),
-                             ('shares', config.shares)) if v]
+    unused = [f for f, v in (('slowdown', not slowed and (config.emulation.slowdown or ctx.slowdown)),
+                             ('policy', config.balance.policy != 'uniform' and config.balance.policy),
+                             ('shares', config.balance.shares)) if v]
     if unused:
       also = ('; a slowdown also slows pipeline replicas, under several workers'
               if mode is Mode.PIPELINE and 'slowdown' in unused else '')
       raise ConfigError(f'mode {mode.value} takes no {", ".join(unused)} (per-worker options '
                         f'of the shares and tokens modes): drop it or pick one of those '
                         f'modes{also}')
-  if config.sync != SYNC_DEFAULT and not replicas:
-    raise ConfigError(f'sync {config.sync!r} groups pipeline replicas: it takes mode pipeline '
+  if config.pipeline.sync != SYNC_DEFAULT and not replicas:
+    raise ConfigError(f'sync {config.pipeline.sync!r} groups pipeline replicas: it takes mode pipeline '
                       f'under several workers (this is mode {mode.value} on {ctx.workers})')
   if mode is Mode.SPMD:
     if ctx.workers > 1:
@@ -296,16 +378,16 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
   if mode is Mode.PLAN:
     return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
   if mode is Mode.PIPELINE:
-    trainer = PipelineTrainer(task, optimizer, config.global_batch, config.stages,
-                              config.micro_batches, config.schedule, jax.local_devices(),
-                              seed=config.seed)
+    trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
+                              config.pipeline.micro_batches, config.pipeline.schedule, jax.local_devices(),
+                              seed=config.data.seed)
     devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
-               f'{jax.devices()[0].platform} devices, {config.schedule}')
-    if not replicas:
-      return Built(trainer, None, devices, mode)
-    driver, sync, host = _replicas.build(config, ctx, channel, trainer, _trace(config, ctx))
-    return Built(driver, sync, f'{ctx.workers} replicas of {devices}, sync {config.sync}', mode,
-                 host)
+               f'{jax.devices()[0].platform} devices, {config.pipeline.schedule}')
+    if not replicas:  # a pipeline's step is a host int: its restore target carries the saved one
+      return Built(trainer, None, devices, mode, restore_target=trainer.abstract_state)
+    return _replicas.build(config, ctx, channel, trainer, _trace(config, ctx),
+                           Built(trainer, None, f'{ctx.workers} replicas of {devices}, sync '
+                                 f'{config.pipeline.sync}', mode))
   trace = _trace(config, ctx)
   degree = train.local_batch_degree(strategy.rules(), mesh_shape)
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
@@ -318,12 +400,13 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
                         'shares (LB-BSP sizes each worker\'s share) or a plan')
     if channel is None:
       channel = runtime.LocalChannel()
-    rows = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
-    rules = train.TokenRules(config.global_batch, rows, degree, config.endgame)
-    trainer = train.TokenTrainer(task, optimizer, config.global_batch, rules, channel,
-                                 mesh_shape, strategy.rules(), config.seed)
+    rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers, degree)
+    rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame)
+    trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
+                                 mesh_shape, strategy.rules(), config.data.seed)
     return Built(trainer, rules, devices, mode,
-                 _hosts.emulated_host(config, ctx, trainer, trace, channel))
+                 _hosts.emulated_host(config, ctx, trainer, trace, channel),
+                 measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows))
   # Workers of different device counts: shares are multiples of every worker's degree.
   degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
                       for w in range(ctx.workers)))
@@ -332,18 +415,20 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
               f'{jax.devices()[0].platform} devices'
   policy, bucket = _share_policy(config, ctx, degree, trace, counts)
   links = _comm_options.links_of(config, ctx, ctx.workers)
-  if config.overlap:
-    trainer = train.OverlapTrainer(task, optimizer, config.global_batch, mesh_shape,
-                                   strategy.rules(), seed=config.seed, bucket=bucket, links=links,
-                                   bucket_bytes=config.bucket_bytes or None)
+  if config.parallelism.overlap:
+    trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
+                                   strategy.rules(), seed=config.data.seed, bucket=bucket, links=links,
+                                   bucket_bytes=config.parallelism.bucket_bytes or None)
     devices += ', all-reduce scheduler'
   else:
-    trainer = train.WorkerTrainer(task, optimizer, config.global_batch, mesh_shape,
-                                  strategy.rules(), config.seed, bucket=bucket, links=links)
-  inner = getattr(trainer, 'sync', trainer)   # the scheduler's synchronous pieces
+    trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,
+                                  strategy.rules(), config.data.seed, bucket=bucket, links=links)
+  inner = trainer.sync if config.parallelism.overlap else trainer  # the scheduler's synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
   host = _hosts.emulated_host(config, ctx, inner, trace, channel)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))
-  return Built(trainer, policy, devices, mode, host)
+  return Built(trainer, policy, devices, mode, host,
+               measure_speed=lambda state, first: trainer.measure_speed(
+                   state, max(first[ctx.worker], inner.local_batch_degree)))

@@ -16,20 +16,20 @@ from hetjax.run._config import Config, Mode
 def links_of(config: Config, ctx: runtime.WorkerContext, workers: int
              ) -> emulation.Links | None:
   """The config's links (else the launcher's) for ``workers`` workers; None without either."""
-  spec = config.network or ctx.network
+  spec = config.emulation.network or ctx.network
   return None if spec is None else emulation.parse_links(spec, workers)
 
 
 def check(config: Config, ctx: runtime.WorkerContext, mode: Mode) -> None:
   """Refuses communication options ``mode`` has no use for."""
-  network = config.network or ctx.network
+  network = config.emulation.network or ctx.network
   if network is not None and network.strip() != 'none' and mode not in (Mode.SHARES, Mode.PS):
-    where = 'network' if config.network else 'the launcher\'s --network'
+    where = 'network' if config.emulation.network else 'the launcher\'s --network'
     raise ConfigError(f'{where} ({network}) emulates the links of modes shares and ps; mode '
                       f'{mode.value} has none to pad: drop it or pick one of those modes')
-  if (config.overlap or config.bucket_bytes) and mode is not Mode.SHARES:
+  if (config.parallelism.overlap or config.parallelism.bucket_bytes) and mode is not Mode.SHARES:
     raise ConfigError(f'overlap and bucket_bytes run the all-reduce scheduler of mode shares, '
                       f'not mode {mode.value}')
-  if config.bucket_bytes and not config.overlap:
+  if config.parallelism.bucket_bytes and not config.parallelism.overlap:
     raise ConfigError('bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True '
                       'too (the synchronous step sends one fused buffer)')

@@ -38,9 +38,9 @@ def schmp_host(config, ctx, program, policy, trace, channel, margin: float, roun
   median round time any worker measured over ``rounds`` rounds (run here on a fresh state, all
   workers at once, before the clock starts) per unit of the average worker's work
   (`SchmpProgram.mean_work`: the padded program takes as long for a small share as for a
-  large one), times ``margin``, times the trace's slowdown. ``config.host_row_s``: that cost per
+  large one), times ``margin``, times the trace's slowdown. ``config.emulation.host_row_s``: that cost per
   unit instead."""
-  row_s = config.host_row_s
+  row_s = config.emulation.host_row_s
   if not row_s:
     first = policy.update(policy.init(), None)[0]
     times = program.time_rounds(first, rounds)
@@ -62,7 +62,7 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
                   ) -> emulation.KnownSpeedHost | None:
   """This worker's emulated host, when a slowdown is given, attached to ``trainer``: every
   worker runs as a host of one calibrated cost (the largest any worker measured, times
-  `MARGIN`) slowed by the trace. ``config.host_row_s`` given: that cost per row, nothing fixed.
+  `MARGIN`) slowed by the trace. ``config.emulation.host_row_s`` given: that cost per row, nothing fixed.
 
   Workers of different device counts: a worker of k devices, where the fewest any worker has
   is k₀, is a host of speed k / k₀ (`KnownSpeedHost.speed`: its per-row cost divided by it; its
@@ -85,15 +85,15 @@ def emulated_host(config, ctx, trainer, trace, channel, attempts: int = 3
     return None
   counts = [math.prod(shape) for shape in trainer.local_shapes]
   speed = counts[ctx.worker] / min(counts)
-  row_s, fixed_s = config.host_row_s, 0.0
+  row_s, fixed_s = config.emulation.host_row_s, 0.0
   if not row_s:
     degree = trainer.local_batch_degree
-    share = config.global_batch * counts[ctx.worker] // sum(counts)
+    share = config.data.global_batch * counts[ctx.worker] // sum(counts)
     rows = max(degree, share // degree * degree)
     state = trainer.init_state()
     from hetjax.run._build import Mode, default_token_rows, mode_of  # (imports this module)
     if mode_of(config, ctx) is Mode.TOKENS:
-      tokens = config.token_rows or default_token_rows(config.global_batch, ctx.workers, degree)
+      tokens = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers, degree)
       sizes, measure = (tokens, rows), _one_call(trainer, state, (tokens, rows))
       kwargs = {'repeats': STREAM_CALLS, 'tail': TAIL}
     else:

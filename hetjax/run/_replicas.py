@@ -17,16 +17,18 @@ on the scale of that step (or of a timed one without a slowdown): `window_option
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax import emulation, runtime
+from hetjax import ConfigError, emulation, runtime
 from hetjax.pipeline import (
     HostPause,
     PipelineTrainer,
+    ReplicaCheckpointer,
     ReplicaDriver,
     ReplicaSync,
     SyncClient,
@@ -43,22 +45,59 @@ WINDOWED = ('sdpipe', 'random-pairs')
 WINDOW = 0.1
 
 
-def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel,
-          trainer: PipelineTrainer, trace) -> tuple[ReplicaDriver, ReplicaSync,
-                                                     emulation.KnownSpeedHost | None]:
-  """This worker's replica, the loop's sync policy and the emulated host (or None)."""
+def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer: PipelineTrainer,
+          trace, base):
+  """``base`` (a `hetjax.run.Built`) completed with this worker's replica (the step program),
+  the loop's sync policy, the emulated host (or None), the replica's checkpoints (each replica
+  saves its own parameters under ``checkpoints/replica-W``; a resume starts from the latest
+  step every replica saved), the warm-up that compiles and connects the groups before the
+  scheduler's clock starts, and the scheduler's report when the replicas have left.
+
+  Raises:
+    ConfigError: a job restarted on fewer workers (each replica's parameters are its own).
+  """
+  if runtime.original_workers(ctx.workers) > ctx.workers:
+    raise ConfigError(f'pipeline replicas cannot go on with {ctx.workers} of their '
+                      f'{runtime.original_workers(ctx.workers)} workers (each replica checkpoints '
+                      'its own parameters): run them with --min-workers equal to --workers')
   driver = ReplicaDriver(trainer, SyncClient(channel, PREFIX, ctx.worker), ctx.workers,
-                         overlap=config.sync_overlap)
+                         overlap=config.pipeline.sync_overlap)
   host = None
   if trace is not None:
     host = replica_host(config, ctx, driver, trace, channel)
     driver.pause = HostPause(host, trainer.global_batch)
   options = {}
-  if ctx.is_chief and config.sync in WINDOWED:  # windows on the scale of a step
+  if ctx.is_chief and config.pipeline.sync in WINDOWED:  # windows on the scale of a step
     step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)
-    options = window_options(config.sync, step_s)
-  value = SyncValuePolicy(config.sync, ctx.workers, options)
-  return driver, ReplicaSync(value, channel, PREFIX, serve=ctx.is_chief), host
+    options = window_options(config.pipeline.sync, step_s)
+  value = SyncValuePolicy(config.pipeline.sync, ctx.workers, options)
+  sync = ReplicaSync(value, channel, PREFIX, serve=ctx.is_chief)
+
+  def finish(state) -> dict:
+    report = sync.close()  # once every replica has left, the scheduler stops: its report
+    return {} if report is None else {
+        'sync': {k: v for k, v in report.to_json().items() if k != 'policy'}}
+
+  return dataclasses.replace(
+      base, program=driver, policy=sync, host=host,
+      checkpoints=lambda workdir, resume: checkpoints(workdir, ctx, channel, resume),
+      restore_target=driver.abstract_state, warm_up=driver.warm_up, finish=finish,
+      run_info={'policy': None, 'sync': config.pipeline.sync})
+
+
+def checkpoints(workdir: pathlib.Path, ctx: runtime.WorkerContext, channel: runtime.Channel,
+                resume: bool) -> tuple[ReplicaCheckpointer, int | None]:
+  """This replica's checkpointer, and the step the replicas resume from (``resume``): the
+  latest one every replica saved."""
+  ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
+  if not resume:
+    return ckpt, None
+  channel.set(f'resume/{ctx.worker}', ckpt.latest_step() or 0)
+  steps = [channel.get(f'resume/{w}') for w in range(ctx.workers)]
+  if min(steps) == 0:
+    raise ConfigError(f'--resume: replica {steps.index(0)} has no checkpoint in '
+                      f'{workdir / "checkpoints"}')
+  return ckpt, min(steps)
 
 
 def window_options(sync: str, step_s: float) -> dict:
@@ -74,10 +113,10 @@ def window_options(sync: str, step_s: float) -> dict:
 
 def replica_host(config, ctx, driver: ReplicaDriver, trace, channel
                  ) -> emulation.KnownSpeedHost:
-  """This replica's host: ``config.host_row_s`` per row, or the calibrated step (module
+  """This replica's host: ``config.emulation.host_row_s`` per row, or the calibrated step (module
   docstring) spread over the batch's rows."""
   rows = driver.trainer.global_batch
-  row_s = config.host_row_s
+  row_s = config.emulation.host_row_s
   if not row_s:
     step_s = time_step(driver) * MARGIN
     channel.set(f'calibrate/{ctx.worker}', step_s)

@@ -7,13 +7,12 @@ import json
 import pathlib
 import shutil
 
-from hetjax import ConfigError, checkpoint, pipeline, runtime
+from hetjax import ConfigError, checkpoint, runtime
 from hetjax import train as train_lib
-from hetjax.pipeline import PipelineTrainer
 from hetjax.report import summary_fields
-from hetjax.run import _ps_run, _restarts
-from hetjax.run._build import build, mode_of
-from hetjax.run._config import Config, Mode
+from hetjax.run import _restarts
+from hetjax.run._build import Built, build
+from hetjax.run._config import Config
 
 
 def _prepare_workdir(workdir: pathlib.Path, resume: bool, overwrite: bool) -> None:
@@ -39,11 +38,7 @@ def _restore(ckpt, built, meta, resume, step=None, reseed=None):
     return program.init_state(), None
   saved = ckpt.read_meta(step)
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))
-  # A pipeline's step is a host int, not an array: its restore target carries the saved one.
-  abstract = (program.abstract_state(saved['step'])
-              if isinstance(program, PipelineTrainer | pipeline.ReplicaDriver)
-              else program.abstract_state())
-  state, saved = ckpt.restore(abstract, step)
+  state, saved = ckpt.restore(built.restore_target(saved['step']), step)
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))  # an older step if it skipped
   if policy is None or 'policy' not in saved:
     return state, None
@@ -56,28 +51,12 @@ def _restore(ckpt, built, meta, resume, step=None, reseed=None):
   return state, ckpt.policy_state(saved, policy.init())
 
 
-def _replica_checkpoints(workdir, ctx, channel, resume):
-  """This replica's checkpointer, and the step the replicas resume from (``resume``): the
-  latest one every replica saved."""
-  ckpt = pipeline.ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
-  if not resume:
-    return ckpt, None
-  channel.set(f'resume/{ctx.worker}', ckpt.latest_step() or 0)
-  steps = [channel.get(f'resume/{w}') for w in range(ctx.workers)]
-  if min(steps) == 0:
-    raise ConfigError(f'--resume: replica {steps.index(0)} has no checkpoint in '
-                      f'{workdir / "checkpoints"}')
-  return ckpt, min(steps)
-
-
 def _probe_speeds(built, state, telemetry, ctx, policy_state):
   """Measures each worker's speed on its first share (padded to its emulated host) and writes
   ``cluster.json``; the chief prints it."""
-  program, policy = built.program, built.policy
+  policy = built.policy
   first = policy.update(policy.init() if policy_state is None else policy_state, None)[0]
-  rows = (program.tokens.token_rows if built.mode is Mode.TOKENS
-          else max(first[ctx.worker], getattr(program, 'sync', program).local_batch_degree))
-  speed = program.measure_speed(state, rows)
+  speed = built.measure_speed(state, first)
   cluster = runtime.discover_cluster(speed, telemetry.channel)
   if ctx.is_chief:
     (telemetry.path.parent / 'cluster.json').write_text(
@@ -116,107 +95,91 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
       a batch that does not divide, a checkpoint of another model, an existing run).
   """
   ctx = runtime.initialize()
-  if config.compilation_cache:
+  if config.parallelism.compilation_cache:
     runtime.enable_compilation_cache()
-  workdir = pathlib.Path(workdir or f'runs/{config.model.rpartition(":")[2] or config.model}')
+  workdir = pathlib.Path(workdir or f'runs/{config.model.name.partition(":")[0].rpartition(".")[2]}')
   channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
   resume = _restarts.auto_resume(resume, workdir)
-  if mode_of(config, ctx) is Mode.PS:
-    return _ps_run.run(config, ctx, channel, workdir,
-                       prepare=lambda: _prepare_workdir(workdir, resume, overwrite),
-                       resume=resume)
-  built = build(config, ctx, channel)
-  program, policy = built.program, built.policy
-  multi = built.mode in (Mode.SHARES, Mode.TOKENS)
-
+  built = build(config, ctx, channel)  # every refusal before the run directory is touched
   if ctx.is_chief:
     _prepare_workdir(workdir, resume, overwrite)
   if channel:
     channel.barrier('workdir-ready')
+  if built.serve is not None:  # a parameter server's process
+    built.serve(workdir)
+    return None
+  return _drive(built, config, ctx, channel, workdir, resume)
+
+
+def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, workdir, resume):
+  """The one loop of every mode over ``built``, with its checkpoints, resume, metrics,
+  telemetry and watchdog; worker 0's summary."""
+  program, policy = built.program, built.policy
   task = program.task
   meta = {
       'task': {'name': task.name, **task.config},
-      'data': {'seed': config.seed, 'global_batch': config.global_batch},
-      'layout': {'mode': built.mode.value, 'plan': config.plan, 'strategy': config.strategy,
-                 'mesh': config.mesh, 'workers': ctx.workers,
-                 'hosts': list(runtime.hosts(ctx.workers))},
+      'data': {'seed': config.data.seed, 'global_batch': config.data.global_batch},
+      'layout': {'mode': built.mode.value, 'plan': config.parallelism.plan, 'strategy': config.parallelism.strategy,
+                 'mesh': config.parallelism.mesh, 'workers': built.workers,
+                 'hosts': list(runtime.hosts(built.workers))},
       'policy_name': None if policy is None else policy.name,
   }
-  replicas = isinstance(program, pipeline.ReplicaDriver)
-  if replicas and runtime.original_workers(ctx.workers) > ctx.workers:
-    raise ConfigError(f'pipeline replicas cannot go on with {ctx.workers} of their '
-                      f'{runtime.original_workers(ctx.workers)} workers (each replica checkpoints '
-                      'its own parameters): run them with --min-workers equal to --workers')
-  if replicas:
-    ckpt, resume_step = _replica_checkpoints(workdir, ctx, channel, resume)
-  elif isinstance(program, PipelineTrainer) and ctx.workers > 1:  # stages on their processes
-    ckpt, resume_step = pipeline.StageCheckpointer(workdir / 'checkpoints', program,
-                                                   channel.barrier), None
-  else:
-    ckpt, resume_step = checkpoint.Checkpointer(workdir / 'checkpoints',
-                                                asynchronous=config.checkpoint_async), None
-  logger = telemetry = watchdog = None
+  ckpt, resume_step = built.checkpoints(workdir, resume)
+  logger = telemetry = watchdog = state = None
   segment: dict[str, list] = {}
-  report = None
+  finished, ok = {}, False
   try:
-    state, policy_state = _restore(
-        ckpt, built, meta, resume, resume_step,
-        reseed=lambda saved: _restarts.reseed_policy(policy, saved, workdir, ctx, channel))
+    if built.start is not None:
+      state, policy_state = built.start(resume)
+    else:
+      state, policy_state = _restore(
+          ckpt, built, meta, resume, resume_step,
+          reseed=lambda saved: _restarts.reseed_policy(policy, saved, workdir, ctx, channel))
     start = int(state.step)
     if ctx.is_chief and runtime.restart_attempt() > 0:
-      _restarts.record_restart(workdir, start, ctx.workers)
+      _restarts.record_restart(workdir, start, built.workers)
     elif ctx.is_chief and resume:
       _restarts.trim_after(workdir, start)
-    hooks = [ckpt.hook(meta, every=config.checkpoint_every),
+    hooks = [ckpt.hook(meta, every=config.checkpoint.every),
              train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
              train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
-    if multi:
+    if built.measure_speed is not None:
       telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
                                             workdir / 'telemetry.jsonl')
       hooks.append(train_lib.Hook(lambda i: telemetry.record(i.stats.local)))
     if ctx.is_chief:
       (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
-      run_info = {'workers': ctx.workers, 'global_batch': config.global_batch,
+      run_info = {'workers': built.workers, 'global_batch': config.data.global_batch,
                   'model': task.name, 'mode': built.mode.value,
-                  'slowdown': config.slowdown or ctx.slowdown,
-                  'policy': None if policy is None or replicas else policy.name,
-                  'sync': config.sync if replicas else None,
-                  'host_row_s': getattr(built.host, 'row_s', None)}
+                  'slowdown': config.emulation.slowdown or ctx.slowdown, **built.run_info}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
-      layout = (f'plan {config.plan}' if config.plan else
-                'rounds of scheduled model parallelism' if built.mode is Mode.SCHMP
-                else f'{config.strategy} on mesh {config.mesh}')
-      print(f'{task.name}: {built.mode.value}, {layout} ({built.devices}), global batch '
-            f'{config.global_batch}, steps {start}→{config.steps}, run dir {workdir}', flush=True)
+      print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
+            f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
       logger = train_lib.MetricsLogger(
-          workdir / 'metrics.jsonl', config.global_batch, config.steps, every=config.log_every)
+          workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps, every=config.logging.every)
       hooks.insert(0, logger.hook())
-    if multi and start < config.steps:
+    if built.measure_speed is not None and start < config.optimizer.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
     if channel is not None:  # reports after the other hooks: a worker stuck in one is named
-      watchdog = _restarts.watchdog(channel, ctx.worker, ctx.workers)
+      watchdog = _restarts.watchdog(channel, built.worker, built.workers)
       hooks.append(train_lib.Hook(lambda i: watchdog.report(i.step)))
-    if replicas and start < config.steps:  # compiles and connects the groups before the clock
-      program.warm_up(state)               # of the scheduler starts (else the first steps
-                                           # would time out waiting for a compiling replica)
-    for _ in train_lib.training_steps(program, state, config.steps, hooks, policy, policy_state):
-      pass
+    if built.warm_up is not None and start < config.optimizer.steps:
+      built.warm_up(state)
+    for info in train_lib.training_steps(program, state, config.optimizer.steps, hooks, policy,
+                                         policy_state):
+      state = info.state
+    ok = True
   finally:
-    for closable in (watchdog, logger, telemetry, ckpt):
-      if closable:
+    for closable in (watchdog, logger, telemetry, ckpt, program):
+      if closable is not None:
         closable.close()
-    if hasattr(program, 'close'):
-      program.close()
-    if replicas:  # once every replica has left, the scheduler stops: its report
-      report = policy.close()
+    finished = built.finish(state if ok else None)
   if not ctx.is_chief:
     return None
   # Throughput as `python -m hetjax.report` computes it (warm-up and compiling steps left out).
   summary = logger.summary() | summary_fields(workdir) | {
       'checkpoint_steps': ckpt.all_steps(), 'first_shares': segment.get('first'),
-      'last_shares': segment.get('last')} | _restarts.summary_fields(workdir)
-  if report is not None:
-    summary['sync'] = {k: v for k, v in report.to_json().items() if k != 'policy'}
+      'last_shares': segment.get('last')} | _restarts.summary_fields(workdir) | finished
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

@@ -140,6 +140,9 @@ class SchmpProgram:
 
   # -- state ------------------------------------------------------------------------------------
 
+  def close(self) -> None:
+    """Nothing to release: the program holds only compiled functions and arrays."""
+
   def init_state(self) -> SchmpState:
     step = jax.device_put(np.int32(0), self._replicated)
     params = self._init(self.data)

@@ -55,11 +55,11 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
     raise ConfigError(f'{run_dir} is a run of mode {mode}: load_model reads the checkpoints of '
                       f'modes {", ".join(WHOLE_MODEL_MODES)}, which hold the whole model')
   task = make_task(config)
-  optimizer = train.Optimizer.parse(config.optimizer).make(config.learning_rate)
+  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
   devices = list(jax.local_devices() if devices is None else devices)
   mesh = sharding.make_mesh((len(devices), 1), devices=devices)
   trainer = train.Trainer(task, optimizer, len(devices), mesh,
-                          train.Strategy.DATA_PARALLEL.rules(), config.seed)
+                          train.Strategy.DATA_PARALLEL.rules(), config.data.seed)
   ckpt = checkpoint.Checkpointer(run_dir / 'checkpoints')
   try:
     if ckpt.latest_step() is None:

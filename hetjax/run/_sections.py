@@ -1,0 +1,326 @@
+"""The sections of a run's `Config`, each a frozen dataclass that checks its own fields.
+
+A section groups the options one part of the engine reads (MaxText's and Levanter's configs are
+grouped the same way): the model and its data, the optimizer, the parallel layout, share
+balancing, pipelines, SchMP, parameter servers, emulated hosts and links, checkpoints, logging.
+A bad value fails where it is set, in one line naming the section and the field::
+
+  >>> BalanceConfig(bucket=-1)
+  Traceback (most recent call last):
+  hetjax._errors.ConfigError: balance.bucket must be >= 0 (0: automatic), got -1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from hetjax._errors import ConfigError, parse_choice
+from hetjax.pipeline._policies import parse_sync_name
+from hetjax.ps import parse_ps
+
+
+class Mode(enum.Enum):
+  """How a step runs (``parallelism.mode``).
+
+  ``auto`` is ``schmp`` for a SchMP app (`hetjax.schmp.APPS`), ``ps`` in a job with parameter
+  servers (``launch --servers K``), ``plan`` when a plan is given, else ``spmd`` on one process
+  and ``shares`` under several workers.
+  """
+
+  AUTO = 'auto'
+  SPMD = 'spmd'          # one jitted step over one mesh (`hetjax.train.Trainer`)
+  SHARES = 'shares'      # per-worker batch shares, re-sized by a policy (LB-BSP)
+  TOKENS = 'tokens'      # Fela's tokens: workers pull fixed-size pieces of the batch
+  PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
+  PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
+  SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks (`hetjax.schmp`)
+  PS = 'ps'              # a parameter server: ``launch --servers K`` (`hetjax.ps`)
+
+
+def _at_least(section: Any, minimum: int, *names: str, note: str = '') -> None:
+  for name in names:
+    value = getattr(section, name)
+    if value is not None and value < minimum:
+      raise ConfigError(f'{section.NAME}.{name} must be >= {minimum}{note}, got {value}')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The model.
+
+  Attributes:
+    name: a shipped model (`hetjax.models.NAMES`), ``'module:function'`` returning a
+      `hetjax.train.Task` (called with ``args``): a model of your own; or a SchMP app
+      (`hetjax.schmp.APPS`: ``lasso``, ``logreg``, ``mf``, ``lda``), trained in mode ``schmp``.
+    args: keyword arguments of that model's ``make_task`` (or of the app's factory).
+  """
+
+  NAME = 'model'
+  name: str
+  args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name:
+      raise ConfigError(f'model.name must be a model name or module:function, got {self.name!r}')
+    if not isinstance(self.args, Mapping):
+      raise ConfigError(f'model.args must be a mapping of keyword arguments, got '
+                        f'{type(self.args).__name__}')
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """The data every step reads.
+
+  Attributes:
+    global_batch: examples per step, over all devices and workers.
+    seed: parameter initialisation and data order (the batch of step s depends on the seed and
+      s only).
+  """
+
+  NAME = 'data'
+  global_batch: int = 256
+  seed: int = 0
+
+  def __post_init__(self):
+    _at_least(self, 1, 'global_batch')
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """The optimizer and the run's length.
+
+  Attributes:
+    name: a `hetjax.train.Optimizer` name (``sgd``, ``momentum``, ``adam``, ``adamw``).
+    learning_rate: the optimizer's step size.
+    steps: total optimizer steps of the run.
+  """
+
+  NAME = 'optimizer'
+  name: str = 'adam'
+  learning_rate: float = 1e-3
+  steps: int = 100
+
+  def __post_init__(self):
+    _at_least(self, 1, 'steps')
+    if self.learning_rate <= 0:
+      raise ConfigError(f'optimizer.learning_rate must be > 0, got {self.learning_rate}')
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelismConfig:
+  """How a step runs and on which devices.
+
+  Attributes:
+    mode: a `Mode` value: how a step runs.
+    strategy: a `hetjax.train.Strategy` name (spmd, and inside each worker).
+    mesh: mesh shape over ``('data', 'model')``, e.g. ``'4x2'``; per worker in the
+      multi-worker modes.
+    plan: a plan JSON (``hetjax-plan --json``, `hetjax.configs.PLANS`) replacing strategy and
+      mesh (mode plan): a layout and a group of workers per sub-model, compiled and
+      memory-checked first; one SPMD step when every sub-model runs on all devices of one
+      process, else pipeline stages on the groups (``pipeline.micro_batches``,
+      ``pipeline.schedule``).
+    overlap: mode shares: the all-reduce scheduler (`hetjax.train.OverlapTrainer`): each step's
+      all-reduce runs under the next step's gradient; False: the exact synchronous step.
+    bucket_bytes: with ``overlap``, the largest gradient bucket each all-reduce carries (0: one
+      fused buffer).
+    compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
+  """
+
+  NAME = 'parallelism'
+  mode: str = 'auto'
+  strategy: str = 'hybrid'
+  mesh: str = '4x2'
+  plan: str | None = None
+  overlap: bool = False
+  bucket_bytes: int = 0
+  compilation_cache: bool = True
+
+  def __post_init__(self):
+    parse_choice(Mode, self.mode, 'parallelism.mode')
+    _at_least(self, 0, 'bucket_bytes', note=' (0: one fused buffer)')
+
+
+@dataclasses.dataclass(frozen=True)
+class BalanceConfig:
+  """Per-worker shares of the batch (modes shares and tokens).
+
+  Attributes:
+    policy: the share policy: uniform, proportional, lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu,
+      oracle.
+    shares: fixed per-worker shares instead of a policy, e.g. ``(192, 64)``.
+    bucket: shares are multiples of it; 0 picks a divisor of the global batch near 1/16 of a
+      uniform share.
+    memory_caps: most rows each worker can hold per step (bucket multiples), or None.
+    token_rows: rows per token (mode tokens); 0 picks X / (4 × workers) rounded to a divisor.
+    endgame: mode tokens: a slow worker leaves the last tokens to faster ones.
+  """
+
+  NAME = 'balance'
+  policy: str = 'uniform'
+  shares: tuple[int, ...] | None = None
+  bucket: int = 0
+  memory_caps: tuple[int, ...] | None = None
+  token_rows: int = 0
+  endgame: bool = True
+
+  def __post_init__(self):
+    _at_least(self, 0, 'bucket', 'token_rows', note=' (0: automatic)')
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """Pipeline stages (mode pipeline, and plans that train as stages) and their replicas.
+
+  Attributes:
+    stages: pipeline stages (mode pipeline).
+    micro_batches: micro-batches per step.
+    schedule: ``'1f1b'`` or ``'gpipe'``.
+    sync: mode pipeline under several workers (one replica each): the sync policy that groups
+      the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
+      ``'periodic-average'`` (`hetjax.pipeline.make_sync_policy`).
+    sync_overlap: replicas average one step late, overlapped with the next step's compute
+      (`hetjax.pipeline.ReplicaDriver`'s ``overlap``); False syncs before the next step.
+  """
+
+  NAME = 'pipeline'
+  stages: int = 2
+  micro_batches: int = 2
+  schedule: str = '1f1b'
+  sync: str = 'sdpipe'
+  sync_overlap: bool = False
+
+  def __post_init__(self):
+    _at_least(self, 1, 'stages', 'micro_batches')
+    parse_sync_name(self.sync)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchmpConfig:
+  """Scheduled model parallelism (mode schmp).
+
+  Attributes:
+    scheduler: the app's scheduler, ``'schmp'`` (dynamic for Lasso and logistic regression, a
+      static rotation for MF and LDA) or a baseline's name (``'shotgun'``, ``'cyclic'``,
+      ``'unscheduled'`` …, as the app lists them).
+    schedule_size: parameter blocks a round updates (None: the app's default for the device
+      count).
+    staleness: rounds old the information each round's schedule comes from (0: exact, no
+      overlap of scheduling with the devices' work).
+    objective_every: rounds between objective evaluations.
+  """
+
+  NAME = 'schmp'
+  scheduler: str = 'schmp'
+  schedule_size: int | None = None
+  staleness: int = 1
+  objective_every: int = 1
+
+  def __post_init__(self):
+    _at_least(self, 1, 'schedule_size', note=' (or None: the app\'s default)')
+    _at_least(self, 0, 'staleness', note=' (0: exact)')
+    _at_least(self, 1, 'objective_every')
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterServerConfig:
+  """Parameter servers (mode ps, ``launch --servers K``).
+
+  Attributes:
+    protocol: the servers' protocol (`hetjax.ps.parse_ps`), e.g. ``'bsp'``,
+      ``'asp,eager,lr=staleness'`` or ``'ssp:2'``.
+  """
+
+  NAME = 'ps'
+  protocol: str = 'asp'
+
+  def __post_init__(self):
+    parse_ps(self.protocol)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmulationConfig:
+  """Hosts of known speed and emulated links.
+
+  Attributes:
+    slowdown: the emulated hosts' slowdown trace (`hetjax.emulation.parse_trace`), e.g.
+      ``'static:1,1,1,3'``; None: the launcher's ``--slowdown``, else none.
+    network: emulated links (`hetjax.emulation.parse_links`), e.g. ``'link:1:100'``: the
+      shares mode's all-reduce and the parameter server's pushes and pulls take that long;
+      None: the launcher's ``--network``, else none.
+    host_row_s: seconds per row of an undisturbed emulated host; 0 calibrates it at start.
+  """
+
+  NAME = 'emulation'
+  slowdown: str | None = None
+  network: str | None = None
+  host_row_s: float = 0.0
+
+  def __post_init__(self):
+    if self.host_row_s < 0:
+      raise ConfigError(f'emulation.host_row_s must be >= 0 (0: calibrated), got '
+                        f'{self.host_row_s}')
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """Checkpoints.
+
+  Attributes:
+    every: steps between checkpoints (a checkpoint is also written at the end).
+    asynchronous: write checkpoints in the background (orbax's asynchronous save); False: a
+      save completes before the next step, so a failure loses at most ``every`` steps (with
+      background saves, also the steps run while the last save was written).
+  """
+
+  NAME = 'checkpoint'
+  every: int = 50
+  asynchronous: bool = True
+
+  def __post_init__(self):
+    _at_least(self, 1, 'every')
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+  """Progress lines and metrics.
+
+  Attributes:
+    every: steps between progress lines (and metric flushes).
+  """
+
+  NAME = 'logging'
+  every: int = 10
+
+  def __post_init__(self):
+    _at_least(self, 1, 'every')
+
+
+#: Every section of a `Config`: its attribute name → its class.
+SECTIONS = {s.NAME: s for s in (
+    ModelConfig, DataConfig, OptimizerConfig, ParallelismConfig, BalanceConfig, PipelineConfig,
+    SchmpConfig, ParameterServerConfig, EmulationConfig, CheckpointConfig, LoggingConfig)}
+
+#: The flat names of the options before they had sections (``--set checkpoint_every=5``, old
+#: run directories' ``config.json``): each the same as its dotted name.
+FLAT_NAMES = {
+    'model': 'model.name', 'model_args': 'model.args',
+    'global_batch': 'data.global_batch', 'seed': 'data.seed',
+    'optimizer': 'optimizer.name', 'learning_rate': 'optimizer.learning_rate',
+    'steps': 'optimizer.steps',
+    **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
+                                       'bucket_bytes', 'compilation_cache')},
+    **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
+                                   'endgame')},
+    **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',
+                                    'sync_overlap')},
+    **{f: f'schmp.{f}' for f in ('scheduler', 'schedule_size', 'staleness',
+                                 'objective_every')},
+    'ps': 'ps.protocol',
+    **{f: f'emulation.{f}' for f in ('slowdown', 'network', 'host_row_s')},
+    'checkpoint_every': 'checkpoint.every', 'checkpoint_async': 'checkpoint.asynchronous',
+    'log_every': 'logging.every',
+}
