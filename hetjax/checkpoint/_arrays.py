@@ -5,8 +5,9 @@ Orbax's own handlers refuse them: a `jax.Array` on one process's devices is "hos
 job of several processes ("Cannot serialize host local jax.Array"), and its numpy handler
 writes on process 0 only. A pipeline replica and a parameter server live on one process, a
 stage of a grouped plan on its group's processes. So the ``state`` item of their step
-directories is written by `ArraysHandler`: each process writes the parts of the state it holds
-as host copies, ``NAME.npz`` (``numpy.savez``, read back without pickles)::
+directories is written by an orbax handler of our own (`_arrays_handler.ArraysHandler`): each
+process writes the parts of the state it holds as host copies, ``NAME.npz`` (``numpy.savez``,
+read back without pickles)::
 
   DIRECTORY/STEP/state/arrays.npz      one process's whole state (a replica, a server)
   DIRECTORY/STEP/state/stage-1.npz     or one part per file (a pipeline's stages)

@@ -37,6 +37,8 @@ class Checkpointer(StepCheckpointer):
   Orbax does not check what it reads (flipped bytes in a data chunk restore silently), so
   `restore` compares the checksums. A checkpoint that does not read back or fails that check
   is skipped, with one warning line, for the one before it — in every process of a job alike.
+  The record, the verified restore and the rest of `CheckpointerProtocol` are
+  `StepCheckpointer`'s, shared with the checkpointers of the other states.
 
   Restoring takes an abstract target (`Trainer.abstract_state`) whose shardings may differ from
   the ones saved: a run saved on a 4x2 mesh restores onto 8x1 or onto one device.

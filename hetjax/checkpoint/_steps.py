@@ -5,14 +5,14 @@ latest checkpoint.
 A checkpoint is an orbax step directory::
 
   DIRECTORY/STEP/state/...        the arrays: orbax's format (`Checkpointer`) or
-                                  ``NAME.npz`` files (`hetjax.checkpoint.ArraysSave`)
+                                  ``NAME.npz`` files (`ArraysCheckpointer`)
   DIRECTORY/STEP/meta/metadata    the record (`hetjax.checkpoint._record`), JSON
 
 written into a temporary directory and renamed when complete (orbax's
 ``AtomicRenameTemporaryPath``), old steps deleted only after a newer one is complete. The
 subclasses say how the ``state`` item is written and read and who writes it: every process of
 the job (`Checkpointer`, `hetjax.pipeline.StageCheckpointer`) or this process alone
-(`LocalCheckpointer`: a pipeline replica, a parameter server).
+(`ArraysCheckpointer` with ``alone``: a pipeline replica, a parameter server).
 """
 
 from __future__ import annotations
