@@ -127,10 +127,10 @@ def test_validate_rejects_wrong_shape():
 
 @pytest.mark.parametrize('build', BUILDERS)
 @pytest.mark.parametrize(('stages', 'micro', 'message'), [
-    (0, 4, 'stages must be at least 1, got 0'),
-    (2, 0, 'micro_batches must be at least 1, got 0'),
-    (2.0, 4, 'stages must be an int, got 2.0'),
-    (2, True, 'micro_batches must be an int, got True'),
+    (0, 4, 'stages must be an integer >= 1, got 0'),
+    (2, 0, 'micro_batches must be an integer >= 1, got 0'),
+    (2.0, 4, 'stages must be an integer >= 1, got 2.0'),
+    (2, True, 'micro_batches must be an integer >= 1, got True'),
 ])
 def test_bad_sizes(build, stages, micro, message):
   with pytest.raises(ConfigError, match=message):
@@ -140,7 +140,7 @@ def test_bad_sizes(build, stages, micro, message):
 def test_bad_actions_and_costs():
   with pytest.raises(ConfigError, match="action kind must be one of forward, backward, got 'fwd'"):
     Action('fwd', 0, 0)
-  with pytest.raises(ConfigError, match='action micro must be an int ≥ 0, got -1'):
+  with pytest.raises(ConfigError, match='action micro must be an integer >= 0, got -1'):
     Action('forward', 0, -1)
   with pytest.raises(ConfigError, match='backward_s of stage 0 must be a positive finite number'):
     time_schedule(gpipe(2, 2), 1.0, 0.0)
@@ -198,8 +198,8 @@ def test_split_matches_brute_force(seed):
 
 @pytest.mark.parametrize(('costs', 'stages', 'message'), [
     ([1, 2, 3], 4, 'cannot split 3 sub-models into 4 stages'),
-    ([1, 2, 3], 0, 'stages must be at least 1, got 0'),
-    ([1, 2, 3], 1.5, 'stages must be an int, got 1.5'),
+    ([1, 2, 3], 0, 'stages must be an integer >= 1, got 0'),
+    ([1, 2, 3], 1.5, 'stages must be an integer >= 1, got 1.5'),
     ([], 1, 'cannot split an empty chain'),
     ([1.0, 0.0, 2.0], 2, r'sub-model cost 1 is 0.0; costs must be positive and finite'),
     ([1.0, 2.0, -3.0], 2, r'sub-model cost 2 is -3.0; costs must be positive and finite'),

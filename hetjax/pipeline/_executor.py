@@ -57,16 +57,12 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.pipeline._chain import Path, assemble, check_chain
-from hetjax.pipeline._schedule import (
-    FORWARD,
-    Action,
-    Schedule,
-    positive_int,
-)
+from hetjax.pipeline._schedule import FORWARD, Action, Schedule
 from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
 from hetjax.pipeline._stage_pace import ActionPace
 from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order

@@ -20,15 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from hetjax._checks import between, integer, positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.pipeline._schedule import positive_int
-
-
-def positive_seconds(value: object, what: str) -> float:
-  """``value`` as a finite float > 0, or a one-line `ConfigError` naming ``what``."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-    raise ConfigError(f'{what} must be a finite number of seconds > 0, got {value!r}')
-  return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,9 +182,7 @@ class Grouper:
   def arrive(self, worker: int, step: int, now: float) -> None:
     """Worker ``worker`` finished step ``step`` at time ``now`` and waits for its group."""
     worker = self._check_worker(worker)
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-      raise ConfigError(f'step must be an int >= 0, got {step!r}')
-    step, now = int(step), self._advance(now)
+    step, now = integer(step, 'step'), self._advance(now)
     verdict = self._verdict(worker, step)
     if verdict is not None:
       self.ignored[verdict] += 1
@@ -233,10 +224,7 @@ class Grouper:
   # --- shared machinery --------------------------------------------------------------------
 
   def _check_worker(self, worker: object) -> int:
-    if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) \
-        or not 0 <= worker < self._workers:
-      raise ConfigError(f'worker must be an int in [0, {self._workers}), got {worker!r}')
-    return int(worker)
+    return between(worker, 0, self._workers - 1, 'worker')
 
   def _verdict(self, worker: int, step: int) -> str | None:
     pending = self._pending.get(worker)

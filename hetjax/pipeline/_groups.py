@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
+from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.pipeline._grouper import Grouper, SyncGroup, positive_seconds
-from hetjax.pipeline._schedule import positive_int
+from hetjax.pipeline._grouper import Grouper, SyncGroup
 
 
 @dataclasses.dataclass(frozen=True)

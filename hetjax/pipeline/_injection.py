@@ -16,8 +16,8 @@ A compute longer than the target is not padded (`ReplicaStep.compute_s` shows it
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
+from hetjax._checks import integer, positive_int, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.emulation import (
   ComposedTrace,
@@ -26,7 +26,6 @@ from hetjax.emulation import (
   TransientTrace,
   parse_trace,
 )
-from hetjax.pipeline._grouper import positive_seconds
 
 
 def replica_trace(slowdown: str | SlowdownTrace | None, workers: int,
@@ -56,9 +55,7 @@ def replica_trace(slowdown: str | SlowdownTrace | None, workers: int,
                       f'{type(slowdown).__name__}')
   if seed is None or named:
     return trace
-  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-    raise ConfigError(f'seed must be an int >= 0, got {seed!r}')
-  return _reseed(trace, int(seed))
+  return _reseed(trace, integer(seed, 'seed'))
 
 
 def _reseed(trace: SlowdownTrace, seed: int) -> SlowdownTrace:
@@ -88,9 +85,7 @@ class HostPause:
   rows: int
 
   def __post_init__(self):
-    if isinstance(self.rows, bool) or not isinstance(self.rows, numbers.Integral) \
-        or self.rows < 1:
-      raise ConfigError(f'rows must be an int >= 1, got {self.rows!r}')
+    positive_int(self.rows, 'rows')
 
   @classmethod
   def of_step(cls, slowdown: str | SlowdownTrace | None, workers: int, worker: int,
@@ -111,6 +106,4 @@ class HostPause:
 
 
 def _step(step: object) -> int:
-  if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
-    raise ConfigError(f'step must be an int >= 0, got {step!r}')
-  return int(step)
+  return integer(step, 'step')

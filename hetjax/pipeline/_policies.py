@@ -40,9 +40,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.pipeline._groups import Grouper, GroupRules, GroupScheduler, SyncGroup, positive_seconds
-from hetjax.pipeline._schedule import positive_int
+from hetjax.pipeline._groups import Grouper, GroupRules, GroupScheduler, SyncGroup
 
 
 @runtime_checkable

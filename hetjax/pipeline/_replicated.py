@@ -48,12 +48,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
 from hetjax.pipeline._policies import SyncPolicy
 from hetjax.pipeline._replicas import GroupAverager
-from hetjax.pipeline._schedule import positive_int
 from hetjax.pipeline._sync_service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
 

@@ -18,20 +18,12 @@ import math
 import numbers
 from collections.abc import Sequence
 
+from hetjax._checks import integer, positive_int, positive_number
 from hetjax._errors import ConfigError
 
 FORWARD = 'forward'
 BACKWARD = 'backward'
 KINDS = (FORWARD, BACKWARD)
-
-
-def positive_int(value: object, what: str) -> int:
-  """``value`` as an int ≥ 1, or a `ConfigError` naming ``what`` (bools are not ints here)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    raise ConfigError(f'{what} must be an int, got {value!r}')
-  if value < 1:
-    raise ConfigError(f'{what} must be at least 1, got {value}')
-  return int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +44,7 @@ class Action:
     if self.kind not in KINDS:
       raise ConfigError(f'action kind must be one of {", ".join(KINDS)}, got {self.kind!r}')
     for what in ('stage', 'micro'):
-      value = getattr(self, what)
-      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ConfigError(f'action {what} must be an int ≥ 0, got {value!r}')
+      integer(getattr(self, what), f'action {what}')
 
   def __str__(self) -> str:
     return f'{self.kind}(stage {self.stage}, micro {self.micro})'
@@ -214,10 +204,7 @@ def _per_stage(value: float | Sequence[float], stages: int, what: str) -> tuple[
   values = [value] * stages if isinstance(value, numbers.Real) else list(value)
   if len(values) != stages:
     raise ConfigError(f'{what} has {len(values)} values for {stages} stages')
-  for s, v in enumerate(values):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
-      raise ConfigError(f'{what} of stage {s} must be a positive finite number, got {v!r}')
-  return tuple(float(v) for v in values)
+  return tuple(positive_number(v, f'{what} of stage {s}') for s, v in enumerate(values))
 
 
 def finish_times(schedule: Schedule, forward: Sequence[float],

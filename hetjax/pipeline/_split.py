@@ -17,8 +17,8 @@ import math
 import numbers
 from collections.abc import Sequence
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.pipeline._schedule import positive_int
 
 
 def split_stages(costs: Sequence[float], stages: int) -> tuple[tuple[int, int], ...]:

@@ -32,14 +32,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import numbers
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from hetjax._checks import integer, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.pipeline._groups import SyncGroup, positive_seconds
+from hetjax.pipeline._groups import SyncGroup
 from hetjax.pipeline._policies import SyncPolicy
 
 log = logging.getLogger('hetjax.pipeline')
@@ -232,9 +232,8 @@ class SyncClient:
   """
 
   def __init__(self, board: Board, prefix: str, worker: int):
-    if isinstance(worker, bool) or not isinstance(worker, numbers.Integral) or worker < 0:
-      raise ConfigError(f'worker must be an int >= 0, got {worker!r}')
-    self.board, self.prefix, self.worker = board, prefix.rstrip('/'), int(worker)
+    self.board, self.prefix = board, prefix.rstrip('/')
+    self.worker = integer(worker, 'worker')
 
   def _post(self, message: dict) -> None:
     ticket = self.board.increment(f'{self.prefix}/n')

@@ -48,34 +48,26 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 import numbers
 from collections.abc import Callable
 
 import numpy as np
 
+from hetjax._checks import number, positive_int, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.core._links import ring_fraction
 from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
 from hetjax.pipeline._injection import replica_trace
 from hetjax.pipeline._policies import SyncName, make_sync_policy, parse_sync_name
-from hetjax.pipeline._schedule import positive_int
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9
 
 
-def _real(value: object, what: str, low: float) -> float:
-  if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-      or not low <= value < math.inf:
-    raise ConfigError(f'{what} must be a finite number >= {low}, got {value!r}')
-  return float(value)
-
-
 def ring_sync_s(base_s: float) -> Callable[[int], float]:
   """The ring all-reduce's cost for a group of k: 2(k − 1)/k × ``base_s`` (0 for k = 1), the
   bandwidth term of `hetjax.core.LinkCost.ring_all_reduce_s` with ``base_s`` = bytes / β."""
-  base = _real(base_s, 'sync_s', 0.0)
+  base = number(base_s, 'sync_s')
   return lambda k: ring_fraction(k) * base
 
 
@@ -145,9 +137,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   """
   replicas = positive_int(replicas, 'replicas')
   budget = replicas * positive_int(steps, 'steps')
-  step_s = _real(step_s, 'step_s', 0.0)
-  if step_s == 0:
-    raise ConfigError('step_s must be > 0')
+  step_s = positive_seconds(step_s, 'step_s')
   cost = sync_s if callable(sync_s) else ring_sync_s(sync_s)
   if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
     raise ConfigError(f'seed must be an int, got {seed!r}')
