@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from hetjax._checks import between, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.runtime._elastic_env import (
   ENV_ORIGINAL_WORKERS,
@@ -29,9 +30,8 @@ from hetjax.runtime._elastic_env import (
   ENV_STALL_TIMEOUT,
 )
 from hetjax.runtime._launcher import (
+    MAX_WORKERS,
     LaunchResult,
-    check_seconds,
-    check_workers,
     device_counts,
     launch_local,
 )
@@ -81,8 +81,9 @@ def launch_elastic(command: Sequence[str], workers: int,
     ConfigError: bad arguments (as `launch_local`), ``max_restarts`` < 0, or ``min_workers``
       outside 1..workers.
   """
-  check_workers(workers)
-  check_seconds('timeout', timeout)
+  between(workers, 1, MAX_WORKERS, 'workers')
+  if timeout is not None:  # None: no limit
+    positive_seconds(timeout, 'timeout')
   if not isinstance(max_restarts, int) or max_restarts < 0:
     raise ConfigError(f'max restarts must be a non-negative integer, got {max_restarts}')
   min_workers = workers if min_workers is None else min_workers

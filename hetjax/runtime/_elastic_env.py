@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from hetjax._checks import positive_seconds
 from hetjax._errors import ConfigError
 
 ENV_RESTART = 'HETJAX_RESTART'
@@ -81,6 +82,4 @@ def stall_timeout() -> float | None:
     seconds = float(raw)
   except ValueError:
     raise ConfigError(f'{ENV_STALL_TIMEOUT}={raw!r} is not a number of seconds') from None
-  if not seconds > 0:
-    raise ConfigError(f'{ENV_STALL_TIMEOUT} must be positive, got {raw}')
-  return seconds
+  return positive_seconds(seconds, ENV_STALL_TIMEOUT)

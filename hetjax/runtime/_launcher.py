@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
+from hetjax._checks import between, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.runtime._affinity import affinity_for_children, worker_cpus
 from hetjax.runtime._console import LINGER_S, Console
@@ -154,24 +155,13 @@ def device_counts(workers: int, devices: int | Sequence[int]) -> tuple[int, ...]
   return counts
 
 
-def check_workers(workers: int) -> None:
-  """Raises `ConfigError` unless ``workers`` is 1..`MAX_WORKERS`."""
-  if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-    raise ConfigError(f'workers must be between 1 and {MAX_WORKERS}, got {workers}')
-
-
-def check_seconds(name: str, seconds: float | None) -> None:
-  """Raises `ConfigError` unless ``seconds`` is None (no limit) or positive."""
-  if seconds is not None and not seconds > 0:
-    raise ConfigError(f'{name} must be a positive number of seconds, got {seconds}')
-
-
 def _check(command: Sequence[str], workers: int, counts: tuple[int, ...], slowdown: str | None,
            timeout: float | None, init_timeout: float | None, env: Mapping[str, str]) -> None:
   if not command:
     raise ConfigError('no command given; put it after --, e.g. -- python train.py')
-  check_seconds('timeout', timeout)
-  check_seconds('init timeout', init_timeout)
+  for what, seconds in (('timeout', timeout), ('init timeout', init_timeout)):
+    if seconds is not None:  # None: no limit
+      positive_seconds(seconds, what)
   if slowdown is not None and not slowdown.strip():
     raise ConfigError('slowdown spec is empty')
   gpus, need = env.get('CUDA_VISIBLE_DEVICES', ''), sum(counts)
@@ -345,9 +335,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     ConfigError: bad arguments, too few free ports or GPUs, or a command that cannot start.
   """
   base = dict(os.environ if env is None else env)
-  check_workers(workers)
-  if not isinstance(servers, int) or not 0 <= servers <= MAX_WORKERS:
-    raise ConfigError(f'servers must be between 0 and {MAX_WORKERS}, got {servers}')
+  between(workers, 1, MAX_WORKERS, 'workers')
+  between(servers, 0, MAX_WORKERS, 'servers')
   counts = device_counts(workers, devices_per_worker) + (1,) * servers
   _check(command, workers, counts, slowdown, timeout, init_timeout, base)
   if slowdown is not None and validate_slowdown is not None:
@@ -356,7 +345,8 @@ def launch_local(command: Sequence[str], workers: int, devices_per_worker: int |
     validate_network(network)
   if hosts is not None and len(hosts) != workers:
     raise ConfigError(f'{len(hosts)} host ids for {workers} workers')
-  check_seconds('stall timeout', stall_timeout)
+  if stall_timeout is not None:  # None: automatic
+    positive_seconds(stall_timeout, 'stall timeout')
   processes = workers + servers
   coordinator, *transfer = find_free_ports(processes + 1, port_range)
   base |= {'HETJAX_COORDINATOR': f'127.0.0.1:{coordinator}',
