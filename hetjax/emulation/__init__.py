@@ -2,13 +2,18 @@
 
 A `SlowdownTrace` (text form: `parse_trace`) says how much slower each worker's host is at each
 step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real worker's steps
-by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures;
+by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures
+(`build_host`: the one builder, with the one `MARGIN`, the cost agreed across workers);
 `Links` (text form: `parse_links`) does the same for transfers, by each worker's link latency
 and bandwidth.
 The virtual clock models the same hosts, by the same `HostModel`. Nothing here imports the rest
 of hetjax but its errors and the α–β link model (`hetjax.core.LinkCost`).
 """
 
+from ._build_host import MARGIN as MARGIN
+from ._build_host import Board as Board
+from ._build_host import Calibration as Calibration
+from ._build_host import build_host as build_host
 from ._calibrate import RowCost as RowCost
 from ._calibrate import calibrate_row_cost as calibrate_row_cost
 from ._grammar import parse_trace as parse_trace
@@ -27,6 +32,9 @@ from ._traces import StepChangeTrace as StepChangeTrace
 from ._traces import TransientTrace as TransientTrace
 
 __all__ = [
+    'MARGIN',
+    'Board',
+    'Calibration',
     'ComposedTrace',
     'CsvTrace',
     'HostModel',
@@ -39,6 +47,7 @@ __all__ = [
     'StepChangeTrace',
     'SubsetTrace',
     'TransientTrace',
+    'build_host',
     'calibrate_row_cost',
     'parse_links',
     'parse_trace',

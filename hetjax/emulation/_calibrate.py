@@ -14,6 +14,20 @@ scale the line rather than add a fixed cost per call: ``tail=q`` scales the fitt
 q-quantile of measured / fitted over every timing when that exceeds the margin, leaving the
 line's shape (fixed cost against cost per row) to the medians.
 
+A small model's step is nearly all fixed cost (dispatch), and its cost per row can be smaller
+than the timing noise at the sizes measured (an MLP of width 8: 10 and 42 rows both took 4.0 ms
+± 0.3 ms). A slope fitted there is noise: refused as none, or a host that is all fixed cost.
+Neither serves: the host model slows the fixed cost too, so a 3× slow host that is mostly fixed
+cost can never match the others however few rows it gets, and a balancer gives it none (shares
+[54, 72, 2] for speeds 1, 1, 3, where rows in proportion to speed are 3/7, 3/7, 1/7). So the
+line is kept only when its cost per row is resolved: the rise it fits across the sizes exceeds
+`RESOLVE` standard errors of the medians (each from its size's median absolute deviation), and
+the rows make at least `ROW_SHARE` of the largest size's step (the benchmarks' recorded hosts:
+0.77 or more).
+Otherwise the cost is taken as all per row, sized so that no call of the fewest rows measured
+overruns (`RowCost.per_row_s`): the slowest size's median over the smallest size, scaled.
+Measuring larger sizes instead would resolve a slope too small to matter at the run's sizes.
+
 The circularity, stated once: the virtual clock's per-sample cost and the emulated hosts' row
 cost are this same calibration. When a virtual run and an emulated run agree, that checks the
 policies, the collectives and the model of a step against real ones; it does not check the
@@ -31,6 +45,16 @@ import numpy as np
 
 from hetjax._errors import ConfigError
 
+#: Standard errors of the medians' difference the fitted rise must exceed to count as a cost per
+#: row (about 1 in 700 for pure noise; scripted, noiseless timings pass at any rise > 0).
+RESOLVE = 3.0
+#: The least share of the largest size's fitted step its rows must make for the line to be kept:
+#: a fixed cost at most half the rows' (a 3× slow host among two others then still gets rows).
+ROW_SHARE = 2 / 3
+#: The standard error of a median of n timings is about ``MEDIAN_SE × MAD / √n`` for a normal
+#: spread (1.4826 MAD estimates σ; the median's error is √(π/2) σ / √n).
+MEDIAN_SE = 1.4826 * math.sqrt(math.pi / 2)
+
 
 @dataclasses.dataclass(frozen=True)
 class RowCost:
@@ -41,12 +65,20 @@ class RowCost:
     fixed_s: seconds per step whatever the rows (>= 0).
     measured: every timing taken, as (rows, seconds) pairs in the order measured.
     scale: what the median line was multiplied by: the margin, or the tail quantile.
+    resolved: whether the cost per row rose above the timing noise and makes most of a step
+      (module docstring); if not, ``row_s`` is ``per_row_s`` and ``fixed_s`` is 0.
+    per_row_s: the cost taken as all per row: the largest median over the fewest rows measured,
+      times the margin (or the tail quantile of every timing over that median), so that no
+      call of those rows runs past it. What a worker whose slope was resolved offers when
+      another worker's was not, so that every worker of a job gets one host model.
   """
 
   row_s: float
   fixed_s: float
   measured: tuple[tuple[int, float], ...]
   scale: float = 1.0
+  resolved: bool = True
+  per_row_s: float = 0.0
 
   def seconds(self, rows: int) -> float:
     """The fitted cost of a step of ``rows`` rows."""
@@ -82,10 +114,12 @@ def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], rep
       (module docstring); None: by ``margin`` alone.
 
   Returns:
-    the fitted `RowCost`, with every timing in ``measured``.
+    the fitted `RowCost`, with every timing in ``measured``; when the cost per row does not
+    rise above the timing noise or the fixed cost is most of a step, the cost taken as all per
+    row (``resolved`` False; module docstring).
 
   Raises:
-    ConfigError: a bad argument, a bad timing, or medians that do not grow with the rows.
+    ConfigError: a bad argument, a bad timing, or no time measured at all.
   """
   sizes = tuple(dict.fromkeys(_count(r, 'rows', 1) for r in rows))
   if len(sizes) < 2:
@@ -110,14 +144,45 @@ def calibrate_row_cost(measure: Callable[[int], float], rows: Sequence[int], rep
   row_s, fixed_s = np.polyfit(x, y, 1)
   if fixed_s < 0:
     row_s, fixed_s = float(x @ y / (x @ x)), 0.0
-  if not (row_s > 0 and y[np.argmax(x)] > y[np.argmin(x)]):
-    medians = ', '.join(f'{int(r)}: {s:.3g} s' for r, s in zip(x, y, strict=True))
-    raise ConfigError(f'calibration found no cost per row (medians {medians}); use larger rows')
+  if not y.max() > 0:
+    raise ConfigError(f'calibration measured no time at rows {sizes!r}; measure(rows) must time '
+                      'a real computation')
+  per_row, per_row_scale = _per_row(measured, float(y.max()), min(sizes), margin, tail)
+  if not (_resolved(measured, x, y, row_s) and row_s * x.max() >= ROW_SHARE * (
+      fixed_s + row_s * x.max())):
+    return RowCost(per_row, 0.0, tuple(measured), per_row_scale, resolved=False,
+                   per_row_s=per_row)
   scale = float(margin)
   if tail is not None:
     ratios = [s / (fixed_s + r * row_s) for r, s in measured]
     scale = max(scale, float(np.quantile(ratios, tail)))
-  return RowCost(float(scale * row_s), float(scale * fixed_s), tuple(measured), scale)
+  return RowCost(float(scale * row_s), float(scale * fixed_s), tuple(measured), scale,
+                 per_row_s=per_row)
+
+
+def _resolved(measured, x: np.ndarray, y: np.ndarray, row_s: float) -> bool:
+  """Whether the fitted slope rises across the sizes by more than `RESOLVE` standard errors of
+  the smallest and largest sizes' medians (module docstring)."""
+  lo, hi = int(x[np.argmin(x)]), int(x[np.argmax(x)])
+  if not (row_s > 0 and y[np.argmax(x)] > y[np.argmin(x)]):
+    return False
+  variance = 0.0
+  for size in (lo, hi):
+    times = np.array([s for r, s in measured if r == size])
+    mad = float(np.median(np.abs(times - np.median(times))))
+    variance += (MEDIAN_SE * mad) ** 2 / len(times)
+  return row_s * (hi - lo) > RESOLVE * math.sqrt(variance)
+
+
+def _per_row(measured, slowest: float, fewest: int, margin: float, tail: float | None
+             ) -> tuple[float, float]:
+  """`RowCost.per_row_s` and its scale: every call taken to cost the slowest median, spread over
+  the fewest rows, scaled by the margin or the ``tail`` quantile of every timing over that
+  median."""
+  scale = float(margin)
+  if tail is not None:
+    scale = max(scale, float(np.quantile([s / slowest for _, s in measured], tail)))
+  return scale * slowest / fewest, scale
 
 
 def _count(value: int, what: str, low: int) -> int:

@@ -1,0 +1,163 @@
+"""One builder for every emulated host: a cost per row (given, or calibrated on the worker's own
+computation with the one `MARGIN`), agreed across the job's workers, as a `KnownSpeedHost`.
+
+Every worker of a job runs as a host of the same base speed, slowed by its row of the trace, so
+a host's cost must be one number for all: each worker times its real step, publishes its cost,
+and every worker takes the largest (the slowest worker's compute must fit under its host's time
+too). A cost per row given (``row_s``, the config's ``emulation.host_row_s``) skips all of it.
+
+What is timed depends on the program; `Calibration` says how:
+
+* two or more sizes: a line ``fixed_s + rows × row_s`` (`calibrate_row_cost`): the share and
+  token steps, whose rows change from step to step;
+* one size: a step that always computes the same work (a pipeline replica's batch, a
+  parameter-server worker's share, a SchMP round's mean work); its cost is all per row,
+  ``MARGIN × median / size``.
+
+A line whose cost per row is not resolved (a small model, its step mostly fixed cost or its
+rows inside the timing noise: `calibrate_row_cost`'s module docstring) is measured again, up to
+``attempts`` times; if it is still not resolved the job's hosts take their cost as all per row
+(`RowCost.per_row_s`, the largest any worker offers), with a one-line notice, rather than a
+slope that is noise or a host a balancer can only starve.
+
+Example::
+
+  host = build_host(trace, ctx.worker, ctx.workers, board=channel, calibration=Calibration(
+      lambda rows: median_seconds_of_a_step(rows), sizes=(128, 512)))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from hetjax._errors import ConfigError
+from hetjax.emulation._calibrate import RowCost, calibrate_row_cost
+from hetjax.emulation._hosts import KnownSpeedHost
+from hetjax.emulation._traces import SlowdownTrace
+
+#: Host time over the calibrated compute, for every emulated host (rows, steps, rounds, stage
+#: actions): 1.25 left 10–30% of share steps overrunning their host's time.
+MARGIN = 1.5
+
+
+class Board(Protocol):
+  """Where the workers agree on one cost: `hetjax.runtime.Channel` (or `LocalChannel`)."""
+
+  def set(self, key: str, value: Any) -> None: ...
+
+  def get(self, key: str) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """How `build_host` times a worker's real computation.
+
+  Attributes:
+    measure: ``measure(rows)`` runs one real computation of ``rows`` (compiled beforehand) and
+      returns its seconds.
+    sizes: the rows to time: two or more ints fit a line; one size (an int or, for work units
+      such as a SchMP round's mean work, a float > 0) makes the cost all per row.
+    repeats: timings per size (their median is taken).
+    tail: `calibrate_row_cost`'s ``tail`` (calls made in a stream); None for one call a step.
+  """
+
+  measure: Callable[[int], float]
+  sizes: Sequence[float]
+  repeats: int = 5
+  tail: float | None = None
+
+  def __post_init__(self):
+    if not self.sizes:
+      raise ConfigError('a calibration needs at least one size')
+    if isinstance(self.repeats, bool) or not isinstance(self.repeats, numbers.Integral) \
+        or self.repeats < 1:
+      raise ConfigError(f'repeats must be an int >= 1, got {self.repeats!r}')
+
+
+def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
+               calibration: Calibration | None = None, row_s: float = 0.0, speed: float = 1.0,
+               board: Board | None = None, key: str = 'calibrate', attempts: int = 3,
+               log: Callable[[str], None] | None = None) -> KnownSpeedHost:
+  """Worker ``worker``'s host of known speed (module docstring), slowed by ``trace``.
+
+  Args:
+    trace: every worker's slowdowns.
+    worker, workers: this worker, of ``workers`` (all of whom call this, at once, when a
+      calibration is agreed on ``board``).
+    calibration: how to time this worker (`Calibration`); None with ``row_s`` given.
+    row_s: a given cost per row (nothing fixed); > 0 skips the calibration and the agreement.
+    speed: this worker's speed (`KnownSpeedHost.speed`): its device count over the fewest any
+      worker has. A calibrated cost is published times it, so the cost agreed is a speed-1
+      host's, and the slowest worker's compute fits under its own host's time.
+    board: where the workers agree (None, or one worker: this worker's cost is the job's).
+    key: the board's key namespace (``KEY/W``: worker W's cost).
+    attempts: calibrations of a line tried before its cost is taken as all per row.
+    log: where the notices go (`print`, flushed, when None).
+
+  Returns:
+    the host, ``row_s``, ``fixed_s`` and ``speed`` set.
+
+  Raises:
+    ConfigError: neither a calibration nor a cost given, or a bad one.
+  """
+  say = log or (lambda line: print(line, flush=True))
+  if row_s:
+    return KnownSpeedHost(trace, worker, row_s, 0.0, speed=speed)
+  if calibration is None:
+    raise ConfigError('an emulated host needs a cost per row (host_row_s) or a calibration')
+  cost = _calibrate(calibration, worker, attempts, say)
+  mine = [cost.row_s * speed, cost.fixed_s, cost.resolved, cost.per_row_s * speed]
+  every = [mine]
+  if board is not None and workers > 1:  # one host model for all: the slowest worker's
+    board.set(f'{key}/{worker}', mine)
+    every = [board.get(f'{key}/{w}') for w in range(workers)]
+  if all(c[2] for c in every):
+    return KnownSpeedHost(trace, worker, max(c[0] for c in every), max(c[1] for c in every),
+                          speed=speed)
+  row = max(c[3] for c in every)
+  if worker == 0:
+    unresolved = ', '.join(str(w) for w, c in enumerate(every) if not c[2])
+    say(f'host calibration: no cost per row resolved on worker {unresolved} (a small model: '
+        f'its step mostly fixed cost, or its rows inside the timing noise): every host costs '
+        f'{1e3 * row:.3g} ms a row, nothing fixed (the slowest step over its fewest rows, with '
+        'the margin); emulation.host_row_s sets it')
+  return KnownSpeedHost(trace, worker, row, 0.0, speed=speed)
+
+
+def _calibrate(calibration: Calibration, worker: int, attempts: int,
+               say: Callable[[str], None]) -> RowCost:
+  """This worker's cost, margin included: a line (measured again while its cost per row is
+  not resolved), or one size's cost all per row."""
+  sizes = tuple(calibration.sizes)
+  if len(sizes) == 1:
+    return _one_size(calibration.measure, sizes[0], calibration.repeats)
+  for attempt in range(1, attempts + 1):
+    cost = calibrate_row_cost(calibration.measure, sizes, repeats=calibration.repeats,
+                              margin=MARGIN, tail=calibration.tail)
+    if cost.resolved:
+      return cost
+    if attempt < attempts:
+      medians = ', '.join(f'{r}: {1e3 * _median(cost.measured, r):.3g} ms'
+                          for r in sorted(set(sizes)))
+      say(f'worker {worker}: host calibration {attempt} of {attempts} resolved no cost per row '
+          f'(medians {medians}); measuring again')
+  return cost
+
+
+def _median(measured, rows: int) -> float:
+  return float(np.median([s for n, s in measured if n == rows]))
+
+
+def _one_size(measure: Callable[[float], float], size: float, repeats: int) -> RowCost:
+  if isinstance(size, bool) or not isinstance(size, numbers.Real) \
+      or not (math.isfinite(size) and size > 0):
+    raise ConfigError(f'a calibration size must be a number > 0, got {size!r}')
+  measured = tuple((size, float(measure(size))) for _ in range(repeats))
+  row = MARGIN * float(np.median([s for _, s in measured])) / size
+  return RowCost(row, 0.0, measured, MARGIN, per_row_s=row)
