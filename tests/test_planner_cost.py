@@ -53,7 +53,7 @@ def test_cluster_load_and_uniform(tmp_path):
     ({'speed': math.nan}, r'worker 1: "speed" must be a positive finite number, got nan'),
     ({'memory': -8e9}, r'worker 1: "memory" must be a positive'),
     ({'memory': 'lots'}, r'worker 1: "memory" must be a positive'),
-    ({'devices': 0}, r'worker 1: "devices" must be a positive integer'),
+    ({'devices': 0}, r'worker 1: "devices" must be an integer >= 1, got 0'),
 ])
 def test_cluster_bad_worker_names_worker_and_field(worker, message):
   with pytest.raises(ConfigError, match=message) as info:

@@ -28,6 +28,7 @@ import os
 import pathlib
 from collections.abc import Mapping, Sequence
 
+from hetjax._checks import number, positive_int, positive_number
 from hetjax._errors import ConfigError
 from hetjax.core._links import LinkCost
 
@@ -72,15 +73,15 @@ class ClusterSpec:
     if not self.workers:
       raise ConfigError('a cluster needs at least one worker')
     for i, w in enumerate(self.workers):
-      _check_devices(w.devices, i)
-      _check_positive(w.flops_per_s, i, 'flops_per_s')
-      _check_positive(w.memory_bytes, i, 'memory_bytes')
-    _check_link(self.alpha_s, 'alpha_s', zero_ok=True)
-    _check_link(self.beta_bytes_per_s, 'beta_bytes_per_s')
+      positive_int(w.devices, f'worker {i}: "devices"')
+      positive_number(w.flops_per_s, f'worker {i}: flops_per_s')
+      positive_number(w.memory_bytes, f'worker {i}: memory_bytes')
+    number(self.alpha_s, 'cluster: alpha_s')
+    positive_number(self.beta_bytes_per_s, 'cluster: beta_bytes_per_s')
     if self.intra_alpha_s is not None:
-      _check_link(self.intra_alpha_s, 'intra_alpha_s', zero_ok=True)
+      number(self.intra_alpha_s, 'cluster: intra_alpha_s')
     if self.intra_beta_bytes_per_s is not None:
-      _check_link(self.intra_beta_bytes_per_s, 'intra_beta_bytes_per_s')
+      positive_number(self.intra_beta_bytes_per_s, 'cluster: intra_beta_bytes_per_s')
 
   @functools.cached_property
   def devices(self) -> int:
@@ -185,7 +186,7 @@ class ClusterSpec:
       devices = entry.get('devices', 1)
       if isinstance(devices, list) and devices and all(isinstance(d, str) for d in devices):
         devices = len(devices)  # a run's cluster.json names them
-      _check_devices(devices, i)
+      positive_int(devices, f'worker {i}: "devices"')
       bandwidth = (_number(entry, 'bandwidth', f'worker {i}') if 'bandwidth' in entry
                    else None)
       workers.append(WorkerSpec(int(devices), _number(entry, 'speed', f'worker {i}'),
@@ -217,42 +218,16 @@ class ClusterSpec:
     return out
 
 
-def _is_number(value) -> bool:
-  return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_devices(value, worker: int) -> None:
-  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ConfigError(f'worker {worker}: "devices" must be a positive integer, got {value!r}')
-
-
-def _check_positive(value, worker: int, field: str) -> None:
-  if not _is_number(value) or not math.isfinite(value) or value <= 0:
-    raise ConfigError(f'worker {worker}: {field} must be a positive finite number, '
-                      f'got {value!r}')
-
-
 def _number(entry: Mapping, field: str, where: str) -> float:
   if field not in entry:
     raise ConfigError(f'{where}: missing "{field}"')
-  value = entry[field]
-  if not _is_number(value) or not math.isfinite(value) or value <= 0:
-    raise ConfigError(f'{where}: "{field}" must be a positive finite number, got {value!r}')
-  return float(value)
-
-
-def _check_link(value, field: str, zero_ok: bool = False) -> None:
-  if not _is_number(value) or not math.isfinite(value) or value < 0 or (
-      value == 0 and not zero_ok):
-    bound = 'non-negative' if zero_ok else 'positive'
-    raise ConfigError(f'cluster: {field} must be a {bound} finite number, got {value!r}')
+  return positive_number(entry[field], f'{where}: "{field}"')
 
 
 def _link(data: Mapping, field: str, default: float | None) -> float | None:
   if field not in data:
     return default
-  _check_link(data[field], field, zero_ok=True)
-  return float(data[field])
+  return number(data[field], f'cluster: {field}')
 
 
 def _beta(data: Mapping, prefix: str, default: float | None) -> float | None:
@@ -261,9 +236,7 @@ def _beta(data: Mapping, prefix: str, default: float | None) -> float | None:
   if gbit in data and raw in data:
     raise ConfigError(f'cluster: give "{gbit}" or "{raw}", not both')
   if gbit in data:
-    _check_link(data[gbit], gbit)
-    return float(data[gbit]) * 1e9 / 8
+    return positive_number(data[gbit], f'cluster: {gbit}') * 1e9 / 8
   if raw in data:
-    _check_link(data[raw], raw)
-    return float(data[raw])
+    return positive_number(data[raw], f'cluster: {raw}')
   return default
