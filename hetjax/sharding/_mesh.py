@@ -84,7 +84,8 @@ def _count_message(shape: tuple[int, ...], devices: list[jax.Device], processes:
     elif jax.process_count() > 1:
       hint = f' (under python -m hetjax.launch, pass --devices-per-worker {need})'
     else:
-      hint = f' (on CPU, add --jax_num_cpu_devices={need})'
+      hint = (f' (on CPU: the flag --jax_num_cpu_devices={need}, or '
+              f"jax.config.update('jax_num_cpu_devices', {need}) before JAX starts)")
   shape_text = 'x'.join(map(str, shape))
   return (f'mesh {shape_text} needs {need} devices but {len(devices)} '
           f'{devices[0].platform if devices else ""} device(s) are available{hint}')
