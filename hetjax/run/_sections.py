@@ -17,6 +17,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from hetjax._checks import at_least
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.pipeline._policies import parse_sync_name
 from hetjax.ps import parse_ps
@@ -38,13 +39,6 @@ class Mode(enum.Enum):
   PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
   SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks (`hetjax.schmp`)
   PS = 'ps'              # a parameter server: ``launch --servers K`` (`hetjax.ps`)
-
-
-def _at_least(section: Any, minimum: int, *names: str, note: str = '') -> None:
-  for name in names:
-    value = getattr(section, name)
-    if value is not None and value < minimum:
-      raise ConfigError(f'{section.NAME}.{name} must be >= {minimum}{note}, got {value}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +79,7 @@ class DataConfig:
   seed: int = 0
 
   def __post_init__(self):
-    _at_least(self, 1, 'global_batch')
+    at_least(self.global_batch, 1, f'{self.NAME}.global_batch')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +98,7 @@ class OptimizerConfig:
   steps: int = 100
 
   def __post_init__(self):
-    _at_least(self, 1, 'steps')
+    at_least(self.steps, 1, f'{self.NAME}.steps')
     if self.learning_rate <= 0:
       raise ConfigError(f'optimizer.learning_rate must be > 0, got {self.learning_rate}')
 
@@ -141,7 +135,7 @@ class ParallelismConfig:
 
   def __post_init__(self):
     parse_choice(Mode, self.mode, 'parallelism.mode')
-    _at_least(self, 0, 'bucket_bytes', note=' (0: one fused buffer)')
+    at_least(self.bucket_bytes, 0, f'{self.NAME}.bucket_bytes', note=' (0: one fused buffer)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +162,8 @@ class BalanceConfig:
   endgame: bool = True
 
   def __post_init__(self):
-    _at_least(self, 0, 'bucket', 'token_rows', note=' (0: automatic)')
+    at_least(self.bucket, 0, f'{self.NAME}.bucket', note=' (0: automatic)')
+    at_least(self.token_rows, 0, f'{self.NAME}.token_rows', note=' (0: automatic)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +189,8 @@ class PipelineConfig:
   sync_overlap: bool = False
 
   def __post_init__(self):
-    _at_least(self, 1, 'stages', 'micro_batches')
+    at_least(self.stages, 1, f'{self.NAME}.stages')
+    at_least(self.micro_batches, 1, f'{self.NAME}.micro_batches')
     parse_sync_name(self.sync)
 
 
@@ -220,9 +216,11 @@ class SchmpConfig:
   objective_every: int = 1
 
   def __post_init__(self):
-    _at_least(self, 1, 'schedule_size', note=' (or None: the app\'s default)')
-    _at_least(self, 0, 'staleness', note=' (0: exact)')
-    _at_least(self, 1, 'objective_every')
+    if self.schedule_size is not None:  # None: the app's default
+      at_least(self.schedule_size, 1, f'{self.NAME}.schedule_size',
+               note=" (or None: the app's default)")
+    at_least(self.staleness, 0, f'{self.NAME}.staleness', note=' (0: exact)')
+    at_least(self.objective_every, 1, f'{self.NAME}.objective_every')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,9 +258,7 @@ class EmulationConfig:
   host_row_s: float = 0.0
 
   def __post_init__(self):
-    if self.host_row_s < 0:
-      raise ConfigError(f'emulation.host_row_s must be >= 0 (0: calibrated), got '
-                        f'{self.host_row_s}')
+    at_least(self.host_row_s, 0, f'{self.NAME}.host_row_s', note=' (0: calibrated)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +277,7 @@ class CheckpointConfig:
   asynchronous: bool = True
 
   def __post_init__(self):
-    _at_least(self, 1, 'every')
+    at_least(self.every, 1, f'{self.NAME}.every')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,7 +292,7 @@ class LoggingConfig:
   every: int = 10
 
   def __post_init__(self):
-    _at_least(self, 1, 'every')
+    at_least(self.every, 1, f'{self.NAME}.every')
 
 
 #: Every section of a `Config`: its attribute name → its class.
