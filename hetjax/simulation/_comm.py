@@ -33,11 +33,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hetjax._checks import integer, number, positive_int, positive_number
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.emulation import Links
 from hetjax.simulation._comm_problem import CommProblem, LeastSquares
 from hetjax.simulation._comm_schemes import ASYNC_PS, Scheme, compute_times, transfer_times
-from hetjax.simulation._shares import _count
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -112,16 +112,16 @@ def simulate_comm(scheme: Scheme | str, compute_s: float | Sequence[float], link
   if (dc_lambda is not None or max_staleness is not None) and scheme not in ASYNC_PS:
     raise ConfigError(f'{scheme.value} has no stale gradients: dc_lambda and max_staleness need '
                       'ps-asp or ps-eager')
-  if dc_lambda is not None and not (math.isfinite(dc_lambda) and dc_lambda >= 0):
-    raise ConfigError(f'dc_lambda must be finite and >= 0, got {dc_lambda!r}')
-  if not (math.isfinite(lr) and lr > 0) or not (math.isfinite(noise_cv) and noise_cv >= 0):
-    raise ConfigError(f'lr must be finite and > 0 and noise_cv >= 0, got {lr!r}, {noise_cv!r}')
-  nbytes = _count(model_bytes, 'model_bytes', 0)
+  if dc_lambda is not None:
+    number(dc_lambda, 'dc_lambda')
+  positive_number(lr, 'lr')
+  number(noise_cv, 'noise_cv')
+  nbytes = integer(model_bytes, 'model_bytes')
   clock = _Clock(compute_times(compute_s, n), transfer_times(links, nbytes),
                  links.all_reduce_s(range(n), nbytes), noise_cv, seed)
   sim = _Sim(problem, lr, [problem.worker_rows(i, n) for i in range(n)])
-  updates = _count(updates, 'updates', 1)
-  bound = None if max_staleness is None else _count(max_staleness, 'max_staleness', 0)
+  updates = positive_int(updates, 'updates')
+  bound = None if max_staleness is None else integer(max_staleness, 'max_staleness')
   with np.errstate(over='ignore', invalid='ignore'):  # a diverging run is a result: inf, nan
     if scheme is Scheme.PS_BSP:
       starts = _ps_bsp(sim, clock, updates)

@@ -32,17 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from hetjax._checks import integer, number, positive_int
 from hetjax._errors import ConfigError
 from hetjax.core._links import LinkCost
 from hetjax.core._policy import Policy
 from hetjax.core._stats import StepStats
 from hetjax.emulation import HostModel, SlowdownTrace
-
-
-def _count(value: int, what: str, low: int) -> int:
-  if isinstance(value, bool) or int(value) != value or value < low:
-    raise ConfigError(f'{what} must be an integer >= {low}, got {value!r}')
-  return int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +69,10 @@ class ClockCosts:
     if per_sample.size == 0 or not (np.all(np.isfinite(per_sample)) and np.all(per_sample > 0)):
       raise ConfigError(f'per_sample_s must be finite and > 0, got {self.per_sample_s!r}')
     for name in ('fixed_s', 'alpha_s', 'host_s'):
-      if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-        raise ConfigError(f'{name} must be finite and >= 0, got {getattr(self, name)!r}')
+      number(getattr(self, name), name)
     if not self.beta_bytes_per_s > 0:
       raise ConfigError(f'beta_bytes_per_s must be > 0, got {self.beta_bytes_per_s!r}')
-    _count(self.grad_bytes, 'grad_bytes', 0)
+    integer(self.grad_bytes, 'grad_bytes')
 
   def compute_s(self, shares: np.ndarray, factors: np.ndarray) -> np.ndarray:
     """factors × (fixed_s + per_sample_s × shares); a share of 0 still pays fixed_s × factor.
@@ -94,7 +88,7 @@ class ClockCosts:
 
   def allreduce_s(self, workers: int) -> float:
     """Ring all-reduce: 2(n−1) messages of latency α, 2(n−1)/n of the bytes each way; 0 at n=1."""
-    n = _count(workers, 'workers', 1)
+    n = positive_int(workers, 'workers')
     return self.link.ring_all_reduce_s(self.grad_bytes, n)
 
   @property
@@ -119,7 +113,7 @@ class ClockCosts:
       >>> round(ClockCosts(per_sample_s=1e-3).balanced_limit_s(400, np.array([1, 1, 1, 3])), 9)
       0.12
     """
-    x = _count(global_batch, 'global_batch', 1)
+    x = positive_int(global_batch, 'global_batch')
     factors = np.asarray(factors, dtype=np.float64)
     c = np.broadcast_to(np.asarray(self.per_sample_s, dtype=np.float64), factors.shape)
     order = np.argsort(factors, kind='stable')
@@ -218,14 +212,13 @@ def simulate_shares(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, glob
   Raises:
     ConfigError: bad sizes, a trace for another worker count, or a policy returning bad shares.
   """
-  n = trace.workers if workers is None else _count(workers, 'workers', 1)
+  n = trace.workers if workers is None else positive_int(workers, 'workers')
   if n != trace.workers:
     raise ConfigError(f'trace {trace.describe()!r} has {trace.workers} workers, not {n}')
-  steps, start = _count(steps, 'steps', 1), _count(start, 'start', 0)
+  steps, start = positive_int(steps, 'steps'), integer(start, 'start')
   if start >= steps:
     raise ConfigError(f'start {start} leaves no step to run before steps {steps}')
-  if not (math.isfinite(noise_cv) and noise_cv >= 0):
-    raise ConfigError(f'noise_cv must be finite and >= 0, got {noise_cv!r}')
+  number(noise_cv, 'noise_cv')
   comm = cost.sync_s(n)
   count = steps - start
   shares = np.empty((count, n), dtype=np.int64)

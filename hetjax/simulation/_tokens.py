@@ -42,10 +42,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hetjax._checks import number, positive_int
 from hetjax._errors import ConfigError
 from hetjax.core._stats import StepStats
 from hetjax.emulation import SlowdownTrace
-from hetjax.simulation._shares import ClockCosts, VirtualRun, _count
+from hetjax.simulation._shares import ClockCosts, VirtualRun
 
 #: The others, each assumed half-way through a token, cannot finish a remaining token sooner
 #: than 1.5 × the fastest one's token time: below that a worker always takes the token.
@@ -116,14 +117,13 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     ConfigError: bad sizes or costs.
   """
   n = trace.workers
-  _count(steps, 'steps', 1)
-  rows = _count(token_rows, 'token_rows', 1)
-  x = _count(global_batch, 'global_batch', 1)
+  positive_int(steps, 'steps')
+  rows = positive_int(token_rows, 'token_rows')
+  x = positive_int(global_batch, 'global_batch')
   if x % rows:
     raise ConfigError(f'token_rows {rows} does not divide the global batch {x}')
-  for name, value in (('pull_s', pull_s), ('noise_cv', noise_cv)):
-    if not (math.isfinite(value) and value >= 0):
-      raise ConfigError(f'{name} must be finite and >= 0, got {value!r}')
+  number(pull_s, 'pull_s')
+  number(noise_cv, 'noise_cv')
   tokens, comm = x // rows, cost.sync_s(n)
   sigma = math.sqrt(math.log1p(noise_cv ** 2))
   rng = np.random.default_rng([seed, 0x70CE])

@@ -60,6 +60,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.runtime import Channel
@@ -105,8 +106,7 @@ class TokenRules:
   def __post_init__(self):
     x, rows, degree = self.global_batch, self.token_rows, self.local_batch_degree
     for name, value in (('global_batch', x), ('token_rows', rows), ('local_batch_degree', degree)):
-      if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f'token rules: {name} must be an integer >= 1, got {value!r}')
+      positive_int(value, f'token rules: {name}')
     if x % rows:
       raise ConfigError(f'token rules: token_rows {rows} does not divide the global batch {x}')
     if rows % degree:
