@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 
 PyTree = Any
@@ -46,8 +47,7 @@ class ServerLayout:
   def of(cls, params: PyTree, servers: int) -> ServerLayout:
     """Deals ``params``'s leaves (arrays or `jax.ShapeDtypeStruct`) over ``servers``."""
     leaves, treedef = jax.tree.flatten(params)
-    if not isinstance(servers, int) or servers < 1:
-      raise ConfigError(f'servers must be a positive integer, got {servers!r}')
+    positive_int(servers, 'servers')
     if servers > len(leaves):
       raise ConfigError(f'{servers} servers for a model of {len(leaves)} parameter tensors: '
                         f'give at most {len(leaves)} (a server holds whole tensors)')

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from hetjax._checks import integer, positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.schmp._app import App
@@ -88,12 +89,9 @@ class SchmpProgram:
   def __init__(self, app: App, schedule_size: int, devices: Sequence[jax.Device] | None = None,
                *, seed: int = 0, staleness: int = 1, objective_every: int = 1,
                last_round: int | None = None, host=None):
-    if isinstance(schedule_size, bool) or not isinstance(schedule_size, int) or schedule_size < 1:
-      raise ConfigError(f'schedule size must be an integer >= 1, got {schedule_size!r}')
-    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
-      raise ConfigError(f'staleness must be an integer >= 0 (0: exact), got {staleness!r}')
-    if objective_every < 1:
-      raise ConfigError(f'objective_every must be >= 1, got {objective_every}')
+    schedule_size = positive_int(schedule_size, 'schedule size')
+    staleness = integer(staleness, 'staleness', note=' (0: exact)')
+    objective_every = positive_int(objective_every, 'objective_every')
     self.app, self.schedule_size, self.seed = app, schedule_size, seed
     self.staleness, self.objective_every, self.host = staleness, objective_every, host
     self.last_round = last_round
