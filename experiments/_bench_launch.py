@@ -1,5 +1,6 @@
-"""Launching a benchmark's local worker job, and what its workers share: emulated hosts, policies
-that see the trace from their own step count, and the interleaved blocks they train in.
+"""Launching a benchmark's local worker job, and what its workers share: policies that see the
+trace from their own step count, and the interleaved blocks they train in (each on its emulated
+host: `hetjax.run.emulated_host` builds it, `hetjax.run.attach_host` attaches it).
 
 The launcher side (`launch_workers`) runs in the benchmark's process; everything else runs in a
 worker of the job (after `hetjax.runtime.initialize`). The analysis of what the chief wrote is
@@ -51,23 +52,6 @@ def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], worke
     where = f'{slowdown}: ' if slowdown else ''
     raise RuntimeError(f'{where}{result.cause} (see {out / "workers.log"})')
   return json.loads((out / 'run.json').read_text())
-
-
-def known_speed_host(ctx: runtime.WorkerContext, trainer, trace: emulation.SlowdownTrace,
-                     channel: runtime.Channel, token_rows: int | None = None
-                     ) -> emulation.KnownSpeedHost:
-  """This worker as a host of known speed slowed by ``trace``, attached to ``trainer`` (in a
-  worker of the job, once per job), calibrated as ``experiments/train.py`` does it
-  (`hetjax.run.emulated_host`): for share steps, or with ``token_rows`` for token
-  steps of that size (every policy of such a job then runs on that host). A benchmark that
-  changes the trace between blocks assigns ``trainer.host = dataclasses.replace(host, trace=…)``.
-  """
-  from hetjax import run  # the model zoo and the planner: worker side only
-
-  config = run.override(run.Config(model=trainer.task.name), [
-      f'global_batch={trainer.global_batch}',
-      *(['mode=tokens', f'token_rows={token_rows}'] if token_rows else [])])
-  return run.emulated_host(config, ctx, trainer, trace, channel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +133,7 @@ def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,
     (the state after the last block, the schedule: one ``{key: name, 'first_step',
     'last_step', 'policy_step'}`` per block, global steps inclusive), as ``schedule.json``.
   """
+  from hetjax.run import attach_host  # the model zoo and the planner: worker side only
   from hetjax.train import training_steps
 
   policy_states = dict.fromkeys(names)
@@ -158,7 +143,7 @@ def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,
       start, local = step, r * block
       shift = local - start
       trainer = program(name)
-      trainer.host = host(name, shift)
+      attach_host(trainer, host(name, shift))
       for info in training_steps(trainer, state, start + block, hooks,
                                  Local(policy(name), shift), policy_states[name]):
         state, policy_states[name], step = info.state, info.policy_state, info.step

@@ -21,7 +21,7 @@ import sys
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from experiments._bench_launch import interleaved_blocks, known_speed_host
+from experiments._bench_launch import interleaved_blocks
 from hetjax import runtime
 
 # The benchmark's model: an MLP wide enough that a worker's gradient (1024 rows) takes tens of
@@ -36,7 +36,7 @@ def main(out_dir: str, steps: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   import optax
 
-  from hetjax import balance, emulation, models
+  from hetjax import balance, emulation, models, run
   from hetjax.train import Hook, WorkerTrainer
 
   out = pathlib.Path(out_dir)
@@ -45,7 +45,7 @@ def main(out_dir: str, steps: int, block: int) -> None:
   channel = runtime.Channel(f'bench/{out}')
   traces = {name: emulation.parse_trace(spec, ctx.workers) for name, spec in SCENARIOS.items()}
   state = trainer.init_state()
-  host = known_speed_host(ctx, trainer, traces['none'], channel)
+  host = run.emulated_host(ctx, trainer, traces['none'], channel)
   hosts = {name: dataclasses.replace(host, trace=trace) for name, trace in traces.items()}
   policy = balance.Uniform(balance.ShareRules(GLOBAL_BATCH, ctx.workers))
   policy_state = policy.init()

@@ -32,8 +32,8 @@ from hetjax.sharding import abstract_model
 
 def _host(run: dict, worker: int, workers: int) -> emulation.KnownSpeedHost:
   rows = run['global_batch'] // workers
-  return emulation.KnownSpeedHost(emulation.parse_trace(run['hosts'], workers), worker,
-                                  row_s=run['compute_s'] / rows)
+  return emulation.build_host(emulation.parse_trace(run['hosts'], workers), worker, workers,
+                              row_s=run['compute_s'] / rows)
 
 
 class FullLoss:

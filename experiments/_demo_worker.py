@@ -40,7 +40,7 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
                                 train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)
-  host = run.emulated_host(config, ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
+  host = run.emulated_host(ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
   rules = ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
   runs = {}
   for name in ('uniform', compared):

@@ -27,11 +27,11 @@ from collections.abc import Mapping
 
 from experiments import _analysis
 from experiments._bench_launch import launch_workers
+from hetjax.emulation import MARGIN  # host time over the roofline of an action's compiled work
 
 WORKERS = 4
 DEVICES_PER_WORKER = 2
 SLOWDOWN = 'static:1,1,3,3'
-MARGIN = 1.5  # host time over the roofline of an action's compiled work
 
 
 def run_unequal(out: pathlib.Path, models: Mapping[str, tuple], rounds: int, steps: int,

@@ -66,8 +66,7 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None =
   import jax
   import optax
 
-  from experiments._bench_launch import known_speed_host
-  from hetjax import balance, emulation, models
+  from hetjax import balance, emulation, models, run
   from hetjax.train import WorkerTrainer
 
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
@@ -81,7 +80,7 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None =
   uniform = rules.uniform().values
   jax.block_until_ready(trainer.local_gradient(state, trainer.local_batch(0, uniform)))
   warmup_compile_s = trainer.compile_s
-  host = known_speed_host(ctx, trainer, trace, channel, token_rows)
+  host = run.emulated_host(ctx, trainer, trace, channel, token_rows=token_rows)
   return Bench(trainer, trace, host, rules, channel, fit, telemetry, state, warmup_compile_s)
 
 

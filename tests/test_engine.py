@@ -165,8 +165,8 @@ def test_the_oracle_under_train_py_knows_its_hosts_costs():
 def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch):
   """Mode tokens: the host is fitted to single calls at the token size and a uniform share,
   alternating, scaled to the tail of their slow spells (`_hosts.TAIL`), not to medians."""
-  from hetjax import emulation, runtime
-  from hetjax import run
+  from hetjax import emulation, run, runtime
+  from hetjax.emulation import _build_host
 
   seen, calibrate = [], emulation.calibrate_row_cost
 
@@ -175,12 +175,12 @@ def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch)
     seen.append((tuple(rows), kwargs, cost))
     return cost
 
-  monkeypatch.setattr(_hosts.emulation, 'calibrate_row_cost', spy)
+  monkeypatch.setattr(_build_host, 'calibrate_row_cost', spy)
   monkeypatch.setattr(_hosts, 'STREAM_CALLS', 3)
   ctx = runtime.WorkerContext(0, 1, None)
   for mode, sizes, kwargs in [
       ('tokens', (256, 2048), {'repeats': 3, 'tail': _hosts.TAIL}),
-      ('shares', (512, 2048), {})]:
+      ('shares', (512, 2048), {'repeats': 5, 'tail': None})]:
     config = run.override(run.load_config('mlp'), [
         f'mode={mode}', 'slowdown=static:2', 'mesh=8x1', 'global_batch=2048', 'token_rows=256'])
     built = _programs.build(config, ctx, None)

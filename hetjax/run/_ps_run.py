@@ -7,10 +7,11 @@ Every process runs train.py; the last K serve (`hetjax.ps.serve`: checkpoints ev
 writing ``metrics.jsonl`` (its own steps: under asp the loss of its minibatches; samples/s
 counts a global batch per step of worker 0, exact under bsp) and ``summary.json``. A slowdown
 makes every worker a host of known speed (its step padded to rows × a per-row cost × its
-factor: ``host_row_s``, or the largest any worker measured × `_hosts.MARGIN`); the network (``network``
-or ``launch --network``) pads every push and pull. ``--resume``: the servers restore their
-latest checkpoints and each worker continues from its own pushes' count; under ``launch
---max-restarts`` a restarted job does so on its own (its lost steps leave ``metrics.jsonl``, and
+factor: ``host_row_s``, or the largest any worker measured × `hetjax.emulation.MARGIN`, by
+`hetjax.emulation.build_host`); the network (``network`` or ``launch --network``) pads every
+push and pull. ``--resume``: the servers restore their latest checkpoints and each worker
+continues from its own pushes' count; under ``launch --max-restarts`` a restarted job does so
+on its own (its lost steps leave ``metrics.jsonl``, and
 ``restarts.jsonl`` counts them, as in train.py). The workers report their progress to the stall
 watchdog (the servers do not).
 """
@@ -42,17 +43,15 @@ def _check(config: Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
 
 
 def _host(config, ctx, role, worker, state, channel) -> emulation.KnownSpeedHost | None:
+  """This worker's host: its share's gradient timed, a step of one size."""
   spec = config.emulation.slowdown or ctx.slowdown
   if spec is None:
     return None
-  trace = emulation.parse_trace(spec, role.workers)
-  row_s = config.emulation.host_row_s
-  if not row_s:
-    rows = worker.shares[role.index]
-    channel.set(f'ps-host/{role.index}',
-                _hosts.MARGIN * float(np.median(worker.time_gradient(state))) / rows)
-    row_s = max(channel.get(f'ps-host/{w}') for w in range(role.workers))
-  return emulation.KnownSpeedHost(trace, role.index, row_s)
+  calibration = emulation.Calibration(lambda rows: float(np.median(worker.time_gradient(state))),
+                                      (worker.shares[role.index],), repeats=1)
+  return emulation.build_host(emulation.parse_trace(spec, role.workers), role.index, role.workers,
+                              calibration=calibration, row_s=config.emulation.host_row_s,
+                              board=channel, key='ps-host')
 
 
 class ServerHeld:
@@ -105,7 +104,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     state = worker.init_state()  # the servers' parameters, and this worker's pushes so far
     if resume and state.step == 0:
       raise ConfigError('--resume: the servers hold no checkpoint')
-    worker.host = _host(config, ctx, role, worker, state, channel)
+    _hosts.attach_host(worker, _host(config, ctx, role, worker, state, channel))
     return state, None
 
   def finish(state) -> dict:

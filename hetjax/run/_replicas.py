@@ -8,7 +8,8 @@ its group (``Config.sync``: 'sdpipe', 'all-reduce', 'random-pairs', 'periodic-av
 Slowdown (``--slowdown``, the one trace grammar): each replica is a host of known speed. A
 replica's step always trains on the same rows (its batch), so the host has one cost per step:
 ``host_row_s`` × rows when given, else calibrated at start — the median of timed steps on a
-copy of the initial state, × `MARGIN`, the largest any worker measured — and every step is
+copy of the initial state, × `hetjax.emulation.MARGIN`, the largest any worker measured
+(`hetjax.emulation.build_host`, a step of one size) — and every step is
 padded to ``(factor + delay) × that cost`` (`HostPause`; the transient draw of step s is the
 trace's draw for the replica's step s = 1, 2, …). SDPipe's and random pairs' windows are set
 on the scale of that step (or of a timed one without a slowdown): `window_options`.
@@ -26,7 +27,6 @@ import numpy as np
 
 from hetjax import ConfigError, emulation, runtime
 from hetjax.pipeline import (
-    HostPause,
     PipelineTrainer,
     ReplicaCheckpointer,
     ReplicaDriver,
@@ -34,9 +34,8 @@ from hetjax.pipeline import (
     SyncClient,
     SyncValuePolicy,
 )
+from hetjax.run._hosts import attach_host
 
-#: Host time over a calibrated step, as for the shares and tokens modes' hosts.
-MARGIN = 1.5
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
 PREFIX = 'sync'
 TIMED_STEPS = 3
@@ -64,8 +63,8 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
                          overlap=config.pipeline.sync_overlap)
   host = None
   if trace is not None:
-    host = replica_host(config, ctx, driver, trace, channel)
-    driver.pause = HostPause(host, trainer.global_batch)
+    host = replica_host(ctx, driver, trace, channel, config.emulation.host_row_s)
+    attach_host(driver, host)
   options = {}
   if ctx.is_chief and config.pipeline.sync in WINDOWED:  # windows on the scale of a step
     step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)
@@ -111,17 +110,14 @@ def window_options(sync: str, step_s: float) -> dict:
   return {'window_s': window, 'timeout_s': max(5.0, 4 * window)}
 
 
-def replica_host(config, ctx, driver: ReplicaDriver, trace, channel
+def replica_host(ctx, driver: ReplicaDriver, trace, channel, host_row_s: float = 0.0
                  ) -> emulation.KnownSpeedHost:
-  """This replica's host: ``config.emulation.host_row_s`` per row, or the calibrated step (module
-  docstring) spread over the batch's rows."""
-  rows = driver.trainer.global_batch
-  row_s = config.emulation.host_row_s
-  if not row_s:
-    step_s = time_step(driver) * MARGIN
-    channel.set(f'calibrate/{ctx.worker}', step_s)
-    row_s = max(channel.get(f'calibrate/{w}') for w in range(ctx.workers)) / rows
-  return emulation.KnownSpeedHost(trace, ctx.worker, row_s)
+  """This replica's host: ``host_row_s`` per row, or the calibrated step (module docstring)
+  spread over the batch's rows."""
+  calibration = emulation.Calibration(lambda rows: time_step(driver),
+                                      (driver.trainer.global_batch,), repeats=1)
+  return emulation.build_host(trace, ctx.worker, ctx.workers, calibration=calibration,
+                              row_s=host_row_s, board=channel)
 
 
 def time_step(driver: ReplicaDriver, repeats: int = TIMED_STEPS) -> float:

@@ -1,0 +1,110 @@
+"""The run's hosts of known speed: each program's calibration goes through the one builder
+(`hetjax.emulation.build_host`, one `MARGIN`) and each program gets its host through
+`hetjax.run.attach_host`."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import optax
+import pytest
+
+from hetjax import emulation, models, pipeline, run, runtime
+from hetjax.emulation import MARGIN, KnownSpeedHost, StaticTrace
+from hetjax.run import _hosts, _ps_run, _replicas
+from tests.conftest import require_devices
+
+TRACE = StaticTrace((1.0, 2.0))
+
+
+def test_margin_is_defined_once():
+  assert run.MARGIN is _hosts.MARGIN is emulation.MARGIN == 1.5
+  assert not hasattr(_replicas, 'MARGIN')
+
+
+def test_attach_host_gives_each_program_its_host_its_own_way():
+  host = KnownSpeedHost(TRACE, 1, row_s=1e-3)
+  program = types.SimpleNamespace(host=None)
+  run.attach_host(program, host)
+  assert program.host is host
+
+  trainer = pipeline.PipelineTrainer(models.make_task('mlp', hidden=16, width=8), optax.sgd(0.1),
+                                     8, stages=2, micro_batches=2, devices=require_devices(2))
+  driver = pipeline.ReplicaDriver(trainer, pipeline.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
+  run.attach_host(driver, host)  # a replica pauses over its batch's rows
+  assert driver.pause == pipeline.HostPause(host, 8)
+  pause = pipeline.HostPause.of_step('static:1,3', 2, 1, step_s=0.05)
+  run.attach_host(driver, pause)
+  assert driver.pause is pause
+  pace = pipeline.StagePace(TRACE, 1, {(0, 'forward'): 0.01})
+  run.attach_host(trainer, pace)
+  assert trainer.pace is pace
+
+
+def test_a_replica_host_is_its_timed_step_over_its_rows(monkeypatch):
+  driver = types.SimpleNamespace(trainer=types.SimpleNamespace(global_batch=8))
+  monkeypatch.setattr(_replicas, 'time_step', lambda d: 0.03)
+  ctx, channel = runtime.WorkerContext(1, 2, None), runtime.LocalChannel()
+  channel.set('calibrate/0', [0.5 * MARGIN * 0.03 / 8, 0.0, True, 0.0])  # worker 0: faster
+  host = _replicas.replica_host(ctx, driver, TRACE, channel)
+  assert (host.row_s, host.fixed_s, host.worker) == (0.03 * MARGIN / 8, 0.0, 1)
+  assert _replicas.replica_host(ctx, driver, TRACE, None, host_row_s=2e-3).row_s == 2e-3
+
+
+def test_a_ps_worker_host_is_its_timed_share_and_the_slowest_wins():
+  worker = types.SimpleNamespace(shares=(4, 4), time_gradient=lambda state: (0.01, 0.02, 0.09))
+  config = run.override(run.load_config('mlp'), ['slowdown=static:1,2'])
+  role = types.SimpleNamespace(index=0, workers=2)
+  channel = runtime.LocalChannel()
+  channel.set('ps-host/1', [1e-2, 0.0, True, 1e-2])
+  host = _ps_run._host(config, runtime.WorkerContext(0, 2, None), role, worker, None, channel)
+  assert channel.get('ps-host/0')[0] == MARGIN * 0.02 / 4 and host.row_s == 1e-2
+  plain = run.override(config, ['slowdown='])
+  assert _ps_run._host(plain, runtime.WorkerContext(0, 2, None), role, worker, None,
+                       channel) is None
+
+
+def test_a_schmp_host_costs_a_unit_of_the_mean_work():
+  schedule = types.SimpleNamespace(offset=3)
+  policy = types.SimpleNamespace(init=lambda: None, update=lambda state, stats: (schedule, None))
+  program = types.SimpleNamespace(host=None, time_rounds=lambda first, rounds: [0.2, 0.1, 0.4],
+                                  mean_work=lambda offset: 12.5)
+  host = _hosts.schmp_host(runtime.WorkerContext(0, 1, None), program, policy, TRACE, None)
+  assert program.host is host and host.row_s == MARGIN * 0.2 / 12.5
+  given = _hosts.schmp_host(runtime.WorkerContext(0, 1, None), program, policy, TRACE, None, 1e-3)
+  assert given.row_s == 1e-3 and program.host is given
+
+
+def test_a_small_model_is_calibrated_all_per_row_not_refused(capsys):
+  """The MLP of width 8 whose calibration failed: its step is dispatch, 32 and 128 rows alike,
+  so its host costs per row only (what lets a balancer give a slow host fewer rows)."""
+  from hetjax.run import _build
+
+  config = run.override(run.load_config('mlp'), [
+      'model.args.hidden=16', 'model.args.width=8', 'mesh=8x1', 'global_batch=128',
+      'slowdown=static:3'])
+  built = _build.build(config, runtime.WorkerContext(0, 1, None), None)
+  assert built.host.fixed_s == 0.0 and built.program.host is built.host
+  assert 'no cost per row resolved on worker 0' in capsys.readouterr().out
+  assert np.isfinite(built.host.row_s) and built.host.factor(0) == 3.0
+
+
+def test_emulated_host_needs_no_config():
+  trainer = types.SimpleNamespace(local_shapes=((1, 1),), host=None)
+  host = run.emulated_host(runtime.WorkerContext(0, 1, None), trainer, StaticTrace((2.0,)), None,
+                           host_row_s=1e-3)
+  assert (host.row_s, host.fixed_s, trainer.host) == (1e-3, 0.0, host)
+  assert run.emulated_host(runtime.WorkerContext(0, 1, None), trainer, None, None) is None
+
+
+@pytest.mark.parametrize('bad', [0.0, -1.0])
+def test_a_schmp_host_of_no_time_is_a_config_error(bad):
+  from hetjax import ConfigError
+
+  program = types.SimpleNamespace(host=None, time_rounds=lambda first, rounds: [bad],
+                                  mean_work=lambda offset: 1.0)
+  policy = types.SimpleNamespace(init=lambda: None,
+                                 update=lambda s, t: (types.SimpleNamespace(offset=0), None))
+  with pytest.raises(ConfigError, match='row_s must be'):
+    _hosts.schmp_host(runtime.WorkerContext(0, 1, None), program, policy, TRACE, None)
