@@ -16,8 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from hetjax.runtime import _distributed
-from hetjax.runtime._verdict import proc_stat
+from hetjax.runtime import ENV_LAUNCHER_PID, ENV_WORKER_ID, proc_stat
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -36,8 +35,8 @@ def job_processes(launcher_pid: int) -> dict[int, int]:
   for entry in pathlib.Path('/proc').iterdir():
     if entry.name.isdigit() and proc_stat(int(entry.name))[1:2] == [str(launcher_pid).encode()]:
       env = _environ(int(entry.name))
-      if env.get(_distributed.ENV_LAUNCHER_PID) == str(launcher_pid):
-        found[int(env.get(_distributed.ENV_WORKER_ID, -1))] = int(entry.name)
+      if env.get(ENV_LAUNCHER_PID) == str(launcher_pid):
+        found[int(env.get(ENV_WORKER_ID, -1))] = int(entry.name)
   return found
 
 
@@ -46,7 +45,7 @@ def orphans(launcher_pid: int) -> int:
   count = 0
   for entry in pathlib.Path('/proc').iterdir():
     if entry.name.isdigit() and int(entry.name) != os.getpid() and \
-        _environ(int(entry.name)).get(_distributed.ENV_LAUNCHER_PID) == str(launcher_pid):
+        _environ(int(entry.name)).get(ENV_LAUNCHER_PID) == str(launcher_pid):
       count += 1
   return count
 

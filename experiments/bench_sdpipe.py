@@ -59,7 +59,7 @@ from absl import flags
 from experiments import _harness, _sdpipe_analysis
 from experiments._bench_launch import launch_workers
 from hetjax import ConfigError
-from hetjax.pipeline._policies import RENAMED, parse_sync_name
+from hetjax.pipeline import RENAMED_SYNC_NAMES, parse_sync_name
 
 WORKERS = 4
 SCENARIOS = {'transient-h1': 'transient:1', 'transient-h3': 'transient:3',
@@ -150,7 +150,7 @@ def main() -> None:
   budget_s = (7.0 if quick else 10.0) if _BUDGET.value is None else _BUDGET.value
   policies = list(dict.fromkeys(_POLICIES.value))
   for p in policies:  # an old baseline name says its new one
-    if p.removesuffix(OVERLAP) in RENAMED:
+    if p.removesuffix(OVERLAP) in RENAMED_SYNC_NAMES:
       parse_sync_name(p.removesuffix(OVERLAP))
   unknown = [p for p in policies if p not in POLICIES]
   if unknown or 'all-reduce' not in policies:

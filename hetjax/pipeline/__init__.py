@@ -29,6 +29,7 @@ from hetjax.pipeline._groups import GroupScheduler as GroupScheduler
 from hetjax.pipeline._groups import SyncGroup as SyncGroup
 from hetjax.pipeline._injection import HostPause as HostPause
 from hetjax.pipeline._injection import replica_trace as replica_trace
+from hetjax.pipeline._policies import RENAMED_SYNC_NAMES as RENAMED_SYNC_NAMES
 from hetjax.pipeline._policies import AllReducePolicy as AllReducePolicy
 from hetjax.pipeline._policies import PeriodicAveragePolicy as PeriodicAveragePolicy
 from hetjax.pipeline._policies import RandomPairsPolicy as RandomPairsPolicy
@@ -72,6 +73,7 @@ from hetjax.pipeline._virtual_sdpipe import SyncRun as SyncRun
 from hetjax.pipeline._virtual_sdpipe import simulate_sync as simulate_sync
 
 __all__ = [
+    'RENAMED_SYNC_NAMES',
     'Action',
     'ActionPace',
     'AllReducePolicy',

@@ -157,7 +157,7 @@ class SyncName(enum.Enum):
 
 
 #: Names the baselines had, after algorithms they only resemble.
-RENAMED = {'ad-psgd': SyncName.RANDOM_PAIRS, 'ps': SyncName.PERIODIC_AVERAGE}
+RENAMED_SYNC_NAMES = {'ad-psgd': SyncName.RANDOM_PAIRS, 'ps': SyncName.PERIODIC_AVERAGE}
 
 
 def parse_sync_name(name: str | SyncName) -> SyncName:
@@ -169,8 +169,8 @@ def parse_sync_name(name: str | SyncName) -> SyncName:
     >>> parse_sync_name('sdpipe')
     <SyncName.SDPIPE: 'sdpipe'>
   """
-  if isinstance(name, str) and name in RENAMED:
-    new = RENAMED[name].value
+  if isinstance(name, str) and name in RENAMED_SYNC_NAMES:
+    new = RENAMED_SYNC_NAMES[name].value
     raise ConfigError(f'sync policy {name!r} is now {new!r} (named for what it does); choose '
                       f'one of: {", ".join(c.value for c in SyncName)}')
   return parse_choice(SyncName, name, 'sync policy')

@@ -12,6 +12,8 @@ from hetjax.runtime._discovery import Cluster as Cluster
 from hetjax.runtime._discovery import WorkerInfo as WorkerInfo
 from hetjax.runtime._discovery import discover_cluster as discover_cluster
 from hetjax.runtime._discovery import local_worker_info as local_worker_info
+from hetjax.runtime._distributed import ENV_LAUNCHER_PID as ENV_LAUNCHER_PID
+from hetjax.runtime._distributed import ENV_WORKER_ID as ENV_WORKER_ID
 from hetjax.runtime._distributed import WorkerContext as WorkerContext
 from hetjax.runtime._distributed import initialize as initialize
 from hetjax.runtime._elastic import launch_elastic as launch_elastic
@@ -26,9 +28,12 @@ from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
 from hetjax.runtime._telemetry import split_collective as split_collective
+from hetjax.runtime._verdict import proc_stat as proc_stat
 from hetjax.runtime._watchdog import ProgressWatchdog as ProgressWatchdog
 
 __all__ = [
+    'ENV_LAUNCHER_PID',
+    'ENV_WORKER_ID',
     'AllReduceFit',
     'Channel',
     'Cluster',
@@ -48,6 +53,7 @@ __all__ = [
     'launch_local',
     'local_worker_info',
     'original_workers',
+    'proc_stat',
     'restart_attempt',
     'restart_cause',
     'split_collective',
