@@ -33,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.balance._predictors import clip_to_recent, workers_of
+from hetjax.balance._predictors import clip_to_recent
 
 
 def _rnn(params: dict, seq: jax.Array) -> jax.Array:
@@ -149,7 +150,7 @@ class NARX:
     return _trainer(float(self.learning_rate), int(self.train_steps), float(self.huber))
 
   def init(self, workers: int) -> NARXState:
-    n, hidden = workers_of(workers), self.hidden
+    n, hidden = positive_int(workers, 'predictor workers'), self.hidden
     k_x, k_h = jax.random.split(jax.random.PRNGKey(self.seed))
     params = _host({
         'w_x': jax.random.normal(k_x, (2, hidden)) / np.sqrt(2.0),

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
+from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 
 
@@ -58,13 +59,6 @@ def clip_to_recent(predicted: np.ndarray, recent: np.ndarray, low: float = 0.2,
   return np.clip(p, low * recent.min(axis=0), high * recent.max(axis=0))
 
 
-def workers_of(workers: int) -> int:
-  """``workers`` as an int, or a ConfigError if it is not a count >= 1."""
-  if isinstance(workers, bool) or int(workers) != workers or workers < 1:
-    raise ConfigError(f'a predictor needs workers >= 1, got {workers!r}')
-  return int(workers)
-
-
 def checked_speeds(speeds: np.ndarray, workers: int) -> np.ndarray:
   """``speeds`` as float64[workers], or a ConfigError naming the shape."""
   s = np.asarray(speeds, dtype=np.float64)
@@ -93,7 +87,7 @@ class LastValue:
   name: str = dataclasses.field(default='last', init=False)
 
   def init(self, workers: int) -> LastValueState:
-    return LastValueState(np.zeros(workers_of(workers)), 0)
+    return LastValueState(np.zeros(positive_int(workers, 'predictor workers')), 0)
 
   def update(self, state: LastValueState, speeds: np.ndarray,
              load: np.ndarray | None) -> LastValueState:
@@ -146,7 +140,7 @@ class ShiftDetector:
   memory: float = 0.1
 
   def init(self, workers: int) -> ShiftState:
-    n = workers_of(workers)
+    n = positive_int(workers, 'predictor workers')
     return ShiftState(np.zeros(n), np.zeros(n), np.zeros(n))
 
   def update(self, state: ShiftState, value: np.ndarray,
@@ -210,7 +204,7 @@ class EWMA:
     return ShiftDetector(self.reset)
 
   def init(self, workers: int) -> EWMAState:
-    n = workers_of(workers)
+    n = positive_int(workers, 'predictor workers')
     return EWMAState(np.zeros(n), np.zeros(n), 0, self.detector.init(n))
 
   def update(self, state: EWMAState, speeds: np.ndarray, load: np.ndarray | None) -> EWMAState:
@@ -275,7 +269,7 @@ class AR:
                         f'window={self.window}')
 
   def init(self, workers: int) -> ARState:
-    n = workers_of(workers)
+    n = positive_int(workers, 'predictor workers')
     return ARState(np.zeros((self.window, n)), np.zeros(n, dtype=np.int64), 0)
 
   def update(self, state: ARState, speeds: np.ndarray, load: np.ndarray | None) -> ARState:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hetjax._checks import number
 from hetjax._errors import ConfigError
 from hetjax.planner._cluster import ClusterSpec
 from hetjax.planner._cost import (
@@ -121,8 +122,7 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
       message gives the smallest plan's memory and the sub-model that needs the most).
   """
   _check_profiles(profiles, batch)
-  if not (np.isfinite(tie_tolerance) and tie_tolerance >= 0):
-    raise ConfigError(f'tie_tolerance must be finite and >= 0, got {tie_tolerance!r}')
+  number(tie_tolerance, 'tie_tolerance')
   groups = _check_groups(cluster, groups) if groups is not None else candidate_groups(cluster)
   if micro_batches is not None:
     groups = _trainable_groups(cluster, groups, batch, micro_batches)

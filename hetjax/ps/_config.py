@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 
+from hetjax._checks import at_least, number
 from hetjax._errors import ConfigError, parse_choice
 
 
@@ -61,13 +61,11 @@ class PsConfig:
       raise ConfigError('bsp gradients are never stale: lr=staleness and dc= need asp or ssp')
     if self.sync is not Sync.SSP and self.bound:
       raise ConfigError(f'a staleness bound ({self.bound}) needs ssp')
-    if self.bound < 0:
-      raise ConfigError(f'the ssp bound must be >= 0, got {self.bound}')
-    if self.dc_lambda is not None and not (math.isfinite(self.dc_lambda) and
-                                           self.dc_lambda >= 0):
-      raise ConfigError(f'dc lambda must be finite and >= 0, got {self.dc_lambda}')
-    if self.max_staleness is not None and self.max_staleness < 0:
-      raise ConfigError(f'max_staleness must be >= 0, got {self.max_staleness}')
+    at_least(self.bound, 0, 'the ssp bound')
+    if self.dc_lambda is not None:
+      number(self.dc_lambda, 'dc lambda')
+    if self.max_staleness is not None:
+      at_least(self.max_staleness, 0, 'max_staleness')
 
   def refuse_above(self, workers: int) -> int | None:
     """The staleness (in versions) above which a push is refused."""
