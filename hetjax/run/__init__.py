@@ -25,7 +25,6 @@ from hetjax.run._config_files import names as config_names
 from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import attach_host as attach_host
 from hetjax.run._hosts import emulated_host as emulated_host
-from hetjax.run._trained import load_model as load_model
 from hetjax.run._runner import train as train
 from hetjax.run._sections import BalanceConfig as BalanceConfig
 from hetjax.run._sections import CheckpointConfig as CheckpointConfig
@@ -39,6 +38,7 @@ from hetjax.run._sections import ParallelismConfig as ParallelismConfig
 from hetjax.run._sections import ParameterServerConfig as ParameterServerConfig
 from hetjax.run._sections import PipelineConfig as PipelineConfig
 from hetjax.run._sections import SchmpConfig as SchmpConfig
+from hetjax.run._trained import load_model as load_model
 
 __all__ = [
     'MARGIN',

@@ -43,8 +43,8 @@ from hetjax.run._sections import PipelineConfig
 SYNC_DEFAULT = PipelineConfig.sync
 
 
-#: ``checkpoints(workdir, resume) -> (checkpointer, step to resume from or None: the latest)``.
-Checkpoints = Callable[[pathlib.Path, bool], tuple[Any, 'int | None']]
+#: ``checkpoints(workdir, resume) -> checkpointer`` (`hetjax.checkpoint.CheckpointerProtocol`).
+Checkpoints = Callable[[pathlib.Path, bool], checkpoint.CheckpointerProtocol]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +62,8 @@ class Built:
     describe: the run's first line after the model's name (mode, layout and devices).
     worker: this process's index among the training workers (a ps job's servers not counted).
     workers: the training workers of the job.
-    checkpoints: this worker's checkpointer under the run directory, and the step to resume
-      from (None: its latest); `default_checkpoints` for one state saved by `Checkpointer`.
+    checkpoints: this worker's checkpointer under the run directory (a resume restores its
+      newest good checkpoint); `default_checkpoints` for one state saved by `Checkpointer`.
     restore_target: the abstract state a checkpoint of a step restores into.
     start: ``start(resume) -> (state, policy state)`` when the state is not this worker's to
       restore (a parameter-server worker pulls it from the servers); None: from ``checkpoints``.
@@ -98,9 +98,9 @@ class Built:
 
 
 def default_checkpoints(config: Config) -> Checkpoints:
-  """One `hetjax.checkpoint.Checkpointer` in ``WORKDIR/checkpoints``; resumes from its latest."""
-  return lambda workdir, resume: (checkpoint.Checkpointer(
-      workdir / 'checkpoints', asynchronous=config.checkpoint.asynchronous), None)
+  """One `hetjax.checkpoint.Checkpointer` in ``WORKDIR/checkpoints``."""
+  return lambda workdir, resume: checkpoint.Checkpointer(
+      workdir / 'checkpoints', asynchronous=config.checkpoint.asynchronous)
 
 
 def make_task(config: Config) -> train.Task:
@@ -123,10 +123,16 @@ def make_task(config: Config) -> train.Task:
 
 
 def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
-  """``auto``: rounds of scheduled model parallelism for a SchMP app; the plan's program when a
-  plan is given; per-worker shares when there are
-  several workers (or anything only shares use: fixed shares, a policy, a slowdown), else one
-  SPMD step."""
+  """The mode ``config`` runs in here; ``auto`` picks:
+
+  - ``schmp`` for a SchMP app, ``ps`` in a job with parameter servers, ``plan`` given a plan;
+  - ``shares`` for anything only shares use (fixed shares, a policy, a slowdown), and under
+    several workers with an emulated network or the all-reduce scheduler, whose device counts
+    differ, or whose mesh is each worker's own (``parallelism.mesh`` the size of one worker's
+    devices);
+  - else ``spmd``: one jitted step over the mesh of every device of the job, as a homogeneous
+    multi-host job runs (on one process, over its devices).
+  """
   mode = parse_choice(Mode, config.parallelism.mode, 'mode')
   if mode is Mode.AUTO and config.model.name in schmp.APPS:
     return Mode.SCHMP
@@ -136,9 +142,16 @@ def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
     return Mode.PLAN
   if mode is not Mode.AUTO:
     return mode
-  several = ctx.workers > 1 or config.balance.shares or config.emulation.slowdown or ctx.slowdown \
-      or config.balance.policy != 'uniform'
-  return Mode.SHARES if several else Mode.SPMD
+  if (config.balance.shares or config.emulation.slowdown or ctx.slowdown
+      or config.balance.policy != 'uniform'):
+    return Mode.SHARES
+  if ctx.workers == 1:
+    return Mode.SPMD
+  if config.parallelism.overlap or config.emulation.network or ctx.network:
+    return Mode.SHARES  # the all-reduce of per-worker shares is what they schedule and pad
+  counts = {sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers)}
+  spans = math.prod(sharding.parse_mesh_shape(config.parallelism.mesh)) == jax.device_count()
+  return Mode.SPMD if len(counts) == 1 and spans else Mode.SHARES
 
 
 def default_bucket(global_batch: int, workers: int, degree: int,
@@ -195,12 +208,14 @@ def _trace(config: Config, ctx: runtime.WorkerContext):
   return emulation.subset(trace, runtime.hosts(ctx.workers))
 
 
-def _spmd(config, task, optimizer, strategy, mesh_shape) -> Built:
-  mesh = sharding.make_mesh(mesh_shape)
+def _spmd(config, ctx, task, optimizer, strategy, mesh_shape) -> Built:
+  mesh = sharding.make_mesh(mesh_shape)  # every device of the job, 'data' across its workers
   trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, strategy.rules(),
                           config.data.seed)
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
-  if strategy is train.Strategy.FSDP and (notice := fsdp_notice(trainer)):
+  if ctx.workers > 1:
+    devices += f' of {ctx.workers} workers'
+  if strategy is train.Strategy.FSDP and ctx.is_chief and (notice := fsdp_notice(trainer)):
     print(notice, flush=True)
   return Built(trainer, None, devices, Mode.SPMD)
 
@@ -231,8 +246,8 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
     host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
   checkpoints = None
   if ctx.workers > 1:  # stages on their processes: each saves its own stages' state
-    checkpoints = lambda workdir, resume: (pipeline.StageCheckpointer(  # noqa: E731
-        workdir / 'checkpoints', trainer, channel.barrier), None)
+    checkpoints = lambda workdir, resume: pipeline.StageCheckpointer(  # noqa: E731
+        workdir / 'checkpoints', trainer)
   return Built(trainer, None, devices, Mode.PLAN, host, checkpoints=checkpoints,
                restore_target=trainer.abstract_state)
 
@@ -259,7 +274,7 @@ def _schmp(config, ctx, mode, channel) -> Built:
   policy = app.policy(size, config.data.seed)
   host = _trace(config, ctx)
   if host is not None:
-    host = _hosts.schmp_host(config, ctx, program, policy, host, channel, _hosts.MARGIN)
+    host = _hosts.schmp_host(ctx, program, policy, host, channel, config.emulation.host_row_s)
   where = (f'{len(devices)} {devices[0].platform} devices, {size} blocks a round, scheduler '
            f'{app.scheduler}, staleness {config.schmp.staleness}')
   return Built(program, policy, where, Mode.SCHMP, host,
@@ -370,11 +385,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   if config.pipeline.sync != SYNC_DEFAULT and not replicas:
     raise ConfigError(f'sync {config.pipeline.sync!r} groups pipeline replicas: it takes mode pipeline '
                       f'under several workers (this is mode {mode.value} on {ctx.workers})')
-  if mode is Mode.SPMD:
-    if ctx.workers > 1:
-      raise ConfigError(f'mode spmd runs on one process, but this job has {ctx.workers} '
-                        'workers: use mode shares or tokens (or auto), or a plan')
-    return _spmd(config, task, optimizer, strategy, mesh_shape)
+  if mode is Mode.SPMD:  # over every worker's devices: the mesh is the job's
+    return _spmd(config, ctx, task, optimizer, strategy, mesh_shape)
   if mode is Mode.PLAN:
     return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
   if mode is Mode.PIPELINE:
@@ -405,7 +417,9 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
                                  mesh_shape, strategy.rules(), config.data.seed)
     return Built(trainer, rules, devices, mode,
-                 _hosts.emulated_host(config, ctx, trainer, trace, channel),
+                 _hosts.emulated_host(ctx, trainer, trace, channel,
+                                      host_row_s=config.emulation.host_row_s,
+                                      token_rows=rules.token_rows),
                  measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows))
   # Workers of different device counts: shares are multiples of every worker's degree.
   degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
@@ -425,7 +439,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                   strategy.rules(), config.data.seed, bucket=bucket, links=links)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the scheduler's synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
-  host = _hosts.emulated_host(config, ctx, inner, trace, channel)
+  host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))

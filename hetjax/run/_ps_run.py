@@ -114,5 +114,5 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     return {'mode': 'ps', 'ps': protocol.describe(), 'refused_pushes_worker0': worker.refused}
 
   return _build.Built(worker, None, describe, Mode.PS, describe=describe, worker=role.index,
-               workers=role.workers, checkpoints=lambda workdir, resume: (ServerHeld(), None),
+               workers=role.workers, checkpoints=lambda workdir, resume: ServerHeld(),
                start=start, finish=finish, run_info=info)

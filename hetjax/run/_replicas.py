@@ -85,18 +85,19 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
 
 
 def checkpoints(workdir: pathlib.Path, ctx: runtime.WorkerContext, channel: runtime.Channel,
-                resume: bool) -> tuple[ReplicaCheckpointer, int | None]:
-  """This replica's checkpointer, and the step the replicas resume from (``resume``): the
-  latest one every replica saved."""
-  ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
+                resume: bool) -> ReplicaCheckpointer:
+  """This replica's checkpointer; a resume restores the newest step every replica holds good
+  (the replicas agree over ``channel``; a corrupt one is skipped with one warning line)."""
+  ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}', board=channel,
+                             replica=ctx.worker, replicas=ctx.workers)
   if not resume:
-    return ckpt, None
+    return ckpt
   channel.set(f'resume/{ctx.worker}', ckpt.latest_step() or 0)
   steps = [channel.get(f'resume/{w}') for w in range(ctx.workers)]
   if min(steps) == 0:
     raise ConfigError(f'--resume: replica {steps.index(0)} has no checkpoint in '
                       f'{workdir / "checkpoints"}')
-  return ckpt, min(steps)
+  return ckpt
 
 
 def window_options(sync: str, step_s: float) -> dict:

@@ -29,16 +29,16 @@ def _prepare_workdir(workdir: pathlib.Path, resume: bool, overwrite: bool) -> No
   workdir.mkdir(parents=True, exist_ok=True)
 
 
-def _restore(ckpt, built, meta, resume, step=None, reseed=None):
-  """The state and policy state to start from: fresh, or the checkpoint's (``resume``) at
-  ``step`` (default: the latest); ``reseed(saved meta)`` gives the policy's state when the
-  checkpoint was saved by another number of workers."""
+def _restore(ckpt, built, meta, resume, reseed):
+  """The state and policy state to start from: fresh, or (``resume``) the checkpointer's newest
+  good checkpoint; ``reseed(saved meta)`` gives the policy's state when the checkpoint was
+  saved by another number of workers."""
   program, policy = built.program, built.policy
   if not resume:
     return program.init_state(), None
-  saved = ckpt.read_meta(step)
+  saved = ckpt.read_meta()
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))
-  state, saved = ckpt.restore(built.restore_target(saved['step']), step)
+  state, saved = ckpt.restore(built.restore_target(saved['step']))
   checkpoint.check_compatible(saved, meta, str(ckpt.directory))  # an older step if it skipped
   if policy is None or 'policy' not in saved:
     return state, None
@@ -124,7 +124,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                  'hosts': list(runtime.hosts(built.workers))},
       'policy_name': None if policy is None else policy.name,
   }
-  ckpt, resume_step = built.checkpoints(workdir, resume)
+  ckpt = built.checkpoints(workdir, resume)
   logger = telemetry = watchdog = state = None
   segment: dict[str, list] = {}
   finished, ok = {}, False
@@ -133,7 +133,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       state, policy_state = built.start(resume)
     else:
       state, policy_state = _restore(
-          ckpt, built, meta, resume, resume_step,
+          ckpt, built, meta, resume,
           reseed=lambda saved: _restarts.reseed_policy(policy, saved, workdir, ctx, channel))
     start = int(state.step)
     if ctx.is_chief and runtime.restart_attempt() > 0:

@@ -1,0 +1,55 @@
+"""Mode spmd across launched workers through the runner (`hetjax.run.train`, train.py): one
+jitted step over the mesh of every worker's devices, chosen by ``auto`` for a homogeneous job,
+equal to the same mesh on one process (FSDP, and a hybrid mesh whose 'data' axis spans the
+workers)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TRAIN = str(ROOT / 'experiments' / 'train.py')
+ARGS = ['--config=mlp', '--set', 'model_args.hidden=32', '--set', 'model_args.width=16',
+        '--set', 'global_batch=64', '--set', 'optimizer=momentum', '--set', 'learning_rate=0.05',
+        '--set', 'log_every=1', '--steps=4']
+
+
+def _losses(workdir: pathlib.Path) -> list[float]:
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  return [r['loss'] for r in rows]
+
+
+def _one_process(workdir, *args):
+  result = subprocess.run([sys.executable, TRAIN, '--jax_num_cpu_devices=8', *ARGS, *args,
+                           f'--workdir={workdir}'], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return _losses(workdir)
+
+
+def _launched(workdir, workers, *args):
+  result = subprocess.run(
+      [sys.executable, '-m', 'hetjax.launch', '--workers', str(workers), '--devices-per-worker',
+       str(8 // workers), '--timeout', '200', '--', sys.executable, TRAIN, *ARGS, *args,
+       f'--workdir={workdir}'], cwd=ROOT, capture_output=True, text=True, timeout=260)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  return result.stdout
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('workers, strategy, mesh', [(2, 'hybrid', '4x2'), (4, 'fsdp', '8x1')])
+def test_spmd_over_launched_workers_equals_one_process(tmp_path, workers, strategy, mesh):
+  args = [f'--strategy={strategy}', f'--mesh={mesh}']
+  reference = _one_process(tmp_path / 'one', *args)
+  stdout = _launched(tmp_path / 'job', workers, *args)  # mode auto: a homogeneous job
+  assert f'spmd, {strategy} on mesh {mesh} (8 cpu devices of {workers} workers)' in stdout
+  np.testing.assert_allclose(_losses(tmp_path / 'job'), reference, rtol=1e-5)
+  run = json.loads((tmp_path / 'job' / 'run.json').read_text())
+  assert (run['mode'], run['workers']) == ('spmd', workers)
+  summary = json.loads((tmp_path / 'job' / 'summary.json').read_text())
+  assert summary['checkpoint_steps'] == [4]
