@@ -149,9 +149,8 @@ def test_work_and_stats_are_values():
 
 def test_the_oracle_under_train_py_knows_its_hosts_costs():
   """`--policy=oracle` gets the emulated hosts' per-row and fixed costs, not only the trace."""
-  from hetjax import balance, runtime
+  from hetjax import balance, run, runtime
   from hetjax.run import _build as _programs
-  from hetjax import run
 
   config = run.override(run.load_config('mlp'), [
       'mode=shares', 'policy=oracle', 'slowdown=static:1', 'host_row_s=1e-4', 'mesh=8x1',

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from hetjax import run
 from hetjax.checkpoint import Checkpointer
 from hetjax.pipeline import ReplicaCheckpointer, ReplicaSync, SyncValuePolicy
-from hetjax import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300

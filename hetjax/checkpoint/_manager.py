@@ -99,5 +99,6 @@ def _barriers_for_unequal_workers() -> None:
   given on the command line: orbax reads it as an absl flag, parsed or not)."""
   counts = {sum(d.process_index == p for d in jax.devices()) for p in range(jax.process_count())}
   if len(counts) > 1:
+    orbax()  # orbax defines the flag when it is first imported (lazily: `_steps.orbax`)
     flag = flags.FLAGS['experimental_orbax_use_distributed_barrier']
     flag.value, flag.present = True, max(flag.present, 1)
