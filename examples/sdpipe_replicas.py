@@ -20,8 +20,8 @@ import jax
 import optax
 
 from hetjax import models, runtime
-from hetjax.pipeline import (PipelineTrainer, ReplicaDriver, SyncClient, make_sync_policy,
-                             start_service)
+from hetjax.pipeline import PipelineTrainer
+from hetjax.sync import ReplicaDriver, SyncClient, make_sync_policy, start_service
 
 ctx = runtime.initialize()                             # one process per replica
 channel = runtime.Channel('run0')

@@ -99,14 +99,8 @@ def main(out_dir: str, config: dict) -> None:
 
   from experiments._analysis import round_order
   from hetjax import models, run
-  from hetjax.pipeline import (
-    HostPause,
-    PipelineTrainer,
-    ReplicaDriver,
-    SyncClient,
-    make_sync_policy,
-    start_service,
-  )
+  from hetjax.pipeline import PipelineTrainer
+  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, make_sync_policy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe/{out}')

@@ -59,7 +59,7 @@ from absl import flags
 from experiments import _harness, _sdpipe_analysis
 from experiments._bench_launch import launch_workers
 from hetjax import ConfigError
-from hetjax.pipeline import RENAMED_SYNC_NAMES, parse_sync_name
+from hetjax.sync import RENAMED_SYNC_NAMES, parse_sync_name
 
 WORKERS = 4
 SCENARIOS = {'transient-h1': 'transient:1', 'transient-h3': 'transient:3',
@@ -93,7 +93,7 @@ def virtual_rows(scenarios: dict, policies, workers: int, steps: int, step_s: fl
                  ring_base_s: float, options: dict) -> list[dict]:
   """The scenarios on the virtual clock (`simulate_sync`) with ``workers`` replicas of one
   stage (modelled, not measured): the measured run's policy options and ring base."""
-  from hetjax.pipeline import simulate_sync
+  from hetjax.simulation import simulate_sync
 
   rows = []
   for scenario, spec in scenarios.items():

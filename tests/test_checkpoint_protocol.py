@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from hetjax.checkpoint import Checkpointer, CheckpointerProtocol
-from hetjax.pipeline import ReplicaCheckpointer, StageCheckpointer
+from hetjax.pipeline import StageCheckpointer
 from hetjax.ps import ServerCheckpointer, ServerState
+from hetjax.sync import ReplicaCheckpointer
 from hetjax.train import TrainState
 
 CHECKPOINTERS = [Checkpointer, StageCheckpointer, ReplicaCheckpointer, ServerCheckpointer]

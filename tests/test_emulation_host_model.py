@@ -8,8 +8,8 @@ import pytest
 
 from hetjax import ConfigError
 from hetjax.emulation import HostModel, KnownSpeedHost, _host_model, parse_trace
-from hetjax.pipeline import HostPause
 from hetjax.simulation import ClockCosts
+from hetjax.sync import HostPause
 
 TRACE = 'static:1.1,3.3,1,2.7*transient:0.7:0.5:seed=7'
 
@@ -49,7 +49,7 @@ def test_the_virtual_clock_charges_what_an_emulated_host_pads_to():
 
 
 def test_a_virtual_replica_steps_as_its_host_pause():
-  from hetjax.pipeline._virtual_sdpipe import simulate_sync
+  from hetjax.simulation._sync import simulate_sync
 
   pauses = [HostPause.of_step('persistent:1:3', 2, w, step_s=0.05, seed=0) for w in range(2)]
   run = simulate_sync('all-reduce', 2, steps=4, step_s=0.05, slowdown='persistent:1:3')

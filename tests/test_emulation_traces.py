@@ -19,7 +19,7 @@ from hetjax.emulation import (
     TransientTrace,
     parse_trace,
 )
-from hetjax.pipeline import HostPause
+from hetjax.sync import HostPause
 
 STEP_S = 0.06
 
@@ -284,7 +284,7 @@ def test_parse_errors_of_the_new_forms(spec, needle):
 
 
 def test_the_package_imports_only_numpy_the_errors_and_the_link_model():
-  # hetjax.emulation sits below runtime, train, balance and pipeline: it may not import them.
+  # hetjax.emulation sits below runtime, train, balance, pipeline and sync: it may not import them.
   # The α–β link model lives in core, the lowest layer, and is pure arithmetic.
   allowed = {'__future__', 'collections', 'csv', 'dataclasses', 'functools', 'itertools', 'math',
              'numbers', 'time', 'typing', 'numpy', 'hetjax._errors', 'hetjax.core._links'}

@@ -2,8 +2,9 @@
 below others do not import them.
 
 The planner uses the pipeline (stage layouts, chains, `split_stages`); the pipeline must not
-import the planner, not even inside a function: that was a ten-module cycle. Core, the lowest
-layer, imports nothing of hetjax but its errors.
+import the planner, not even inside a function: that was a ten-module cycle. Replica sync uses
+the pipeline and the virtual clock uses replica sync, never the reverse. Core, the lowest layer,
+imports nothing of hetjax but its errors.
 """
 
 import ast
@@ -60,6 +61,16 @@ def test_the_pipeline_does_not_import_the_planner():
   assert _violations('pipeline', lambda name: not name.startswith('hetjax.planner')) == []
 
 
+def test_the_pipeline_does_not_import_replica_sync():
+  # A replica drives a PipelineTrainer (hetjax.sync imports hetjax.pipeline), never the reverse.
+  assert _violations('pipeline', lambda name: not name.startswith('hetjax.sync')) == []
+
+
+def test_replica_sync_does_not_import_its_virtual_clock():
+  # hetjax.simulation's simulate_sync runs hetjax.sync's policies, so sync may not import it.
+  assert _violations('sync', lambda name: not name.startswith('hetjax.simulation')) == []
+
+
 def test_core_imports_nothing_of_hetjax_but_its_errors():
   allowed = ('hetjax._errors', 'hetjax.core')
   assert _violations('core', lambda name: name.startswith(allowed)) == []
@@ -88,7 +99,7 @@ def test_every_subpackage_imports_first_in_a_fresh_interpreter():
   """A cycle shows as an ImportError (a partly initialised module) only for some import orders:
   each subpackage is imported first, in a process where no hetjax module is loaded yet (forked
   from one that loaded only JAX, Flax, Optax and Orbax, to keep it to seconds)."""
-  assert {'core', 'pipeline', 'planner'} <= set(SUBPACKAGES)
+  assert {'core', 'pipeline', 'planner', 'simulation', 'sync'} <= set(SUBPACKAGES)
   result = subprocess.run([sys.executable, '-W', 'ignore', '-c', _FRESH_IMPORTS, *SUBPACKAGES],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-4000:]

@@ -61,7 +61,7 @@ def test_the_scan_sees_every_way_to_reach_a_private_module(tmp_path):
       'def f():\n'
       '  from hetjax.runtime._verdict import proc_stat\n'
       '  import hetjax\n'
-      '  return hetjax.pipeline._policies.RENAMED\n')
+      '  return hetjax.sync._policies.RENAMED\n')
   (tmp_path / 'examples').mkdir()
   (tmp_path / 'examples' / 'good.py').write_text(
       'import hetjax\nfrom hetjax import __version__, runtime\nfrom hetjax.pipeline import gpipe\n'
@@ -73,8 +73,8 @@ def test_the_scan_sees_every_way_to_reach_a_private_module(tmp_path):
       'experiments/sub/bad.py:3: hetjax.runtime._distributed',
       'experiments/sub/bad.py:5: hetjax.runtime._verdict',
       'experiments/sub/bad.py:5: hetjax.runtime._verdict.proc_stat',
-      'experiments/sub/bad.py:7: hetjax.pipeline._policies',
-      'experiments/sub/bad.py:7: hetjax.pipeline._policies.RENAMED',
+      'experiments/sub/bad.py:7: hetjax.sync._policies',
+      'experiments/sub/bad.py:7: hetjax.sync._policies.RENAMED',
   ]
 
 

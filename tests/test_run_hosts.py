@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from hetjax import emulation, models, pipeline, run, runtime
+from hetjax import emulation, models, pipeline, run, runtime, sync
 from hetjax.emulation import MARGIN, KnownSpeedHost, StaticTrace
 from hetjax.run import _hosts, _ps_run, _replicas
 from tests.conftest import require_devices
@@ -31,10 +31,10 @@ def test_attach_host_gives_each_program_its_host_its_own_way():
 
   trainer = pipeline.PipelineTrainer(models.make_task('mlp', hidden=16, width=8), optax.sgd(0.1),
                                      8, stages=2, micro_batches=2, devices=require_devices(2))
-  driver = pipeline.ReplicaDriver(trainer, pipeline.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
+  driver = sync.ReplicaDriver(trainer, sync.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
   run.attach_host(driver, host)  # a replica pauses over its batch's rows
-  assert driver.pause == pipeline.HostPause(host, 8)
-  pause = pipeline.HostPause.of_step('static:1,3', 2, 1, step_s=0.05)
+  assert driver.pause == sync.HostPause(host, 8)
+  pause = sync.HostPause.of_step('static:1,3', 2, 1, step_s=0.05)
   run.attach_host(driver, pause)
   assert driver.pause is pause
   pace = pipeline.StagePace(TRACE, 1, {(0, 'forward'): 0.01})

@@ -12,7 +12,7 @@ import pytest
 
 from hetjax import run
 from hetjax.checkpoint import Checkpointer
-from hetjax.pipeline import ReplicaCheckpointer, ReplicaSync, SyncValuePolicy
+from hetjax.sync import ReplicaCheckpointer, ReplicaSync, SyncValuePolicy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300

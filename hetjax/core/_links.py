@@ -8,7 +8,7 @@ every link at once. An all-reduce is two passes (a reduce-scatter, then an all-g
   ring all-reduce of b bytes over n = 2(n − 1)·α + 2(n − 1)/n · b/β   (0 for n = 1)
 
 Emulated links (`hetjax.emulation.Links`), the virtual clocks (`hetjax.simulation`,
-`hetjax.pipeline.simulate_sync`), the planner's cost models, the calibration that fits α and β
+`hetjax.simulation.simulate_sync`), the planner's cost models, the calibration that fits α and β
 to measured all-reduces (`hetjax.runtime.fit_allreduce`) and the benches all price through this
 module, so a change to the model is one change, and a number means the same in each of them.
 Pure arithmetic: no devices, no clocks.

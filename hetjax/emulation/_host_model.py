@@ -7,7 +7,7 @@ A step of ``rows`` rows on a host takes
 seconds: a fixed per-step overhead plus a calibrated cost per row (divided by the host's speed,
 1 when workers are alike), all stretched by the slowdown in force, the trace's factor plus its
 transient delay (`SlowdownTrace`). `KnownSpeedHost` pads real steps to this time; the virtual
-clocks (`hetjax.simulation.ClockCosts`, `hetjax.pipeline.simulate_sync`) charge it. Sharing the
+clocks (`hetjax.simulation.ClockCosts`, `hetjax.simulation.simulate_sync`) charge it. Sharing the
 one object is what lets a virtual run and a real one on emulated hosts agree: a change to the
 model is one change.
 

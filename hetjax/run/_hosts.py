@@ -14,7 +14,7 @@ import time
 import jax
 import numpy as np
 
-from hetjax import emulation, pipeline, planner
+from hetjax import emulation, pipeline, planner, sync
 from hetjax.emulation import MARGIN as MARGIN
 
 STREAM_CALLS = 24  # token-shaped calibration: calls per size, the sizes alternating
@@ -27,17 +27,17 @@ def attach_host(program, host) -> None:
   A host is calibrated on the program's own computation, so the program exists first and takes
   its host afterwards (a program built with a known host takes it as its ``host`` argument):
 
-  - a pipeline replica (`hetjax.pipeline.ReplicaDriver`) pauses after each step: a
-    `hetjax.emulation.KnownSpeedHost` becomes its `hetjax.pipeline.HostPause` over the replica's
+  - a pipeline replica (`hetjax.sync.ReplicaDriver`) pauses after each step: a
+    `hetjax.emulation.KnownSpeedHost` becomes its `hetjax.sync.HostPause` over the replica's
     batch, and a `HostPause` is taken as it is;
   - a plan's stages (`hetjax.pipeline.PipelineTrainer`) pad each action: a
     `hetjax.pipeline.StagePace`;
   - every other program (`WorkerTrainer`, `TokenTrainer`, the `OverlapTrainer`'s synchronous
     steps, `SchmpProgram`, `PsWorker`) pads its steps to its ``host``.
   """
-  if isinstance(program, pipeline.ReplicaDriver):
+  if isinstance(program, sync.ReplicaDriver):
     if isinstance(host, emulation.KnownSpeedHost):
-      host = pipeline.HostPause(host, program.trainer.global_batch)
+      host = sync.HostPause(host, program.trainer.global_batch)
     program.pause = host
   elif isinstance(host, pipeline.StagePace) or isinstance(program, pipeline.PipelineTrainer):
     program.pace = host

@@ -26,15 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax import ConfigError, emulation, runtime
-from hetjax.pipeline import (
-    PipelineTrainer,
-    ReplicaCheckpointer,
-    ReplicaDriver,
-    ReplicaSync,
-    SyncClient,
-    SyncValuePolicy,
-)
+from hetjax.pipeline import PipelineTrainer
 from hetjax.run._hosts import attach_host
+from hetjax.sync import ReplicaCheckpointer, ReplicaDriver, ReplicaSync, SyncClient, SyncValuePolicy
 
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
 PREFIX = 'sync'

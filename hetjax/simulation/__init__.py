@@ -1,10 +1,11 @@
-"""The virtual clock: share policies and token pulling on modelled hosts, no devices.
+"""The virtual clock: share, token and sync policies on modelled hosts, no devices.
 
 `simulate_shares` drives a share policy (the same value `train.training_steps` drives on real
 workers) against a slowdown trace and a `ClockCosts` model; `simulate_tokens` does the same for
-Fela's token pulling. Every time they report is virtual (modelled), never measured. SDPipe's
-sync policies have their own discrete-event clock, `hetjax.pipeline.simulate_sync`, and a
-pipeline schedule's makespan is `hetjax.pipeline.time_schedule`.
+Fela's token pulling; `simulate_sync` runs one pipeline stage's replicas under a sync policy
+(`hetjax.sync.make_sync_policy`) as a discrete-event simulation (`SyncRun`). Every time they
+report is virtual (modelled), never measured. A pipeline schedule's makespan is
+`hetjax.pipeline.time_schedule`.
 
 `simulate_comm` trains a `CommProblem` (`LeastSquares`) by a parameter-server or all-reduce
 communication `Scheme` on modelled links (`hetjax.emulation.Links`), 1…1024 workers, and
@@ -14,9 +15,12 @@ communication `Scheme` on modelled links (`hetjax.emulation.Links`), 1…1024 wo
 from hetjax.simulation._shares import ClockCosts as ClockCosts
 from hetjax.simulation._shares import VirtualRun as VirtualRun
 from hetjax.simulation._shares import simulate_shares as simulate_shares
+from hetjax.simulation._sync import SyncRun as SyncRun
+from hetjax.simulation._sync import simulate_sync as simulate_sync
 from hetjax.simulation._tokens import simulate_tokens as simulate_tokens
 
-__all__ = ['ClockCosts', 'VirtualRun', 'simulate_shares', 'simulate_tokens']
+__all__ = ['ClockCosts', 'SyncRun', 'VirtualRun', 'simulate_shares', 'simulate_sync',
+           'simulate_tokens']
 from hetjax.simulation._comm import CommRun as CommRun
 from hetjax.simulation._comm import simulate_comm as simulate_comm
 from hetjax.simulation._comm_problem import CommProblem as CommProblem

@@ -39,10 +39,10 @@ from typing import Any, Protocol
 
 from hetjax._checks import integer, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.pipeline._groups import SyncGroup
-from hetjax.pipeline._policies import SyncPolicy
+from hetjax.sync._policies import SyncPolicy
+from hetjax.sync._scheduler import SyncGroup
 
-log = logging.getLogger('hetjax.pipeline')
+log = logging.getLogger('hetjax.sync')
 
 #: Longest the service blocks on the next ticket before it looks at its deadlines again.
 IDLE_S = 0.05

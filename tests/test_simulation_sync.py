@@ -1,4 +1,4 @@
-"""Tests for `hetjax.pipeline._virtual_sdpipe`: one stage's replicas under sync policies."""
+"""Tests for `hetjax.simulation._sync`: one stage's replicas under sync policies."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import doctest
 import pytest
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline import _virtual_sdpipe
-from hetjax.pipeline._virtual_sdpipe import SyncRun, simulate_sync
+from hetjax.simulation import _sync
+from hetjax.simulation._sync import SyncRun, simulate_sync
 
 STEP_S = 0.1
 
 
 def test_doctests():
-  assert doctest.testmod(_virtual_sdpipe).failed == 0
+  assert doctest.testmod(_sync).failed == 0
 
 
 @pytest.mark.parametrize('replicas', [1, 5, 16])

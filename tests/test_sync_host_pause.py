@@ -16,7 +16,7 @@ import pytest
 
 from hetjax import ConfigError
 from hetjax.emulation import KnownSpeedHost, StaticTrace, TransientTrace, parse_trace
-from hetjax.pipeline import HostPause, replica_trace
+from hetjax.sync import HostPause, replica_trace
 
 STEP_S = 0.06
 WORKERS = 8

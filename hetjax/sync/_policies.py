@@ -2,11 +2,11 @@
 
 Every policy is driven the same way: `arrive` when a replica finishes a step, `poll` right after
 and at `next_deadline`, `leave` after its last step, and each returned `SyncGroup` averages its
-members' parameters. All share `Grouper`'s rules (see `hetjax.pipeline._groups`) for duplicate,
+members' parameters. All share `Grouper`'s rules (see `hetjax.sync._scheduler`) for duplicate,
 stale and early messages, time-outs (a silent worker is dropped once others have waited
 ``timeout_s`` for it, and readmitted when it arrives again) and global synchronisations (a group
 of every active worker at one step). Each policy's state (what it learned and who waits) is a
-value: `Grouper.state` / `Grouper.load_state`, and `hetjax.pipeline.SyncValuePolicy` for
+value: `Grouper.state` / `Grouper.load_state`, and `hetjax.sync.SyncValuePolicy` for
 ``init`` / ``update``. What differs is who groups with whom:
 
 - ``all-reduce`` (`AllReducePolicy`): every step is a global synchronisation.
@@ -42,7 +42,7 @@ import numpy as np
 
 from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.pipeline._groups import Grouper, GroupRules, GroupScheduler, SyncGroup
+from hetjax.sync._scheduler import Grouper, GroupRules, GroupScheduler, SyncGroup
 
 
 @runtime_checkable

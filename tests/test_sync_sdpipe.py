@@ -1,7 +1,7 @@
 """Pipeline replicas on real workers under the group scheduler (`ReplicaDriver`, `SyncService`).
 
 Each case launches the fewest local workers of 2 devices that show its behaviour
-(`tests/workers/pipeline_sdpipe.py`), always with a timeout: each worker is one replica, a
+(`tests/workers/sync_sdpipe.py`), always with a timeout: each worker is one replica, a
 2-stage MLP pipeline, and worker 0 also runs the scheduler in a thread over the coordination
 service. Every worker launch costs seconds of start-up and compiles on a 2-core machine.
 
@@ -30,7 +30,7 @@ from flax import nnx, traverse_util
 from hetjax import models
 from hetjax.runtime import launch_local
 from tests.conftest import require_devices
-from tests.workers.pipeline_sdpipe import BATCH, LR, MODEL, TIMEOUT_S
+from tests.workers.sync_sdpipe import BATCH, LR, MODEL, TIMEOUT_S
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 120
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 
 
 def _launch(tmp_path, workers: int, *args) -> list[dict]:
-  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'pipeline_sdpipe.py'),
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'sync_sdpipe.py'),
              str(tmp_path), *map(str, args)]
   result = launch_local(command, workers=workers, devices_per_worker=2, timeout=LAUNCH_TIMEOUT,
                         init_timeout=60)

@@ -40,9 +40,9 @@ from hetjax._errors import ConfigError
 from hetjax.checkpoint import ArraysCheckpointer
 from hetjax.core import StepStats
 from hetjax.pipeline._executor import PipelineState
-from hetjax.pipeline._replicated import ServiceThread, start_service
-from hetjax.pipeline._sync_service import Board, ServiceReport
-from hetjax.pipeline._sync_values import SyncValuePolicy, resume_state
+from hetjax.sync._driver import ServiceThread, start_service
+from hetjax.sync._service import Board, ServiceReport
+from hetjax.sync._values import SyncValuePolicy, resume_state
 
 AGREE_TIMEOUT_S = 300.0  # how long a replica waits for the others' proposals when restoring
 

@@ -1,6 +1,6 @@
-"""A worker of tests/test_pipeline_sdpipe.py: pipeline replicas under a sync policy.
+"""A worker of tests/test_sync_sdpipe.py: pipeline replicas under a sync policy.
 
-  python tests/workers/pipeline_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
+  python tests/workers/sync_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
 
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
 Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread;
@@ -47,14 +47,8 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
   import optax
 
   from hetjax import models
-  from hetjax.pipeline import (
-    HostPause,
-    PipelineTrainer,
-    ReplicaDriver,
-    SyncClient,
-    make_sync_policy,
-    start_service,
-  )
+  from hetjax.pipeline import PipelineTrainer
+  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, make_sync_policy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe-test/{out}')

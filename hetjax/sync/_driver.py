@@ -52,9 +52,9 @@ from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
-from hetjax.pipeline._policies import SyncPolicy
-from hetjax.pipeline._replicas import GroupAverager
-from hetjax.pipeline._sync_service import Board, ServiceReport, SyncClient, SyncService
+from hetjax.sync._averaging import GroupAverager
+from hetjax.sync._policies import SyncPolicy
+from hetjax.sync._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
 
 #: ``pause(step, compute_s) -> seconds slept`` after a step's compute (emulated slowness).

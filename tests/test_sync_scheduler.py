@@ -14,8 +14,7 @@ import random
 import pytest
 
 from hetjax import ConfigError
-from hetjax.pipeline._groups import GroupRules, GroupScheduler, SyncGroup
-from hetjax.pipeline._policies import (
+from hetjax.sync._policies import (
   AllReducePolicy,
   PeriodicAveragePolicy,
   RandomPairsPolicy,
@@ -23,6 +22,7 @@ from hetjax.pipeline._policies import (
   SyncPolicy,
   make_sync_policy,
 )
+from hetjax.sync._scheduler import GroupRules, GroupScheduler, SyncGroup
 
 POLICIES = ['all-reduce', 'random-pairs', 'periodic-average', 'sdpipe']
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from hetjax.pipeline._grouper import SyncGroup
-from hetjax.pipeline._policies import SyncPolicy, make_sync_policy, parse_sync_name
+from hetjax.sync._policies import SyncPolicy, make_sync_policy, parse_sync_name
+from hetjax.sync._policy_base import SyncGroup
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,16 +17,16 @@ import pytest
 
 from hetjax import ConfigError
 from hetjax.core import decode_state, encode_state
-from hetjax.pipeline import (
-    Arrive,
-    Leave,
-    SyncService,
-    SyncValuePolicy,
-    Tick,
-    make_sync_policy,
-    resume_state,
-)
 from hetjax.runtime import LocalChannel
+from hetjax.sync import (
+  Arrive,
+  Leave,
+  SyncService,
+  SyncValuePolicy,
+  Tick,
+  make_sync_policy,
+  resume_state,
+)
 
 WORKERS = 6
 OPTIONS = {

@@ -57,8 +57,8 @@ from hetjax._checks import number, positive_int, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.core._links import ring_fraction
 from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
-from hetjax.pipeline._injection import replica_trace
-from hetjax.pipeline._policies import SyncName, make_sync_policy, parse_sync_name
+from hetjax.sync._host_pause import replica_trace
+from hetjax.sync._policies import SyncName, make_sync_policy, parse_sync_name
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9

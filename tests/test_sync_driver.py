@@ -1,6 +1,6 @@
 """`ReplicaDriver` in one process: one replica (nothing to average with) under a real service.
 
-The multi-replica behaviour is tested with 4 processes in tests/test_pipeline_sdpipe.py; here,
+The multi-replica behaviour is tested with 4 processes in tests/test_sync_sdpipe.py; here,
 what needs no peers: the driver's loop and records against the plain `PipelineTrainer`, the
 pause, `warm_up` leaving the state alone, and bad arguments.
 """
@@ -16,8 +16,9 @@ import optax
 import pytest
 
 from hetjax import ConfigError, models
-from hetjax.pipeline import (
-  PipelineTrainer,
+from hetjax.pipeline import PipelineTrainer
+from hetjax.runtime import LocalChannel
+from hetjax.sync import (
   ReplicaCheckpointer,
   ReplicaDriver,
   ReplicaSync,
@@ -26,7 +27,6 @@ from hetjax.pipeline import (
   make_sync_policy,
   start_service,
 )
-from hetjax.runtime import LocalChannel
 from hetjax.train import training_steps
 from tests.conftest import require_devices
 
