@@ -104,3 +104,10 @@ def test_every_subpackage_imports_first_in_a_fresh_interpreter():
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-4000:]
   assert json.loads(result.stdout.splitlines()[-1]) == [], result.stderr[-4000:]
+
+
+def test_train_does_not_import_the_virtual_clocks():
+  # hetjax.simulation's clocks run the train package's rules (the token end game), and
+  # hetjax.sync (which simulation imports) drives train's programs: train importing simulation
+  # would close a cycle train → simulation → sync → train.
+  assert _violations('train', lambda name: not name.startswith('hetjax.simulation')) == []

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -47,40 +46,7 @@ from hetjax._errors import ConfigError
 from hetjax.core._stats import StepStats
 from hetjax.emulation import SlowdownTrace
 from hetjax.simulation._shares import ClockCosts, VirtualRun
-
-#: The others, each assumed half-way through a token, cannot finish a remaining token sooner
-#: than 1.5 × the fastest one's token time: below that a worker always takes the token.
-_SURE_TAKE = 1.5
-
-
-def may_leave(own_s: float, others_s: Sequence[float]) -> bool:
-  """Whether a worker with tokens of ``own_s`` seconds could ever leave tokens to the others
-  (per-token seconds ``others_s``): only then must it read how many are left."""
-  return len(others_s) > 0 and own_s >= _SURE_TAKE * min(others_s)
-
-
-def takes_token(own_s: float, others_s: Sequence[float], remaining: int) -> bool:
-  """Whether a worker should take one of ``remaining`` tokens rather than leave them.
-
-  It takes the token iff it would finish it (``own_s`` from now) before the others could
-  finish all ``remaining`` ones: each other worker is assumed half-way through a token, so
-  worker j completes tokens at 1.5·sⱼ, 2.5·sⱼ, … from now, and the remaining tokens go to
-  whoever completes one first. The others are done at the ``remaining``-th smallest of those
-  times, so the worker takes the token iff fewer than ``remaining`` of them come before
-  ``own_s``: Σⱼ max(0, ⌊own_s / sⱼ − ½⌋) < remaining — O(workers), no schedule to build.
-
-  Example::
-
-    >>> takes_token(3.0, [1.0, 1.0, 1.0], remaining=6)   # the others are done at 2.5
-    False
-    >>> takes_token(3.0, [1.0, 1.0, 1.0], remaining=9)   # at 3.5
-    True
-  """
-  if remaining <= 0:
-    return False
-  others = np.asarray(others_s, dtype=np.float64)
-  before = np.maximum(np.floor(own_s / others - 0.5), 0.0).sum() if others.size else 0.0
-  return bool(before < remaining)
+from hetjax.train._endgame import SURE_TAKE, takes_token
 
 
 def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, token_rows: int,
@@ -146,7 +112,7 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     while free:
       now, w = heapq.heappop(free)
       if (left and leader is not None and w != leader and shares[t, w]
-          and own[w] >= _SURE_TAKE * lowest[int(w == fastest)]):  # may_leave, in O(1)
+          and own[w] >= SURE_TAKE * lowest[int(w == fastest)]):  # may_leave, in O(1)
         now += pull_s  # reads how many tokens are left
         if not takes_token(own[w], np.delete(estimate, w), left):
           done[w] = now

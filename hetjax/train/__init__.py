@@ -1,5 +1,7 @@
 """Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
 
+from hetjax.train._endgame import may_leave as may_leave
+from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._host import EmulatedHost as EmulatedHost
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
@@ -36,6 +38,8 @@ __all__ = [
     'Trainer',
     'WorkerTrainer',
     'local_batch_degree',
+    'may_leave',
+    'takes_token',
     'training_steps',
     'worker_meshes',
 ]

@@ -36,7 +36,7 @@ one of the last tokens and finishes it long after the others (4 workers, one 3×
 6 token times where 5 suffice). With ``TokenRules.endgame`` (the default) a worker whose token
 takes at least 1.5× the fastest other's first reads how many tokens are left
 (``increment(key, 0)``, one more round trip) and leaves them when the others would finish them
-all sooner than it finishes one (`hetjax.simulation._tokens.takes_token`, the rule the
+all sooner than it finishes one (`hetjax.train.takes_token`, the rule the
 virtual clock uses too). The speeds are everyone's busy seconds per token from the combine
 (identical everywhere) and the worker's own latest token. Every worker takes its first token of
 a step unconditionally, so its speed is measured every step, and the worker that did the most
@@ -64,7 +64,7 @@ from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.runtime import Channel
-from hetjax.simulation._tokens import may_leave, takes_token
+from hetjax.train._endgame import may_leave, takes_token
 from hetjax.train._host import EmulatedHost, host_load
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
