@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 from collections.abc import Callable
 
@@ -24,6 +25,12 @@ def fail(script: str, message: str) -> None:
     sys.stdout.flush()
     os._exit(2)
   sys.exit(2)
+
+
+def program_name(default: str) -> str:
+  """The name errors start with: the console entry's (``hetjax-train``) or the script's
+  (``train.py``) as the command line ran it, else ``default``."""
+  return pathlib.Path(sys.argv[0]).name if sys.argv and sys.argv[0] else default
 
 
 def run_main(script: str, run: Callable[[], object], cpu_devices: int | None = None) -> None:

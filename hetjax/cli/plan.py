@@ -1,4 +1,5 @@
-"""``hetjax-plan`` (``experiments/plan.py``): plans a config's model on a cluster and prints the plan as a table, without training.
+"""``hetjax-plan`` (``experiments/plan.py``): plans a config's model on a cluster and prints the
+plan as a table, without training.
 
   hetjax-plan --config=wide_deep                       # this machine, measured
   hetjax-plan --config=transformer --cluster=cluster.json --json=plan.json
@@ -34,7 +35,7 @@ from __future__ import annotations
 from absl import flags
 
 from hetjax import ConfigError, configs, planner, run
-from hetjax.cli._main import run_main
+from hetjax.cli._main import program_name, run_main
 from hetjax.emulation import StaticTrace, parse_trace
 from hetjax.sharding import submodel_names
 
@@ -152,4 +153,4 @@ def plan_from_flags() -> planner.Plan:
 
 def main() -> None:
   """The ``hetjax-plan`` console entry."""
-  run_main('plan.py', plan_from_flags, cpu_devices=8)
+  run_main(program_name('plan.py'), plan_from_flags, cpu_devices=8)

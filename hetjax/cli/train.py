@@ -1,4 +1,5 @@
-"""``hetjax-train`` (``experiments/train.py``): trains a config — shipped, a file of yours, or ``module:function`` — in any mode.
+"""``hetjax-train`` (``experiments/train.py``): trains a config — shipped, a file of yours, or
+``module:function`` — in any mode.
 
   python experiments/train.py --config=wide_deep --strategy=hybrid --mesh=4x2 \\
       --jax_num_cpu_devices=8 --steps=100 --workdir=runs/wd
@@ -19,8 +20,10 @@ them run in one loop with the same checkpoints, metrics and telemetry.
   python -m hetjax.launch --workers 4 --servers 1 --network link:1:10 -- python \\
       experiments/train.py --config=mlp --set ps=asp,eager,lr=staleness --workdir=runs/ps
 
-Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it runs
-one worker of a multi-worker job (``--mesh`` is then the per-worker mesh) and worker 0 writes
+Under ``python -m hetjax.launch --workers N …`` (or SLURM, Open MPI, Kubernetes, Cloud TPU) it
+runs one worker of a multi-worker job (``--mesh`` is each worker's mesh in modes shares and
+tokens, the whole job's in mode spmd, which ``auto`` picks for a homogeneous job whose mesh
+covers every device) and worker 0 writes
 ``telemetry.jsonl`` (per-step, per-worker timings) beside the metrics:
 
   python -m hetjax.launch --workers 4 --slowdown static:1,1,1,3 -- \\
@@ -56,7 +59,7 @@ import pathlib
 from absl import flags
 
 from hetjax import ConfigError, run
-from hetjax.cli._main import run_main
+from hetjax.cli._main import program_name, run_main
 
 _CONFIG = flags.DEFINE_string(
     'config', None, f'a config name ({", ".join(run.config_names())}), a file.py defining '
@@ -116,4 +119,4 @@ def train_from_flags() -> dict | None:
 
 def main() -> None:
   """The ``hetjax-train`` console entry."""
-  run_main('train.py', train_from_flags)
+  run_main(program_name('train.py'), train_from_flags)

@@ -1,8 +1,8 @@
-"""From a `Config` to a step program and its policy: the one place that reads ``mode``.
+"""From a `Config` to everything a run drives: the one place that reads ``mode``.
 
-Every mode returns the same three things — a `StepProgram`, the policy that decides its steps
-(or None) and a line describing the devices — so the runner (`hetjax.run.train`) runs them all with one
-loop, one checkpoint and one set of hooks.
+Every mode's builder returns one `Built` — the step program, the policy that decides its steps,
+the host, the checkpointer, the restore target and the extras — so the runner
+(`hetjax.run.train`) runs them all with one loop, one checkpoint protocol and one set of hooks.
 """
 
 from __future__ import annotations
@@ -230,7 +230,8 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
     plan = _restarts.replan(plan, task, config.data.global_batch, ctx, channel)  # workers were lost
   cap = planner.device_memory(jax.local_devices())
   compiled = planner.compile_plan(plan, task, optimizer, config.data.global_batch, cap,
-                                  seed=config.data.seed, micro_batches=config.pipeline.micro_batches,
+                                  seed=config.data.seed,
+                                  micro_batches=config.pipeline.micro_batches,
                                   schedule=config.pipeline.schedule)
   trainer, platform = compiled.trainer, jax.devices()[0].platform
   if not compiled.stage_memory:  # one SPMD step (`train.Trainer`)
@@ -268,7 +269,8 @@ def _schmp(config, ctx, mode, channel) -> Built:
   app = schmp.make_app(config.model.name, scheduler=config.schmp.scheduler, **config.model.args)
   devices = jax.devices()
   size = config.schmp.schedule_size or app.default_schedule_size(len(devices))
-  program = schmp.SchmpProgram(app, size, devices, seed=config.data.seed, staleness=config.schmp.staleness,
+  program = schmp.SchmpProgram(app, size, devices, seed=config.data.seed,
+                               staleness=config.schmp.staleness,
                                objective_every=config.schmp.objective_every,
                                last_round=config.optimizer.steps - 1)
   policy = app.policy(size, config.data.seed)
@@ -318,7 +320,8 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
     rules = ShareRules(config.data.global_batch, ctx.workers, degree,
                        minimum=(0,) * ctx.workers)
     return balance.Fixed(rules, shares), None
-  bucket = config.balance.bucket or default_bucket(config.data.global_batch, ctx.workers, degree, unequal)
+  bucket = config.balance.bucket or default_bucket(config.data.global_batch, ctx.workers, degree,
+                                                   unequal)
   if bucket % degree:
     raise ConfigError(f'bucket {bucket} is not a multiple of the local data-parallel degree '
                       f'{degree}' + (f' (of workers of {devices} devices)' if unequal else ''))
@@ -373,8 +376,10 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   replicas = mode is Mode.PIPELINE and ctx.workers > 1
   if mode in (Mode.SPMD, Mode.PIPELINE, Mode.PLAN):
     slowed = replicas or mode is Mode.PLAN
-    unused = [f for f, v in (('slowdown', not slowed and (config.emulation.slowdown or ctx.slowdown)),
-                             ('policy', config.balance.policy != 'uniform' and config.balance.policy),
+    slowdown = config.emulation.slowdown or ctx.slowdown
+    policy = config.balance.policy
+    unused = [f for f, v in (('slowdown', not slowed and slowdown),
+                             ('policy', policy != 'uniform' and policy),
                              ('shares', config.balance.shares)) if v]
     if unused:
       also = ('; a slowdown also slows pipeline replicas, under several workers'
@@ -383,7 +388,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                         f'of the shares and tokens modes): drop it or pick one of those '
                         f'modes{also}')
   if config.pipeline.sync != SYNC_DEFAULT and not replicas:
-    raise ConfigError(f'sync {config.pipeline.sync!r} groups pipeline replicas: it takes mode pipeline '
+    raise ConfigError(f'sync {config.pipeline.sync!r} groups pipeline replicas: it takes mode '
+                      'pipeline '
                       f'under several workers (this is mode {mode.value} on {ctx.workers})')
   if mode is Mode.SPMD:  # over every worker's devices: the mesh is the job's
     return _spmd(config, ctx, task, optimizer, strategy, mesh_shape)
@@ -391,7 +397,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
   if mode is Mode.PIPELINE:
     trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
-                              config.pipeline.micro_batches, config.pipeline.schedule, jax.local_devices(),
+                              config.pipeline.micro_batches, config.pipeline.schedule,
+                              jax.local_devices(),
                               seed=config.data.seed)
     devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
                f'{jax.devices()[0].platform} devices, {config.pipeline.schedule}')
@@ -412,7 +419,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                         'shares (LB-BSP sizes each worker\'s share) or a plan')
     if channel is None:
       channel = runtime.LocalChannel()
-    rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers, degree)
+    rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers,
+                                                           degree)
     rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame)
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
                                  mesh_shape, strategy.rules(), config.data.seed)
@@ -431,13 +439,14 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   links = _comm_options.links_of(config, ctx, ctx.workers)
   if config.parallelism.overlap:
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
-                                   strategy.rules(), seed=config.data.seed, bucket=bucket, links=links,
+                                   strategy.rules(), seed=config.data.seed, bucket=bucket,
+                                   links=links,
                                    bucket_bytes=config.parallelism.bucket_bytes or None)
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,
                                   strategy.rules(), config.data.seed, bucket=bucket, links=links)
-  inner = trainer.sync if config.parallelism.overlap else trainer  # the scheduler's synchronous pieces
+  inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds

@@ -30,7 +30,8 @@ from hetjax.run._config import Config, Mode
 
 def _check(config: Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
   unused = [name for name, used in (('policy', config.balance.policy != 'uniform'),
-                                    ('shares', config.balance.shares), ('plan', config.parallelism.plan)) if used]
+                                    ('shares', config.balance.shares),
+                                    ('plan', config.parallelism.plan)) if used]
   if unused:
     raise ConfigError(f'mode ps takes no {", ".join(unused)}: every worker computes an equal '
                       'share, and the servers hold the parameters')
@@ -97,7 +98,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
 
     return _build.Built(None, None, describe, Mode.PS, describe=describe, worker=role.index,
                  workers=role.workers, serve=serve, run_info=info)
-  worker = ps.make_worker(task, config.data.global_batch, protocol, role, channel, seed=config.data.seed,
+  worker = ps.make_worker(task, config.data.global_batch, protocol, role, channel,
+                          seed=config.data.seed,
                           links=links)
 
   def start(resume: bool):

@@ -97,7 +97,8 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
   ctx = runtime.initialize()
   if config.parallelism.compilation_cache:
     runtime.enable_compilation_cache()
-  workdir = pathlib.Path(workdir or f'runs/{config.model.name.partition(":")[0].rpartition(".")[2]}')
+  model = config.model.name.partition(':')[0].rpartition('.')[2]  # 'pkg.mine:make' → 'mine'
+  workdir = pathlib.Path(workdir or f'runs/{model}')
   channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
   resume = _restarts.auto_resume(resume, workdir)
   built = build(config, ctx, channel)  # every refusal before the run directory is touched
@@ -119,8 +120,9 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
   meta = {
       'task': {'name': task.name, **task.config},
       'data': {'seed': config.data.seed, 'global_batch': config.data.global_batch},
-      'layout': {'mode': built.mode.value, 'plan': config.parallelism.plan, 'strategy': config.parallelism.strategy,
-                 'mesh': config.parallelism.mesh, 'workers': built.workers,
+      'layout': {'mode': built.mode.value, 'plan': config.parallelism.plan,
+                 'strategy': config.parallelism.strategy, 'mesh': config.parallelism.mesh,
+                 'workers': built.workers,
                  'hosts': list(runtime.hosts(built.workers))},
       'policy_name': None if policy is None else policy.name,
   }
@@ -156,7 +158,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
       logger = train_lib.MetricsLogger(
-          workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps, every=config.logging.every)
+          workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps,
+          every=config.logging.every)
       hooks.insert(0, logger.hook())
     if built.measure_speed is not None and start < config.optimizer.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)

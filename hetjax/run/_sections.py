@@ -37,7 +37,7 @@ class Mode(enum.Enum):
   TOKENS = 'tokens'      # Fela's tokens: workers pull fixed-size pieces of the batch
   PIPELINE = 'pipeline'  # stages on device groups, GPipe / 1F1B (`hetjax.pipeline`)
   PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
-  SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks (`hetjax.schmp`)
+  SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks
   PS = 'ps'              # a parameter server: ``launch --servers K`` (`hetjax.ps`)
 
 
