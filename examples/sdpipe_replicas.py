@@ -21,7 +21,7 @@ import optax
 
 from hetjax import models, runtime
 from hetjax.pipeline import PipelineTrainer
-from hetjax.sync import ReplicaDriver, SyncClient, make_sync_policy, start_service
+from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
 ctx = runtime.initialize()                             # one process per replica
 channel = runtime.Channel('run0')
@@ -29,7 +29,7 @@ task = models.make_task('mlp', hidden=64, width=32)
 trainer = PipelineTrainer(task, optax.sgd(0.05, momentum=0.9), 64, stages=2,
                           devices=jax.local_devices())
 if ctx.is_chief:                                       # worker 0 runs the group scheduler
-  service = start_service(channel, make_sync_policy('sdpipe', ctx.workers), 'run0')
+  service = start_service(channel, SyncPolicy('sdpipe', ctx.workers), 'run0')
 driver = ReplicaDriver(trainer, SyncClient(channel, 'run0', ctx.worker), ctx.workers)
 state, steps = driver.run(trainer.init_state(), steps=20)
 print(f'replica {ctx.worker}: {len(steps)} steps, loss {steps[-1].loss:.4f}, '

@@ -100,7 +100,7 @@ def main(out_dir: str, config: dict) -> None:
   from experiments._analysis import round_order
   from hetjax import models, run
   from hetjax.pipeline import PipelineTrainer
-  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, make_sync_policy, start_service
+  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe/{out}')
@@ -122,7 +122,7 @@ def main(out_dir: str, config: dict) -> None:
         label = f'{r}/{scenario}/{policy}'
         service = None
         if ctx.is_chief:
-          made = make_sync_policy(policy.removesuffix(OVERLAP), ctx.workers, **options(policy))
+          made = SyncPolicy(policy.removesuffix(OVERLAP), ctx.workers, options(policy))
           service = start_service(channel, made, label, stop_after_s=budget_s + 120)
         driver.client = SyncClient(channel, label, ctx.worker)
         driver.overlap = policy.endswith(OVERLAP)

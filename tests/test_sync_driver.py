@@ -21,10 +21,8 @@ from hetjax.runtime import LocalChannel
 from hetjax.sync import (
   ReplicaCheckpointer,
   ReplicaDriver,
-  ReplicaSync,
   SyncClient,
-  SyncValuePolicy,
-  make_sync_policy,
+  SyncPolicy,
   start_service,
 )
 from hetjax.train import training_steps
@@ -41,7 +39,7 @@ def trainer():
 
 def test_one_replica_trains_like_the_plain_pipeline_and_records_its_steps(trainer):
   channel = LocalChannel()
-  service = start_service(channel, make_sync_policy('sdpipe', 1), 'solo')
+  service = start_service(channel, SyncPolicy('sdpipe', 1), 'solo')
   paused = []
 
   def pause(step, compute_s):
@@ -70,7 +68,7 @@ def test_one_replica_trains_like_the_plain_pipeline_and_records_its_steps(traine
 
 def test_until_s_stops_starting_steps_and_on_step_sees_the_state(trainer):
   channel = LocalChannel()
-  service = start_service(channel, make_sync_policy('all-reduce', 1), 'timed')
+  service = start_service(channel, SyncPolicy('all-reduce', 1), 'timed')
   seen = []
   driver = ReplicaDriver(trainer, SyncClient(channel, 'timed', 0), 1)
   state, records = driver.run(trainer.init_state(), until_s=0.3,
@@ -110,7 +108,7 @@ def test_overlap_with_one_replica_is_the_plain_pipeline(momentum):
                             optax.sgd(0.1, momentum=momentum), 8, stages=2, micro_batches=2,
                             devices=require_devices(2))
   channel = SlowGroups()
-  service = start_service(channel, make_sync_policy('all-reduce', 1), 'overlap')
+  service = start_service(channel, SyncPolicy('all-reduce', 1), 'overlap')
   driver = ReplicaDriver(trainer, SyncClient(channel, 'overlap', 0), 1, overlap=True)
   state, records = driver.run(trainer.init_state(), steps=3)
   report = service.join(WAIT_S)
@@ -125,13 +123,13 @@ def test_overlap_with_one_replica_is_the_plain_pipeline(momentum):
 
 
 def test_the_loop_checkpoints_a_replica_and_its_scheduler_and_resumes_exactly(trainer, tmp_path):
-  """`training_steps` with `ReplicaSync` as the policy and `ReplicaCheckpointer`'s hook: 4 steps,
-  then a fresh driver and service resumed from step 2 end where the uninterrupted run did, and
-  the scheduler's group numbers go on from the saved ones."""
+  """`training_steps` with `SyncPolicy.in_loop` as the policy and `ReplicaCheckpointer`'s hook:
+  4 steps, then a fresh driver and service resumed from step 2 end where the uninterrupted run
+  did, and the scheduler's group numbers go on from the saved ones."""
 
   def segment(prefix, state, until, policy_state=None, workdir=None):
     channel = LocalChannel()
-    sync = ReplicaSync(SyncValuePolicy('sdpipe', 1), channel, prefix, serve=True)
+    sync = SyncPolicy('sdpipe', 1).in_loop(channel, prefix, serve=True)
     driver = ReplicaDriver(trainer, SyncClient(channel, prefix, 0), 1)
     hooks = [] if workdir is None else [ReplicaCheckpointer(workdir).hook({'run': 1}, every=2)]
     seqs = []
@@ -145,7 +143,7 @@ def test_the_loop_checkpoints_a_replica_and_its_scheduler_and_resumes_exactly(tr
   whole, seqs = segment('a', trainer.init_state(), 4, workdir=tmp_path)
   ckpt = ReplicaCheckpointer(tmp_path)
   assert ckpt.all_steps() == [2, 4]
-  template = ReplicaSync(SyncValuePolicy('sdpipe', 1), None, '', serve=False).init()
+  template = SyncPolicy('sdpipe', 1).in_loop(None, '', serve=False).init()
   state, meta = ckpt.restore(trainer.abstract_state(2), 2)
   saved = ckpt.policy_state(meta, template)
   assert saved['step'] == 2 and saved['sync']['seq'] == 2 and meta['run'] == 1

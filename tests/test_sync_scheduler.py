@@ -14,13 +14,12 @@ import random
 import pytest
 
 from hetjax import ConfigError
-from hetjax.sync._policies import (
-  AllReducePolicy,
-  PeriodicAveragePolicy,
-  RandomPairsPolicy,
-  SDPipePolicy,
-  SyncPolicy,
-  make_sync_policy,
+from hetjax.sync import SyncPolicy
+from hetjax.sync._engines import (
+  AllReduceScheduler,
+  GroupEngine,
+  PeriodicAverageScheduler,
+  RandomPairsScheduler,
 )
 from hetjax.sync._scheduler import GroupRules, GroupScheduler, SyncGroup
 
@@ -165,7 +164,7 @@ def test_windows_double_after_small_groups_and_shrink_otherwise():
 
 def test_window_and_group_size_follow_the_rules_under_random_arrivals():
   r = GroupRules(max_group=3, ssp_bound=1000)
-  policy = SDPipePolicy(5, r)
+  policy = GroupScheduler(5, r)
   groups, _, _ = simulate(policy, 40, jittery(7, base=0.003))
   assert all(1 <= len(g.members) <= 3 for g, _ in groups)
   assert collections.Counter(len(g.members) for g, _ in groups)[3] > 0
@@ -231,7 +230,7 @@ def test_the_bound_checker_catches_unbounded_runs():
 @pytest.mark.parametrize('seed', range(3))
 def test_global_sync_at_multiples_includes_everyone(seed):
   rules = GroupRules(max_group=2, ssp_bound=1, sync_every=5)  # tight SSP: must not deadlock
-  groups, _, _ = simulate(SDPipePolicy(4, rules), 30, jittery(seed, straggler=1))
+  groups, _, _ = simulate(GroupScheduler(4, rules), 30, jittery(seed, straggler=1))
   syncs = [g for g, _ in groups if g.global_sync]
   assert [g.step for g in syncs] == [5, 10, 15, 20, 25, 30]
   assert all(sorted(g.members) == [0, 1, 2, 3] and set(g.steps) == {g.step} for g in syncs)
@@ -246,7 +245,7 @@ def test_global_sync_at_multiples_includes_everyone(seed):
 def test_every_arrival_lands_in_exactly_one_group_despite_bad_messages(name, seed):
   kw = {'sdpipe': {'sync_every': 7, 'ssp_bound': 2}, 'periodic-average': {'every': 4},
         'random-pairs': {'seed': seed}}.get(name, {})
-  policy = make_sync_policy(name, 5, **kw)
+  policy = SyncPolicy(name, 5, kw).engine()
   groups, arrivals, expected = simulate(policy, 30, jittery(seed, straggler=2),
                                         noise=random.Random(seed))
   grouped = [(m, s) for g, _ in groups for m, s in zip(g.members, g.steps, strict=True)]
@@ -257,8 +256,8 @@ def test_every_arrival_lands_in_exactly_one_group_despite_bad_messages(name, see
 
 
 def test_same_calls_give_the_same_groups():
-  runs = [simulate(make_sync_policy(name, 4, seed=3) if name == 'random-pairs' else
-                   make_sync_policy(name, 4), 20, jittery(5, straggler=0))[0]
+  runs = [simulate(SyncPolicy(name, 4, {'seed': 3} if name == 'random-pairs' else {}).engine(),
+                   20, jittery(5, straggler=0))[0]
           for name in POLICIES for _ in range(2)]
   assert all(runs[i] == runs[i + 1] for i in range(0, len(runs), 2))
 
@@ -267,7 +266,7 @@ def test_same_calls_give_the_same_groups():
 
 
 def test_all_reduce_drops_a_silent_worker_and_takes_it_back():
-  p = AllReducePolicy(3, timeout_s=0.5)
+  p = AllReduceScheduler(3, timeout_s=0.5)
   for w, t in ((0, 0.1), (1, 0.2), (2, 0.3)):
     p.arrive(w, 1, t)
   assert members(p.poll(0.3)) == [(0, 1, 2)]
@@ -293,7 +292,7 @@ def test_all_reduce_drops_a_silent_worker_and_takes_it_back():
 
 def test_sdpipe_keeps_grouping_without_a_silent_worker_and_regroups_it():
   base = jittery(11)
-  policy = SDPipePolicy(4, GroupRules(timeout_s=0.2))
+  policy = GroupScheduler(4, GroupRules(timeout_s=0.2))
   groups, arrivals, _ = simulate(policy, 60,
                                  lambda w, k: 1.0 if (w, k) == (3, 5) else base(w, k))
   left = max(t for g, t in groups if (3, 4) in zip(g.members, g.steps, strict=True))
@@ -307,17 +306,17 @@ def test_sdpipe_keeps_grouping_without_a_silent_worker_and_regroups_it():
   assert len(arrivals) == 4 * 60
 
 
-# --- the baselines and the factory ---------------------------------------------------------
+# --- the baselines, and each policy's engine -----------------------------------------------
 
 
 def test_all_reduce_groups_are_everyone_every_step():
-  groups, _, _ = simulate(AllReducePolicy(4), 15, jittery(2, straggler=3))
+  groups, _, _ = simulate(AllReduceScheduler(4), 15, jittery(2, straggler=3))
   assert [g.step for g, _ in groups] == list(range(1, 16))
   assert all(sorted(g.members) == [0, 1, 2, 3] and g.global_sync for g, _ in groups)
 
 
 def test_periodic_average_syncs_everyone_every_k_steps_and_nothing_otherwise():
-  groups, _, _ = simulate(PeriodicAveragePolicy(3, every=4), 12, jittery(4, straggler=0))
+  groups, _, _ = simulate(PeriodicAverageScheduler(3, every=4), 12, jittery(4, straggler=0))
   syncs = [g for g, _ in groups if g.global_sync]
   assert [g.step for g in syncs] == [4, 8, 12]
   assert all(sorted(g.members) == [0, 1, 2] for g in syncs)
@@ -326,17 +325,17 @@ def test_periodic_average_syncs_everyone_every_k_steps_and_nothing_otherwise():
 
 
 def test_random_pairs_pairs_random_partners_and_leaves_lone_workers_alone():
-  groups, _, _ = simulate(RandomPairsPolicy(5, seed=1, window_s=0.004), 60, jittery(3))
+  groups, _, _ = simulate(RandomPairsScheduler(5, seed=1, window_s=0.004), 60, jittery(3))
   sizes = collections.Counter(len(g.members) for g, _ in groups)
   assert set(sizes) <= {1, 2} and sizes[2] > sizes[1]
   pairs = {frozenset(g.members) for g, _ in groups if len(g.members) == 2}
   assert len(pairs) == 5 * 4 // 2  # random partners: every possible pair occurs
-  other, _, _ = simulate(RandomPairsPolicy(5, seed=2, window_s=0.004), 60, jittery(3))
+  other, _, _ = simulate(RandomPairsScheduler(5, seed=2, window_s=0.004), 60, jittery(3))
   assert members(g for g, _ in groups) != members(g for g, _ in other)
 
 
 def test_random_pairs_odd_one_out_waits_for_the_next_arrival():
-  p = RandomPairsPolicy(4, seed=0, window_s=0.002)
+  p = RandomPairsScheduler(4, seed=0, window_s=0.002)
   p.arrive(0, 1, 0.0)
   p.arrive(1, 1, 0.0005)
   p.arrive(2, 1, 0.001)
@@ -348,28 +347,28 @@ def test_random_pairs_odd_one_out_waits_for_the_next_arrival():
   assert members(p.poll(0.004)) == [(odd, 3)]
   p.arrive(0, 2, 0.01)
   assert members(p.poll(0.012)) == [(0,)]  # nobody came within the window: alone
-  alone = RandomPairsPolicy(1)
+  alone = RandomPairsScheduler(1)
   alone.arrive(0, 1, 0.0)
   assert members(alone.poll(0.0)) == [(0,)]  # everyone is in the pool: no need to wait
 
 
-def test_factory_builds_each_policy_and_rejects_unknown_names_and_options():
-  kinds = {'all-reduce': AllReducePolicy, 'random-pairs': RandomPairsPolicy,
-           'periodic-average': PeriodicAveragePolicy, 'sdpipe': SDPipePolicy}
+def test_each_policy_builds_its_engine_and_unknown_names_and_options_are_rejected():
+  kinds = {'all-reduce': AllReduceScheduler, 'random-pairs': RandomPairsScheduler,
+           'periodic-average': PeriodicAverageScheduler, 'sdpipe': GroupScheduler}
   for name, kind in kinds.items():
-    policy = make_sync_policy(name, 3)
-    assert type(policy) is kind and policy.name == name and isinstance(policy, SyncPolicy)
-  assert isinstance(GroupScheduler(2), SyncPolicy)
-  sd = make_sync_policy('sdpipe', 3, rules=GroupRules(ssp_bound=2), max_group=3)
+    engine = SyncPolicy(name, 3).engine()
+    assert type(engine) is kind and engine.name == name and isinstance(engine, GroupEngine)
+  assert isinstance(GroupScheduler(2), GroupEngine)
+  sd = SyncPolicy('sdpipe', 3, {'rules': GroupRules(ssp_bound=2), 'max_group': 3}).engine()
   assert (sd.rules.max_group, sd.rules.ssp_bound) == (3, 2)
-  assert make_sync_policy('periodic-average', 3, every=5).every == 5
+  assert SyncPolicy('periodic-average', 3, {'every': 5}).engine().every == 5
   with pytest.raises(ConfigError, match=r"unknown sync policy 'gossip'.*all-reduce"):
-    make_sync_policy('gossip', 3)
+    SyncPolicy('gossip', 3)
   with pytest.raises(ConfigError, match="'max_group'; it takes: every, timeout_s"):
-    make_sync_policy('periodic-average', 3, max_group=2)
-  for bad in (lambda: make_sync_policy('sdpipe', 0),
-              lambda: make_sync_policy('periodic-average', 2, every=0),
-              lambda: make_sync_policy('random-pairs', 2, window_s=10.0)):
+    SyncPolicy('periodic-average', 3, {'max_group': 2})
+  for bad in (lambda: SyncPolicy('sdpipe', 0),
+              lambda: SyncPolicy('periodic-average', 2, {'every': 0}),
+              lambda: SyncPolicy('random-pairs', 2, {'window_s': 10.0})):
     with pytest.raises(ConfigError):
       bad()
 

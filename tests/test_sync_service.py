@@ -25,7 +25,7 @@ import pytest
 from hetjax import ConfigError
 from hetjax.runtime._local_channel import LocalChannel
 from hetjax.sync._driver import ServiceThread, start_service
-from hetjax.sync._policies import make_sync_policy
+from hetjax.sync._policy import SyncPolicy
 from hetjax.sync._service import (
   IDLE_S,
   ServiceReport,
@@ -81,15 +81,15 @@ def read_log(channel, prefix):
   return [channel.try_get(f'{prefix}/a/{i}') for i in range(1, n + 1)]
 
 
-def replay(policy, messages, now=0.0):
-  """``policy``'s groups for ``messages`` fed directly, all at time ``now``."""
+def replay(engine, messages, now=0.0):
+  """A policy's ``engine``'s groups for ``messages`` fed directly, all at time ``now``."""
   out = []
   for m in messages:
     if m.get('leave') is True:
-      policy.leave(m['w'], now)
+      engine.leave(m['w'], now)
     else:
-      policy.arrive(m['w'], m['s'], now)
-    out += policy.poll(now)
+      engine.arrive(m['w'], m['s'], now)
+    out += engine.poll(now)
   return out
 
 
@@ -181,7 +181,7 @@ class ScriptedBoard:
 def test_every_replica_gets_one_consistent_group_per_step(name):
   workers, steps, prefix = 3, 6, f'trip/{name}'
   channel = LocalChannel()
-  service = start_service(channel, make_sync_policy(name, workers), prefix)
+  service = start_service(channel, SyncPolicy(name, workers), prefix)
   got = run_clients(channel, prefix, workers, steps)
   report = service.join(WAIT_S)
 
@@ -212,12 +212,12 @@ def test_every_replica_gets_one_consistent_group_per_step(name):
 def test_service_groups_equal_the_policy_fed_the_same_log(name, options):
   workers, steps, prefix = 3, 4, f'same/{name}'
   channel = LocalChannel()
-  service = start_service(channel, make_sync_policy(name, workers, **options), prefix)
+  service = start_service(channel, SyncPolicy(name, workers, options), prefix)
   got = run_clients(channel, prefix, workers, steps)
   report = service.join(WAIT_S)
 
   served = [copies[0] for _, copies in sorted(by_seq(got).items())]
-  assert served == replay(make_sync_policy(name, workers, **options),
+  assert served == replay(SyncPolicy(name, workers, options).engine(),
                           read_log(channel, prefix))
   everyone = tuple(range(workers))
   if name == 'all-reduce':
@@ -238,8 +238,8 @@ def test_service_groups_equal_the_policy_fed_the_same_log(name, options):
 
 
 def test_sdpipe_window_on_a_fake_clock():
-  policy = make_sync_policy('sdpipe', 4, max_group=4, min_group=2, window_s=1.0,
-                            min_window_s=0.5, max_window_s=2.0, timeout_s=100.0)
+  policy = SyncPolicy('sdpipe', 4, {'max_group': 4, 'min_group': 2, 'window_s': 1.0,
+                                    'min_window_s': 0.5, 'max_window_s': 2.0, 'timeout_s': 100.0})
   board = ScriptedBoard()
   for t, w in ((0.0, 0), (0.25, 1), (0.75, 2), (1.5, 3)):  # 3 comes after 0's window (1.0)
     board.post(t, w, 1)
@@ -258,7 +258,7 @@ def test_sdpipe_window_on_a_fake_clock():
   assert board.published[f'{board.prefix}/g/3/1'] == pytest.approx(2.5, abs=1e-9)  # 1.5 + 1.0
   assert board.published[f'{board.prefix}/g/0/2'] == 3.75  # full: closed on the 4th arrival
   # A group of 3 >= min_group: x 0.9; alone: doubled (cap 2.0); then all x 0.9 again.
-  assert service.policy.windows == pytest.approx((0.81, 0.81, 0.81, 1.8))
+  assert service.engine.windows == pytest.approx((0.81, 0.81, 0.81, 1.8))
   assert (report.groups, report.global_groups, report.messages) == (3, 0, 12)
   assert report.mean_group == pytest.approx(8 / 3)
 
@@ -276,7 +276,7 @@ def test_drop_and_rejoin_on_a_fake_clock(caplog):
   board.post(3.75, 1, 3)  # step 3 waits for 2 again: it is active
   for w in range(3):
     board.post(5.0, w, leave=True)
-  _, report = board.run(make_sync_policy('all-reduce', 3, timeout_s=1.0))
+  _, report = board.run(SyncPolicy('all-reduce', 3, {'timeout_s': 1.0}))
 
   assert board.group(0, 1).members == (0, 1, 2)
   assert board.group(0, 2) == board.group(1, 2)
@@ -303,7 +303,7 @@ def test_a_lost_ticket_is_skipped_after_lost_after_s_on_a_fake_clock(caplog):
   board.post(0.5, 1, 1)
   board.post(0.5, 0, leave=True)
   board.post(0.5, 1, leave=True)
-  _, report = board.run(make_sync_policy('all-reduce', 2), lost_after_s=2.0)
+  _, report = board.run(SyncPolicy('all-reduce', 2), lost_after_s=2.0)
 
   assert board.group(0, 1).members == (0, 1)
   # Missed first at 0.5 (to one IDLE_S), skipped lost_after_s later; the rest is then read.
@@ -324,7 +324,7 @@ def test_the_service_blocks_between_messages_instead_of_spinning(clock):
 
   channel.try_get = counting_try_get
   options = {'clock': start_from()} if clock == 'zero-based' else {}
-  service = start_service(channel, make_sync_policy('all-reduce', 2), 'spin', **options)
+  service = start_service(channel, SyncPolicy('all-reduce', 2), 'spin', **options)
   c0, c1 = SyncClient(channel, 'spin', 0), SyncClient(channel, 'spin', 1)
   c0.arrive(1)  # 0 waits for 1 (drop deadline 5 s away) for 0.3 s: nothing to do meanwhile
   time.sleep(0.3)
@@ -353,7 +353,7 @@ def test_duplicate_stale_and_early_arrivals_change_nothing_and_are_counted():
     client.arrive(step)
   c0.leave()
   c1.leave()
-  report = start_service(channel, make_sync_policy('all-reduce', 2), prefix).join(WAIT_S)
+  report = start_service(channel, SyncPolicy('all-reduce', 2), prefix).join(WAIT_S)
 
   for s in (1, 2, 3):
     g0, g1 = c0.group(s, timeout_s=WAIT_S), c1.group(s, timeout_s=WAIT_S)
@@ -361,7 +361,7 @@ def test_duplicate_stale_and_early_arrivals_change_nothing_and_are_counted():
   assert channel.try_get(f'{prefix}/g/0/5') is None
   assert report.ignored == {'duplicate': 2, 'stale': 1, 'early': 1, 'malformed': 0, 'lost': 0}
   assert (report.groups, report.messages) == (3, len(script) + 2)
-  assert replay(make_sync_policy('all-reduce', 2), read_log(channel, prefix)) == [
+  assert replay(SyncPolicy('all-reduce', 2).engine(), read_log(channel, prefix)) == [
       c0.group(s, timeout_s=WAIT_S) for s in (1, 2, 3)]
 
 
@@ -383,7 +383,7 @@ def test_malformed_messages_are_logged_counted_and_skipped(caplog):
   c1.arrive(1)
   c0.leave()
   c1.leave()
-  report = start_service(channel, make_sync_policy('all-reduce', 2), prefix).join(WAIT_S)
+  report = start_service(channel, SyncPolicy('all-reduce', 2), prefix).join(WAIT_S)
 
   assert c0.group(1, timeout_s=WAIT_S).members == (0, 1) == c1.group(1, timeout_s=1).members
   assert report.ignored['malformed'] == len(bad) + 1
@@ -400,7 +400,7 @@ def test_a_lost_ticket_is_skipped_and_the_later_messages_are_served(caplog):
   channel, prefix = LocalChannel(), 'lost'
   c0, c1 = SyncClient(channel, prefix, 0), SyncClient(channel, prefix, 1)
   start = time.monotonic()
-  service = start_service(channel, make_sync_policy('all-reduce', 2), prefix, lost_after_s=0.2)
+  service = start_service(channel, SyncPolicy('all-reduce', 2), prefix, lost_after_s=0.2)
   assert channel.increment(f'{prefix}/n') == 1  # a replica died between its two calls
   c0.arrive(1)
   c1.arrive(1)
@@ -424,7 +424,7 @@ def test_a_lost_ticket_is_skipped_and_the_later_messages_are_served(caplog):
 def test_a_silent_worker_is_dropped_after_the_time_out_then_rejoins(caplog):
   caplog.set_level(logging.WARNING, logger='hetjax.sync')
   channel, prefix = LocalChannel(), 'silent'
-  service = start_service(channel, make_sync_policy('all-reduce', 3, timeout_s=0.3), prefix)
+  service = start_service(channel, SyncPolicy('all-reduce', 3, {'timeout_s': 0.3}), prefix)
   c = [SyncClient(channel, prefix, w) for w in range(3)]
   for client in c:
     client.arrive(1)
@@ -468,7 +468,7 @@ def test_stop_after_s_stops_a_service_whose_workers_never_leave(caplog):
   caplog.set_level(logging.WARNING, logger='hetjax.sync')
   channel, prefix = LocalChannel(), 'stop'
   start = time.monotonic()
-  service = start_service(channel, make_sync_policy('periodic-average', 2, every=2), prefix, stop_after_s=0.3)
+  service = start_service(channel, SyncPolicy('periodic-average', 2, {'every': 2}), prefix, stop_after_s=0.3)
   SyncClient(channel, prefix, 1).arrive(1)
   with pytest.raises(TimeoutError, match='still running'):
     service.join(0.01)
@@ -490,7 +490,7 @@ def test_service_and_client_reject_bad_arguments():
       start_service(channel, policy, 'p')
   for lost_after_s in (0, -1.0, float('inf'), 'soon'):
     with pytest.raises(ConfigError, match='lost_after_s'):
-      SyncService(channel, make_sync_policy('all-reduce', 2), 'p', lost_after_s=lost_after_s)
+      SyncService(channel, SyncPolicy('all-reduce', 2), 'p', lost_after_s=lost_after_s)
   for worker in (-1, True, 1.5, '0'):
     with pytest.raises(ConfigError, match='worker'):
       SyncClient(channel, 'p', worker)
@@ -511,7 +511,7 @@ def test_service_thread_join_reraises_what_stopped_the_service():
     def wait(self, key, timeout_s):
       raise OSError('the coordination service is gone')
 
-  service = start_service(Broken(), make_sync_policy('all-reduce', 2), 'broken')
+  service = start_service(Broken(), SyncPolicy('all-reduce', 2), 'broken')
   assert isinstance(service, ServiceThread)
   with pytest.raises(OSError, match='is gone'):
     service.join(WAIT_S)

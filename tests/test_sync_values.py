@@ -1,14 +1,16 @@
-"""Sync policies' state as a value: taken out mid-run, through JSON, into a fresh policy.
+"""Sync policies' state as a value: taken out mid-run, through JSON, into a fresh engine.
 
 A run of events (arrivals of blocking workers with jittery step times and a slow worker, the
 policy's deadlines as ticks, time-outs that drop the slow one and its rejoins, leaves at the
 end) is recorded once; then replayed uninterrupted, and cut at its middle: the state goes
-through `encode_state` / JSON / `decode_state` into a fresh policy that replays the rest. Both
-must hand out exactly the same groups and end in exactly the same state.
+through `encode_state` / JSON / `decode_state` into a fresh engine that replays the rest. Both
+must hand out exactly the same groups and end in exactly the same state, and so must
+`SyncPolicy`'s value interface (``init`` / ``update``).
 """
 
 from __future__ import annotations
 
+import doctest
 import heapq
 import json
 
@@ -21,10 +23,10 @@ from hetjax.runtime import LocalChannel
 from hetjax.sync import (
   Arrive,
   Leave,
+  SyncPolicy,
   SyncService,
-  SyncValuePolicy,
   Tick,
-  make_sync_policy,
+  _policy,
   resume_state,
 )
 
@@ -35,6 +37,10 @@ OPTIONS = {
     'periodic-average': {'every': 3, 'timeout_s': 0.05},
     'sdpipe': {'max_group': 3, 'sync_every': 5, 'ssp_bound': 1, 'timeout_s': 0.05},
 }
+
+
+def test_doctests():
+  assert doctest.testmod(_policy).failed == 0
 
 
 def apply(policy, event):
@@ -82,7 +88,7 @@ def through_json(state, template):
 
 @pytest.mark.parametrize('name', list(OPTIONS))
 def test_state_saved_mid_run_resumes_to_the_same_groups(name):
-  make = lambda: make_sync_policy(name, WORKERS, **OPTIONS[name])  # noqa: E731
+  make = SyncPolicy(name, WORKERS, OPTIONS[name]).engine
   events = record(make(), steps=25, seed=1)
   whole = make()
   expected = replay(whole, events)
@@ -103,41 +109,42 @@ def test_state_saved_mid_run_resumes_to_the_same_groups(name):
 
 @pytest.mark.parametrize('name', list(OPTIONS))
 def test_the_value_interface_gives_the_same_groups(name):
-  value = SyncValuePolicy(name, WORKERS, OPTIONS[name])
-  events = record(value.make(), steps=8, seed=2)
-  expected = replay(value.make(), events)
-  state, groups = value.init(), []
+  policy = SyncPolicy(name, WORKERS, OPTIONS[name])
+  events = record(policy.engine(), steps=8, seed=2)
+  expected = replay(policy.engine(), events)
+  state, groups = policy.init(), []
   for i, event in enumerate(events):
     if i == len(events) // 2:
-      state = through_json(state, value.init())
-    closed, state = value.update(state, event)
+      state = through_json(state, policy.init())
+    closed, state = policy.update(state, event)
     groups += closed
   assert groups == expected
-  assert value.name == name
+  assert policy.name == name
 
 
 def test_sdpipe_keeps_what_it_learned_and_random_pairs_its_rng():
-  sd = make_sync_policy('sdpipe', WORKERS, **OPTIONS['sdpipe'])
-  replay(sd, record(make_sync_policy('sdpipe', WORKERS, **OPTIONS['sdpipe']), 10, 3))
+  sdpipe = SyncPolicy('sdpipe', WORKERS, OPTIONS['sdpipe'])
+  sd = sdpipe.engine()
+  replay(sd, record(sdpipe.engine(), 10, 3))
   state = sd.state()
   assert state['policy']['window'].tolist() == list(sd.windows) != [0.002] * WORKERS
   assert state['seq'] > 0 and state['now'] > 0
-  pairs = make_sync_policy('random-pairs', 4, seed=9)
+  pairs = SyncPolicy('random-pairs', 4, {'seed': 9}).engine()
   pairs._rng.random()
-  restored = make_sync_policy('random-pairs', 4, seed=0)
+  restored = SyncPolicy('random-pairs', 4, {'seed': 0}).engine()
   restored.load_state(through_json(pairs.state(), restored.state()))
   assert restored._rng.random() == pairs._rng.random()
 
 
 def test_resume_state_cuts_what_was_in_flight():
-  policy = make_sync_policy('sdpipe', 3, max_group=3, timeout_s=1.0)
-  policy.arrive(0, 1, 0.0)
-  policy.arrive(1, 1, 0.001)
-  [group] = policy.poll(0.003)
-  policy.arrive(0, 2, 0.004)  # in flight when the checkpoint of step 1 is taken
-  windows, seq = policy.windows, group.seq
-  resumed = make_sync_policy('sdpipe', 3, max_group=3, timeout_s=1.0)
-  resumed.load_state(resume_state(policy.state(), step=1))
+  policy = SyncPolicy('sdpipe', 3, {'max_group': 3, 'timeout_s': 1.0})
+  engine = policy.engine()
+  engine.arrive(0, 1, 0.0)
+  engine.arrive(1, 1, 0.001)
+  [group] = engine.poll(0.003)
+  engine.arrive(0, 2, 0.004)  # in flight when the checkpoint of step 1 is taken
+  windows, seq = engine.windows, group.seq
+  resumed = policy.engine(resume_state(engine.state(), step=1))
   assert resumed.windows == windows and resumed.next_deadline() is None
   for w in range(3):  # every replica reports step 2 again, after the last saved time
     resumed.arrive(w, 2, 0.005 + w * 1e-4)
@@ -147,38 +154,38 @@ def test_resume_state_cuts_what_was_in_flight():
 
 def test_bad_states_and_options_are_config_errors():
   with pytest.raises(ConfigError, match='state is for 3 workers, this policy has 4'):
-    make_sync_policy('all-reduce', 4).load_state(make_sync_policy('all-reduce', 3).state())
+    SyncPolicy('all-reduce', 4).engine(SyncPolicy('all-reduce', 3).init())
+  with pytest.raises(ConfigError, match='state is for 3 workers, this policy has 4'):
+    SyncPolicy('all-reduce', 4).update(SyncPolicy('all-reduce', 3).init(), Tick(0.0))
   for old, new in (('ps', 'periodic-average'), ('ad-psgd', 'random-pairs')):  # renamed
     with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
-      make_sync_policy(old, 3)
-    with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
-      SyncValuePolicy(old, 2)
+      SyncPolicy(old, 3)
   with pytest.raises(ConfigError, match="has no option 'every'"):
-    SyncValuePolicy('sdpipe', 2, {'every': 2})
-  policy = make_sync_policy('all-reduce', 1)
-  policy.arrive(0, 1, 0.0)  # closed at once, not polled yet
+    SyncPolicy('sdpipe', 2, {'every': 2})
+  engine = SyncPolicy('all-reduce', 1).engine()
+  engine.arrive(0, 1, 0.0)  # closed at once, not polled yet
   with pytest.raises(ConfigError, match='poll first'):
-    policy.state()
+    engine.state()
 
 
 def test_a_service_hands_out_its_state_and_keeps_a_restored_clock():
-  policy = make_sync_policy('sdpipe', 2, timeout_s=1.0)
-  policy.arrive(0, 1, 7.0)
-  policy.arrive(1, 1, 7.001)
-  policy.poll(7.01)
-  restored = make_sync_policy('sdpipe', 2, timeout_s=1.0)
-  restored.load_state(resume_state(policy.state(), 1))
+  policy = SyncPolicy('sdpipe', 2, {'timeout_s': 1.0})
+  engine = policy.engine()
+  engine.arrive(0, 1, 7.0)
+  engine.arrive(1, 1, 7.001)
+  engine.poll(7.01)
+  saved = resume_state(engine.state(), 1)
   now = [100.0]
 
   def clock():  # 1 ms a call
     now[0] += 0.001
     return now[0]
 
-  service = SyncService(LocalChannel(), restored, 'p', clock=clock)
-  assert encode_state(service.policy_state()) == encode_state(restored.state())
+  service = SyncService(LocalChannel(), policy, 'p', state=saved, clock=clock)
+  assert encode_state(service.policy_state()) == encode_state(policy.engine(saved).state())
   board = service.board
   for w in (0, 1):
     board.set(f'p/a/{board.increment("p/n")}', {'w': w, 's': 2})
   service.run(stop_after_s=0.05)  # no one leaves: it stops after 50 fake calls
   assert board.try_get('p/g/0/2')['seq'] == 1
-  assert restored.now >= 7.01  # its times went on from the saved ones, not from 0
+  assert service.engine.now >= 7.01  # its times went on from the saved ones, not from 0

@@ -20,7 +20,7 @@ from typing import Any
 from hetjax._checks import at_least
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.ps import parse_ps
-from hetjax.sync._policies import parse_sync_name
+from hetjax.sync._policy import parse_sync_name
 
 
 class Mode(enum.Enum):
@@ -176,7 +176,7 @@ class PipelineConfig:
     schedule: ``'1f1b'`` or ``'gpipe'``.
     sync: mode pipeline under several workers (one replica each): the sync policy that groups
       the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
-      ``'periodic-average'`` (`hetjax.sync.make_sync_policy`).
+      ``'periodic-average'`` (`hetjax.sync.SyncPolicy`).
     sync_overlap: replicas average one step late, overlapped with the next step's compute
       (`hetjax.sync.ReplicaDriver`'s ``overlap``); False syncs before the next step.
   """

@@ -1,9 +1,9 @@
 """Data-parallel replicas of one pipeline stage under a sync policy, on a virtual clock.
 
 `simulate_sync` runs ``replicas`` workers (the replicas of ONE stage, worker = replica) against a
-policy from `make_sync_policy` ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe') as a
-discrete-event
-simulation. Times are virtual seconds; the policy never knows, since it only sees the floats.
+`hetjax.sync.SyncPolicy` ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe'), driving
+its engine (`SyncPolicy.engine`) as a discrete-event simulation. Times are virtual seconds; the
+policy never knows, since it only sees the floats.
 
 Event model:
 
@@ -58,7 +58,7 @@ from hetjax._errors import ConfigError
 from hetjax.core._links import ring_fraction
 from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
 from hetjax.sync._host_pause import replica_trace
-from hetjax.sync._policies import SyncName, make_sync_policy, parse_sync_name
+from hetjax.sync._policy import SyncName, SyncPolicy, parse_sync_name
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9
@@ -120,7 +120,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
 
   Args:
     policy_name: 'all-reduce', 'random-pairs', 'periodic-average' or 'sdpipe'
-      (`make_sync_policy`).
+      (`hetjax.sync.SyncPolicy`'s name).
     replicas: workers.
     steps: mean steps per worker: the run stops once replicas × steps steps are done.
     step_s: a healthy worker's compute seconds per step.
@@ -130,7 +130,8 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
     seed: seeds the transient sleeps (unless the spec names a seed) and 'random-pairs''s pairing
       (unless ``seed`` is in the options).
     overlap: the group wait and sync overlap the next step's compute (module docstring).
-    **policy_options: passed to `make_sync_policy` (e.g. ``every=4``, ``max_group=3``).
+    **policy_options: the policy's options (`hetjax.sync.SyncPolicy`; e.g. ``every=4``,
+      ``max_group=3``).
 
   Raises:
     ConfigError: a bad argument, slowdown spec or policy option, in one line.
@@ -147,7 +148,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
     policy_options['timeout_s'] = NO_TIMEOUT_S
   if name == SyncName.RANDOM_PAIRS.value:
     policy_options.setdefault('seed', int(seed))
-  policy = make_sync_policy(policy_name, replicas, **policy_options)
+  engine = SyncPolicy(policy_name, replicas, policy_options).engine()
 
   durations: dict[int, np.ndarray] = {}
   host = HostModel(row_s=step_s)  # a replica's host: one row of step_s (`HostPause.of_step`)
@@ -168,7 +169,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   completed = n_groups = n_global = members = local_members = 0
   t = 0.0
   while completed < budget:
-    due = policy.next_deadline()
+    due = engine.next_deadline()
     if events and (due is None or events[0][0] <= due):
       t = events[0][0]
     elif due is not None:
@@ -187,13 +188,13 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
         done[w] += 1
         completed += 1
         compute_end[w] = t + duration(w, done[w] + 1)
-        policy.arrive(w, done[w], t)
+        engine.arrive(w, done[w], t)
       else:
         arrived_at[w] = t
-        policy.arrive(w, done[w] + 1, t)
+        engine.arrive(w, done[w] + 1, t)
     if completed >= budget:
       break
-    for group in policy.poll(t):
+    for group in engine.poll(t):
       k = len(group.members)
       n_groups += 1
       members += k
@@ -223,7 +224,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   limit = float(np.sum(1.0 / host.step_s(1, factors + _mean_delay(trace))))
   span = replicas * total
   return SyncRun(
-      policy=policy.name, replicas=replicas, total_s=total, steps=tuple(done),
+      policy=engine.name, replicas=replicas, total_s=total, steps=tuple(done),
       throughput=completed / total, no_wait_limit=limit, groups=n_groups,
       global_groups=n_global, mean_group=members / n_groups if n_groups else 0.0,
       mean_local_group=(local_members / (n_groups - n_global) if n_groups > n_global else 0.0),

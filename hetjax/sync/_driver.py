@@ -53,7 +53,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
 from hetjax.sync._averaging import GroupAverager
-from hetjax.sync._policies import SyncPolicy
+from hetjax.sync._policy import SyncPolicy
 from hetjax.sync._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
 
@@ -362,7 +362,14 @@ def start_service(board: Board, policy: SyncPolicy, prefix: str,
                   stop_after_s: float | None = None, **options) -> ServiceThread:
   """Runs ``SyncService(board, policy, prefix, **options).run(stop_after_s)`` in a daemon
   thread (the coordination service's blocking reads release the GIL, so the replica beside it
-  keeps its core)."""
+  keeps its core); ``options`` may hold the ``state`` to continue from.
+
+  Example (worker 0)::
+
+    thread = start_service(channel, SyncPolicy('sdpipe', ctx.workers), 'run0')
+    ...
+    report = thread.join(60)
+  """
   service = SyncService(board, policy, prefix, **options)
   result: dict[str, Any] = {}
 

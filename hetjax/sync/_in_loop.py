@@ -3,12 +3,12 @@
 `hetjax.train.training_steps` runs a `ReplicaDriver` like any step program. What the loop needs
 besides is here:
 
-- `ReplicaSync`, the loop's policy for a replica. A replica step takes no decision (the group
-  scheduler forms the groups as replicas arrive), but the scheduler's state is the policy state
-  the loop carries and a checkpoint saves: ``{'step': the replica's step, 'sync': the sync
-  policy's state}`` (`SyncValuePolicy`), taken from the running `SyncService` on worker 0 after
-  each of its replica's steps. On the first ``update(state, None)`` of a run segment worker 0
-  starts the service from that state, cut at the step the replicas resume from
+- `SyncInLoop`, the loop's policy for a replica, made by `SyncPolicy.in_loop` (see there). A
+  replica step takes no decision (the group scheduler forms the groups as replicas arrive), but
+  the scheduler's state is the policy state the loop carries and a checkpoint saves: ``{'step':
+  the replica's step, 'sync': the sync policy's state}``, taken from the running `SyncService`
+  on worker 0 after each of its replica's steps. On the first ``update(state, None)`` of a run
+  segment worker 0 starts the service from that state, cut at the step the replicas resume from
   (`resume_state`): a resumed run keeps SDPipe's windows, its staleness epoch, the random
   pairing's RNG and the group numbers. `close` waits for the service's report.
 - `ReplicaCheckpointer`: each replica's parameters and optimizer state differ, and replicas
@@ -17,8 +17,7 @@ besides is here:
 
 Example (every process; ``channel`` the job's key-value channel)::
 
-  sync = ReplicaSync(SyncValuePolicy('sdpipe', ctx.workers), channel, 'run0/sync',
-                     serve=ctx.is_chief)
+  sync = SyncPolicy('sdpipe', ctx.workers).in_loop(channel, 'run0/sync', serve=ctx.is_chief)
   driver = ReplicaDriver(trainer, SyncClient(channel, 'run0/sync', ctx.worker), ctx.workers)
   ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
   for info in training_steps(driver, state, 100, [ckpt.hook(meta, 50)], sync):
@@ -41,35 +40,35 @@ from hetjax.checkpoint import ArraysCheckpointer
 from hetjax.core import StepStats
 from hetjax.pipeline._executor import PipelineState
 from hetjax.sync._driver import ServiceThread, start_service
+from hetjax.sync._policy import SyncPolicy, resume_state
 from hetjax.sync._service import Board, ServiceReport
-from hetjax.sync._values import SyncValuePolicy, resume_state
 
 AGREE_TIMEOUT_S = 300.0  # how long a replica waits for the others' proposals when restoring
 
 
-class ReplicaSync:
-  """The loop's policy for a pipeline replica (module docstring).
+class SyncInLoop:
+  """The loop's policy for a pipeline replica (`SyncPolicy.in_loop`, module docstring).
 
   Args:
-    value: the sync policy (name, workers, options).
+    policy: the sync policy (name, workers, options).
     board: the channel the service and the replicas' `SyncClient`s share.
     prefix: the service's key namespace (new for every run segment).
     serve: run the service here (worker 0).
     stop_after_s: the service gives up after this long (None: when every replica left).
   """
 
-  def __init__(self, value: SyncValuePolicy, board: Board, prefix: str, serve: bool,
+  def __init__(self, policy: SyncPolicy, board: Board, prefix: str, serve: bool,
                stop_after_s: float | None = None):
-    self.value, self.board, self.prefix, self.serve = value, board, prefix, serve
+    self.policy, self.board, self.prefix, self.serve = policy, board, prefix, serve
     self.stop_after_s = stop_after_s
     self.thread: ServiceThread | None = None
 
   @property
   def name(self) -> str:
-    return self.value.name
+    return self.policy.name
 
   def init(self) -> dict[str, Any]:
-    return {'step': 0, 'sync': self.value.init()}
+    return {'step': 0, 'sync': self.policy.init()}
 
   def update(self, state: dict[str, Any], stats: StepStats | None) -> tuple[None, dict]:
     """No decision; the state after a step is the service's (worker 0) or kept (others)."""
@@ -77,8 +76,8 @@ class ReplicaSync:
       if self.serve and self.thread is None:
         sync = state['sync'] if state['step'] == 0 else resume_state(state['sync'],
                                                                      state['step'])
-        self.thread = start_service(self.board, self.value.make(sync), self.prefix,
-                                    self.stop_after_s)
+        self.thread = start_service(self.board, self.policy, self.prefix, self.stop_after_s,
+                                    state=sync)
       return None, state
     sync = self.thread.service.policy_state() if self.thread is not None else state['sync']
     return None, {'step': int(stats.step) + 1, 'sync': sync}

@@ -50,7 +50,7 @@ import numpy as np
 
 from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.sync._policy_base import Grouper, SyncGroup
+from hetjax.sync._engine_base import Grouper, SyncGroup
 
 
 @dataclasses.dataclass(frozen=True)

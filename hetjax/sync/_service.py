@@ -1,4 +1,4 @@
-"""The central group scheduler as a service: worker 0 runs a `SyncPolicy` over a channel.
+"""The central group scheduler as a service: worker 0 runs a `SyncPolicy`'s engine over a channel.
 
 Replicas talk to the scheduler through a key-value channel (`hetjax.runtime.Channel` across
 processes, `hetjax.runtime.LocalChannel` among threads), under one ``prefix`` per run:
@@ -9,9 +9,9 @@ processes, `hetjax.runtime.LocalChannel` among threads), under one ``prefix`` pe
   ordered log that the service reads with blocking gets, so it never polls a key per worker.
 - The service (`SyncService.run`, on worker 0, usually in a thread beside that worker's own
   replica) reads the log in ticket order and stamps every message with its own clock on receipt:
-  the policy sees one clock, whatever the workers' clocks say. It feeds ``arrive`` / ``leave`` and
-  calls ``poll`` after each message and at ``next_deadline()`` (it waits on the next ticket only
-  until then).
+  the policy sees one clock, whatever the workers' clocks say. It feeds its engine's ``arrive`` /
+  ``leave`` and calls ``poll`` after each message and at ``next_deadline()`` (it waits on the
+  next ticket only until then).
 - Each closed group is written to ``PREFIX/g/<worker>/<step>`` for each member, the key that
   member waits on in `SyncClient.group`.
 - Faults. A worker silent for the policy's ``timeout_s`` while others wait is dropped by the
@@ -22,9 +22,9 @@ processes, `hetjax.runtime.LocalChannel` among threads), under one ``prefix`` pe
   worker, not a step, or a leave while waiting for a group).
 - The service stops once every worker has left, and writes its `ServiceReport` to
   ``PREFIX/report``.
-- State. `SyncService.policy_state` takes the policy's state (`SyncPolicy.state`) between two
-  messages, from any thread: what a checkpoint saves. A service given a policy continued from a
-  saved state (``load_state``) keeps that policy's clock: its times go on from the saved ones.
+- State. `SyncService.policy_state` takes the policy's state (as `SyncPolicy.update` returns it)
+  between two messages, from any thread: what a checkpoint saves. A service started from a saved
+  state (``state=``) keeps that state's clock: its times go on from the saved ones.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any, Protocol
 
 from hetjax._checks import integer, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.sync._policies import SyncPolicy
-from hetjax.sync._scheduler import SyncGroup
+from hetjax.sync._engine_base import SyncGroup
+from hetjax.sync._policy import SyncPolicy
 
 log = logging.getLogger('hetjax.sync')
 
@@ -111,23 +111,26 @@ class SyncService:
 
   Example (worker 0, beside its own replica)::
 
-    service = SyncService(channel, make_sync_policy('sdpipe', workers), 'run0/stage')
+    service = SyncService(channel, SyncPolicy('sdpipe', workers), 'run0/stage')
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
 
   Args:
     board: the channel.
-    policy: a fresh `SyncPolicy` for the replicas 0 … policy.workers − 1.
+    policy: the `SyncPolicy` of the replicas 0 … policy.workers − 1.
     prefix: the run's key namespace (a new one per run: keys are never reused).
+    state: the policy's state to continue from (None: a fresh one). The service drives
+      ``policy.engine(state)``, kept as ``engine``.
     lost_after_s: how long a taken but unwritten ticket is waited for before it is skipped.
     clock: seconds, monotonic (tests pass a fake).
   """
 
-  def __init__(self, board: Board, policy: SyncPolicy, prefix: str, lost_after_s: float = 5.0,
-               clock: Callable[[], float] = time.monotonic):
+  def __init__(self, board: Board, policy: SyncPolicy, prefix: str, state: Any = None,
+               lost_after_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
     if not isinstance(policy, SyncPolicy):
       raise ConfigError(f'policy must be a SyncPolicy, got {type(policy).__name__}')
     self.board, self.policy, self.prefix = board, policy, prefix.rstrip('/')
+    self.engine = policy.engine(state)
     self.lost_after_s = positive_seconds(lost_after_s, 'lost_after_s')
     self._clock = clock
     self._ignored = {'malformed': 0, 'lost': 0}
@@ -135,20 +138,20 @@ class SyncService:
     self._sizes: list[int] = []
     self._globals = 0
     self._messages = 0
-    self._logged_drops = len(getattr(policy, 'drops', ()))
-    self._logged_rejoins = len(getattr(policy, 'rejoins', ()))
+    self._logged_drops = len(self.engine.drops)
+    self._logged_rejoins = len(self.engine.rejoins)
     self._lock = threading.Lock()
 
   def policy_state(self) -> Any:
     """The policy's state now (between two messages; safe from another thread)."""
     with self._lock:
-      return self.policy.state()
+      return self.engine.state()
 
   def run(self, stop_after_s: float | None = None) -> ServiceReport:
     """Serves until every worker has left (or ``stop_after_s`` passed); returns the report,
     also written to ``PREFIX/report``."""
     # A policy continued from a saved state keeps its clock: times go on from its last one.
-    last = getattr(self.policy, 'now', -math.inf)
+    last = self.engine.now
     start = self._clock() - (max(last, 0.0) if math.isfinite(last) else 0.0)
     begun = self._clock()
     ticket, missing_since = 1, None
@@ -159,7 +162,7 @@ class SyncService:
                     self.prefix, stop_after_s,
                     sorted(set(range(self.policy.workers)) - self._left))
         break
-      due = self.policy.next_deadline()  # in the policy's times: seconds since start
+      due = self.engine.next_deadline()  # in the policy's times: seconds since start
       wait = IDLE_S if due is None else min(IDLE_S, max(0.0, due - (now - start)))
       key = f'{self.prefix}/a/{ticket}'
       message = self.board.wait(key, wait) if wait > 0 else self.board.try_get(key)
@@ -182,35 +185,34 @@ class SyncService:
     return report
 
   def report(self) -> ServiceReport:
-    ignored = dict(getattr(self.policy, 'ignored', {}))
+    ignored = dict(self.engine.ignored)
     ignored.update(self._ignored)
     return ServiceReport(
         policy=self.policy.name, groups=len(self._sizes), global_groups=self._globals,
         mean_group=sum(self._sizes) / len(self._sizes) if self._sizes else 0.0,
-        drops=tuple(getattr(self.policy, 'drops', ())),
-        rejoins=tuple(getattr(self.policy, 'rejoins', ())), ignored=ignored,
+        drops=tuple(self.engine.drops), rejoins=tuple(self.engine.rejoins), ignored=ignored,
         messages=self._messages)
 
   def _handle(self, message: Any, now: float) -> None:
     worker = message.get('w') if isinstance(message, dict) else None
     try:
       if message.get('leave') is True:
-        self.policy.leave(worker, now)
+        self.engine.leave(worker, now)
         self._left.add(worker)
       else:
-        self.policy.arrive(worker, message.get('s'), now)
+        self.engine.arrive(worker, message.get('s'), now)
     except (ConfigError, AttributeError) as e:
       log.warning('%s: ignored malformed scheduler message %r (%s)', self.prefix, message, e)
       self._ignored['malformed'] += 1
 
   def _publish(self, now: float) -> None:
-    for group in self.policy.poll(now):
+    for group in self.engine.poll(now):
       self._sizes.append(len(group.members))
       self._globals += group.global_sync
       data = group_to_json(group)
       for member, step in zip(group.members, group.steps, strict=True):
         self.board.set(f'{self.prefix}/g/{member}/{step}', data)
-    drops, rejoins = getattr(self.policy, 'drops', ()), getattr(self.policy, 'rejoins', ())
+    drops, rejoins = self.engine.drops, self.engine.rejoins
     for worker, t in drops[self._logged_drops:]:
       log.warning('%s: worker %d dropped from grouping at %.3f s (silent for the time-out); '
                   'the others go on without it', self.prefix, worker, t)

@@ -3,7 +3,7 @@
   python tests/workers/sync_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
 
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
-Worker 0 also runs the group scheduler (POLICY, `make_sync_policy` with TIMEOUT_S) in a thread;
+Worker 0 also runs the group scheduler (POLICY, a `SyncPolicy` with TIMEOUT_S) in a thread;
 POLICY+overlap runs the replicas with ``overlap=True``.
 Each replica trains STEPS steps, every step padded by `HostPause` to STEP_S (STRAGGLER: a
 `parse_trace` spec, e.g. ``persistent:3:3``). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
@@ -48,7 +48,7 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
 
   from hetjax import models
   from hetjax.pipeline import PipelineTrainer
-  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, make_sync_policy, start_service
+  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe-test/{out}')
@@ -60,7 +60,7 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
     options = {'timeout_s': TIMEOUT_S}
     if policy == 'sdpipe':  # windows on the scale of a step
       options.update(window_s=STEP_S / 3, min_window_s=STEP_S / 10, max_window_s=STEP_S)
-    service = start_service(channel, make_sync_policy(policy, ctx.workers, **options), 'run',
+    service = start_service(channel, SyncPolicy(policy, ctx.workers, options), 'run',
                             stop_after_s=100)
   pause = HostPause.of_step(straggler, ctx.workers, ctx.worker, STEP_S)
   driver = ReplicaDriver(trainer, SyncClient(channel, 'run', ctx.worker), ctx.workers, pause,

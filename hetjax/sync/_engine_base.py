@@ -1,7 +1,7 @@
-"""What every replica sync policy shares: arrival checks, time-outs, global syncs, group closing.
+"""What every sync policy's engine shares: arrival checks, time-outs, global syncs, group closing.
 
 `Grouper` is the base of `GroupScheduler` (SDPipe, `hetjax.sync._scheduler`) and of the
-baseline policies (`hetjax.sync._policies`). Times are floats the caller passes in; see
+baselines' engines (`hetjax.sync._engines`). Times are floats the caller passes in; see
 `hetjax.sync._scheduler` for the rules, faults and bad messages as implemented.
 
 Cost per event: O(log workers) for the time-out bookkeeping (heaps of waiting arrivals and of
@@ -44,7 +44,7 @@ class SyncGroup:
 
 
 class Grouper:
-  """What every sync policy shares: arrival checks, drops, global syncs, closing and logs.
+  """What every sync policy's engine shares: arrival checks, drops, global syncs, closing and logs.
 
   Subclasses say which steps synchronise everyone (`_is_sync`), how long an open group waits
   (`_window_of` its first member) or how arrivals group (`_accept`), when the open group may close
@@ -94,7 +94,7 @@ class Grouper:
     """The latest time this policy has seen (-inf before the first event)."""
     return self._now
 
-  # --- the state as a value (`hetjax.sync._values`) -------------------------------
+  # --- the state as a value (`hetjax.sync.SyncPolicy`) ----------------------------
 
   def state(self) -> dict[str, Any]:
     """Everything this policy has learned and is waiting on, as a pytree of numpy arrays and
