@@ -1,6 +1,6 @@
 """Launching a benchmark's local worker job, and what its workers share: policies that see the
 trace from their own step count, and the interleaved blocks they train in (each on its emulated
-host: `hetjax.run.emulated_host` builds it, `hetjax.run.attach_host` attaches it).
+host: `hetjax.run.emulated_host` builds it, the program takes it: `StepProgram.use_host`).
 
 The launcher side (`launch_workers`) runs in the benchmark's process; everything else runs in a
 worker of the job (after `hetjax.runtime.initialize`). The analysis of what the chief wrote is
@@ -133,7 +133,6 @@ def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,
     (the state after the last block, the schedule: one ``{key: name, 'first_step',
     'last_step', 'policy_step'}`` per block, global steps inclusive), as ``schedule.json``.
   """
-  from hetjax.run import attach_host  # the model zoo and the planner: worker side only
   from hetjax.train import training_steps
 
   policy_states = dict.fromkeys(names)
@@ -143,7 +142,7 @@ def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,
       start, local = step, r * block
       shift = local - start
       trainer = program(name)
-      attach_host(trainer, host(name, shift))
+      trainer.use_host(host(name, shift))
       for info in training_steps(trainer, state, start + block, hooks,
                                  Local(policy(name), shift), policy_states[name]):
         state, policy_states[name], step = info.state, info.policy_state, info.step

@@ -34,7 +34,7 @@ def main(out_dir: str, spec_json: str) -> None:
   import numpy as np
   import optax
 
-  from hetjax import configs, emulation, models, pipeline, planner, run
+  from hetjax import configs, emulation, models, pipeline, planner
   from hetjax.sharding import submodel_names
 
   spec = json.loads(spec_json)
@@ -63,7 +63,7 @@ def main(out_dir: str, spec_json: str) -> None:
     for plan in plans:
       compiled = planner.compile_plan(plan, task, optax.adam(1e-3), batch, micro_batches=micro)
       trainer = compiled.trainer
-      run.attach_host(trainer, pipeline.StagePace(trace, ctx.worker, pipeline.roofline_costs(
+      trainer.use_host(pipeline.StagePace(trace, ctx.worker, pipeline.roofline_costs(
           {k: c for k, c in compiled.programs.items()}, *rates, spec['margin'])))
       state, _ = trainer.train_step(trainer.init_state(), trainer.global_batch_at(0))  # warm up
       runs[plan.name] = [compiled, state]

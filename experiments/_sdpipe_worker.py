@@ -98,7 +98,7 @@ def main(out_dir: str, config: dict) -> None:
   import optax
 
   from experiments._analysis import round_order
-  from hetjax import models, run
+  from hetjax import models
   from hetjax.pipeline import PipelineTrainer
   from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
 
@@ -126,7 +126,7 @@ def main(out_dir: str, config: dict) -> None:
           service = start_service(channel, made, label, stop_after_s=budget_s + 120)
         driver.client = SyncClient(channel, label, ctx.worker)
         driver.overlap = policy.endswith(OVERLAP)
-        run.attach_host(driver, HostPause.of_step(spec, ctx.workers, ctx.worker, step_s, seed=r))
+        driver.use_host(HostPause.of_step(spec, ctx.workers, ctx.worker, step_s, seed=r))
         state = trainer.init_state()
         channel.barrier(f'{label}/start', timeout_s=120)
         snapshots = Snapshots(budget_s)

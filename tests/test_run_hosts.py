@@ -1,6 +1,6 @@
 """The run's hosts of known speed: each program's calibration goes through the one builder
 (`hetjax.emulation.build_host`, one `MARGIN`) and each program gets its host through
-`hetjax.run.attach_host`."""
+`hetjax.core.StepProgram.use_host`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from hetjax import emulation, models, pipeline, run, runtime, sync
+from hetjax import ConfigError, emulation, models, pipeline, run, runtime, sharding, sync, train
 from hetjax.emulation import MARGIN, KnownSpeedHost, StaticTrace
 from hetjax.run import _hosts, _ps_run, _replicas
 from tests.conftest import require_devices
@@ -23,23 +23,36 @@ def test_margin_is_defined_once():
   assert not hasattr(_replicas, 'MARGIN')
 
 
-def test_attach_host_gives_each_program_its_host_its_own_way():
+def test_each_program_takes_its_host_its_own_way():
   host = KnownSpeedHost(TRACE, 1, row_s=1e-3)
-  program = types.SimpleNamespace(host=None)
-  run.attach_host(program, host)
-  assert program.host is host
+  pace = pipeline.StagePace(TRACE, 1, {(0, 'forward'): 0.01})
+  task = models.make_task('mlp', hidden=16, width=8)
+  worker = train.WorkerTrainer(task, optax.sgd(0.1), 8)  # a share step pads its rows
+  worker.use_host(host)
+  assert worker.host is host
+  worker.use_host(None)
+  assert worker.host is None
+  with pytest.raises(ConfigError, match='WorkerTrainer pads each step to a host of known speed'):
+    worker.use_host(pace)
 
-  trainer = pipeline.PipelineTrainer(models.make_task('mlp', hidden=16, width=8), optax.sgd(0.1),
-                                     8, stages=2, micro_batches=2, devices=require_devices(2))
+  trainer = pipeline.PipelineTrainer(task, optax.sgd(0.1), 8, stages=2, micro_batches=2,
+                                     devices=require_devices(2))
   driver = sync.ReplicaDriver(trainer, sync.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
-  run.attach_host(driver, host)  # a replica pauses over its batch's rows
+  driver.use_host(host)  # a replica pauses over its batch's rows
   assert driver.pause == sync.HostPause(host, 8)
   pause = sync.HostPause.of_step('static:1,3', 2, 1, step_s=0.05)
-  run.attach_host(driver, pause)
+  driver.use_host(pause)
   assert driver.pause is pause
-  pace = pipeline.StagePace(TRACE, 1, {(0, 'forward'): 0.01})
-  run.attach_host(trainer, pace)
+  trainer.use_host(pace)  # a plan's stages pad each action
   assert trainer.pace is pace
+  with pytest.raises(ConfigError, match=r'pad each action to a hetjax\.pipeline\.StagePace'):
+    trainer.use_host(host)
+
+  mesh = sharding.make_mesh((1, 1), devices=require_devices(1))
+  spmd = train.Trainer(task, optax.sgd(0.1), 8, mesh, train.Strategy.DATA_PARALLEL.rules())
+  spmd.use_host(None)
+  with pytest.raises(ConfigError, match=r'SPMD step .* has no emulated host'):
+    spmd.use_host(host)
 
 
 def test_a_replica_host_is_its_timed_step_over_its_rows(monkeypatch):
@@ -70,6 +83,7 @@ def test_a_schmp_host_costs_a_unit_of_the_mean_work():
   policy = types.SimpleNamespace(init=lambda: None, update=lambda state, stats: (schedule, None))
   program = types.SimpleNamespace(host=None, time_rounds=lambda first, rounds: [0.2, 0.1, 0.4],
                                   mean_work=lambda offset: 12.5)
+  program.use_host = lambda host: setattr(program, 'host', host)
   host = _hosts.schmp_host(runtime.WorkerContext(0, 1, None), program, policy, TRACE, None)
   assert program.host is host and host.row_s == MARGIN * 0.2 / 12.5
   given = _hosts.schmp_host(runtime.WorkerContext(0, 1, None), program, policy, TRACE, None, 1e-3)
@@ -92,6 +106,7 @@ def test_a_small_model_is_calibrated_all_per_row_not_refused(capsys):
 
 def test_emulated_host_needs_no_config():
   trainer = types.SimpleNamespace(local_shapes=((1, 1),), host=None)
+  trainer.use_host = lambda host: setattr(trainer, 'host', host)
   host = run.emulated_host(runtime.WorkerContext(0, 1, None), trainer, StaticTrace((2.0,)), None,
                            host_row_s=1e-3)
   assert (host.row_s, host.fixed_s, trainer.host) == (1e-3, 0.0, host)

@@ -226,12 +226,15 @@ def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(schedule
   calls = []
 
   class Recorder:
+    def factor(self, step):
+      return 1.0
+
     def pad(self, step, rows, measured_s):
       calls.append((step, rows))
       return 0.0, 0.0
 
   program = _program(app)
-  program.host = Recorder()
+  program.use_host(Recorder())
   policy = app.policy(program.schedule_size, 0)
   list(training_steps(program, program.init_state(), 2, policy=policy))
   assert calls == [(0, int(work[0].sum())), (1, int(work[1].sum()))]

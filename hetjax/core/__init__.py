@@ -1,10 +1,12 @@
-"""The types every layer shares: step stats, policies as values, the step-program shape, the
-α–β link model.
+"""The types every layer shares: step stats, policies as values, the step-program shape and the
+host it runs as, the α–β link model.
 
 Both clocks (real runs and the virtual clock, `hetjax.simulation.simulate_shares`) import these, and
 nothing here imports anything else of hetjax but its errors.
 """
 
+from hetjax.core._host import EmulatedHost as EmulatedHost
+from hetjax.core._host import known_speed_host as known_speed_host
 from hetjax.core._links import LinkCost as LinkCost
 from hetjax.core._links import ring_bytes as ring_bytes
 from hetjax.core._links import ring_fraction as ring_fraction
@@ -22,6 +24,7 @@ from hetjax.core._stats import WorkerTiming as WorkerTiming
 
 __all__ = [
     'Batch',
+    'EmulatedHost',
     'LinkCost',
     'Policy',
     'ShareRules',
@@ -32,6 +35,7 @@ __all__ = [
     'WorkerTiming',
     'decode_state',
     'encode_state',
+    'known_speed_host',
     'ring_bytes',
     'ring_fraction',
     'ring_steps',

@@ -61,3 +61,12 @@ class StepProgram(Protocol):
     """Releases what the program holds beyond its arrays (threads, connections, a replica's
     group membership); called once when the run ends, however it ends."""
     ...
+
+  def use_host(self, host: Any) -> None:
+    """Runs its steps as ``host``, an emulated host of known speed (`hetjax.emulation`), from
+    now on; None: the machine's own speed. A host is calibrated on the program's own
+    computation, so a program takes it after it is built; each program says which hosts it
+    takes (a share or token step pads to a `KnownSpeedHost`, a plan's stages to a
+    `hetjax.pipeline.StagePace`, a replica to a `hetjax.sync.HostPause`) and refuses others in
+    one line."""
+    ...

@@ -64,7 +64,7 @@ from hetjax.data import Batch
 from hetjax.pipeline._chain import Path, assemble, check_chain
 from hetjax.pipeline._schedule import FORWARD, Action, Schedule
 from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
-from hetjax.pipeline._stage_pace import ActionPace
+from hetjax.pipeline._stage_pace import ActionPace, StagePace
 from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order
 from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
@@ -206,6 +206,14 @@ class PipelineTrainer(StageProgramsMixin):
 
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
+
+  def use_host(self, host: ActionPace | None) -> None:
+    """Pads each of this worker's stage actions to ``host`` (a `StagePace`: a roofline pace
+    per action, not a cost per row)."""
+    if host is not None and not isinstance(host, StagePace):
+      raise ConfigError(f'a plan\'s stages pad each action to a hetjax.pipeline.StagePace, got '
+                        f'{type(host).__name__}')
+    self.pace = host
 
   def init_state(self, params: PyTree | None = None) -> PipelineState:
     """Each local stage's parameters and a fresh optimizer state, on the stage's devices.

@@ -33,6 +33,7 @@ import optax
 from flax import nnx
 
 from hetjax._errors import ConfigError
+from hetjax.core._host import EmulatedHost
 from hetjax.emulation import Links
 from hetjax.ps import _keys as keys
 from hetjax.ps._checkpoint import ServerCheckpointer
@@ -45,7 +46,6 @@ from hetjax.ps._update import ShardUpdate
 from hetjax.ps._worker import PsWorker
 from hetjax.sharding import abstract_model
 from hetjax.train import Task
-from hetjax.train._host import EmulatedHost
 
 ENV_NUM_SERVERS = 'HETJAX_NUM_SERVERS'
 

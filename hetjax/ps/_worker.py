@@ -30,12 +30,12 @@ from flax import nnx
 
 from hetjax._errors import ConfigError
 from hetjax.core import ShareRules, StepStats, Work
+from hetjax.core._host import EmulatedHost, host_load, known_speed_host
 from hetjax.data import Batch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
 from hetjax.sharding import abstract_model
 from hetjax.train import Task
-from hetjax.train._host import EmulatedHost, host_load
 
 PyTree = Any
 
@@ -115,6 +115,10 @@ class PsWorker:
 
   def close(self) -> None:
     """Nothing to release here: `finish` tells the servers this worker is done."""
+
+  def use_host(self, host: EmulatedHost | None) -> None:
+    """Pads each step's gradient to ``host``: this worker's rows take its time."""
+    self.host = known_speed_host(host, 'PsWorker')
 
   def init_state(self) -> PsWorkerState:
     """The servers' current parameters (version 0 on a fresh job), pulled; the step is the

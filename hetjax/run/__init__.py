@@ -23,7 +23,6 @@ from hetjax.run._config_files import import_function as import_function
 from hetjax.run._config_files import load as load_config
 from hetjax.run._config_files import names as config_names
 from hetjax.run._hosts import MARGIN as MARGIN
-from hetjax.run._hosts import attach_host as attach_host
 from hetjax.run._hosts import emulated_host as emulated_host
 from hetjax.run._runner import train as train
 from hetjax.run._sections import BalanceConfig as BalanceConfig
@@ -56,7 +55,6 @@ __all__ = [
     'ParameterServerConfig',
     'PipelineConfig',
     'SchmpConfig',
-    'attach_host',
     'build',
     'config_keys',
     'config_names',

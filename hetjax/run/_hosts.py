@@ -1,8 +1,8 @@
 """Hosts of known speed for the run's programs, each built by `hetjax.emulation.build_host` (the
 one builder: a given or calibrated cost, `MARGIN`, agreed across workers) from what the program
-can time, and attached by `attach_host`: the share and token steps (`emulated_host`: a line
-fitted to local gradients), SchMP rounds (`schmp_host`) and a plan's pipeline stages
-(`stage_host`: a roofline pace, not a cost per row). A pipeline replica's and a
+can time, and taken by the program (`hetjax.core.StepProgram.use_host`): the share and token
+steps (`emulated_host`: a line fitted to local gradients), SchMP rounds (`schmp_host`) and a
+plan's pipeline stages (`stage_host`: a roofline pace, not a cost per row). A pipeline replica's and a
 parameter-server worker's hosts are built beside their modes (`_replicas`, `_ps_run`).
 """
 
@@ -14,35 +14,11 @@ import time
 import jax
 import numpy as np
 
-from hetjax import emulation, pipeline, planner, sync
+from hetjax import emulation, pipeline, planner
 from hetjax.emulation import MARGIN as MARGIN
 
 STREAM_CALLS = 24  # token-shaped calibration: calls per size, the sizes alternating
 TAIL = 0.9  # … and the quantile of its slow spells the host covers
-
-
-def attach_host(program, host) -> None:
-  """Gives ``program`` its emulated host (None: none), the one place a built program gets one.
-
-  A host is calibrated on the program's own computation, so the program exists first and takes
-  its host afterwards (a program built with a known host takes it as its ``host`` argument):
-
-  - a pipeline replica (`hetjax.sync.ReplicaDriver`) pauses after each step: a
-    `hetjax.emulation.KnownSpeedHost` becomes its `hetjax.sync.HostPause` over the replica's
-    batch, and a `HostPause` is taken as it is;
-  - a plan's stages (`hetjax.pipeline.PipelineTrainer`) pad each action: a
-    `hetjax.pipeline.StagePace`;
-  - every other program (`WorkerTrainer`, `TokenTrainer`, the `OverlapTrainer`'s synchronous
-    steps, `SchmpProgram`, `PsWorker`) pads its steps to its ``host``.
-  """
-  if isinstance(program, sync.ReplicaDriver):
-    if isinstance(host, emulation.KnownSpeedHost):
-      host = sync.HostPause(host, program.trainer.global_batch)
-    program.pause = host
-  elif isinstance(host, pipeline.StagePace) or isinstance(program, pipeline.PipelineTrainer):
-    program.pace = host
-  else:
-    program.host = host
 
 
 def stage_host(trainer, programs, trace, ctx, channel, margin: float = MARGIN
@@ -60,7 +36,7 @@ def stage_host(trainer, programs, trace, ctx, channel, margin: float = MARGIN
     rates = channel.get('stage-host/rates')
   pace = pipeline.StagePace(trace, ctx.worker,
                             pipeline.roofline_costs(programs, rates[0], rates[1], margin))
-  attach_host(trainer, pace)
+  trainer.use_host(pace)
   return pace
 
 
@@ -81,7 +57,7 @@ def schmp_host(ctx, program, policy, trace, channel, host_row_s: float = 0.0, ro
         (max(program.mean_work(first.offset), 1),), repeats=1)
   host = emulation.build_host(trace, ctx.worker, ctx.workers, calibration=calibration,
                               row_s=host_row_s, board=channel)
-  attach_host(program, host)
+  program.use_host(host)
   return host
 
 
@@ -128,7 +104,7 @@ def emulated_host(ctx, trainer, trace, channel, *, host_row_s: float = 0.0,
           (max(rows // 4 // degree * degree, degree), rows))
   host = emulation.build_host(trace, ctx.worker, ctx.workers, calibration=calibration,
                               row_s=host_row_s, speed=speed, board=channel)
-  attach_host(trainer, host)
+  trainer.use_host(host)
   return host
 
 

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from hetjax import ConfigError, emulation, ps, runtime, train
-from hetjax.run import _build, _comm_options, _hosts
+from hetjax.run import _build, _comm_options
 from hetjax.run._config import Config, Mode
 
 
@@ -106,7 +106,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     state = worker.init_state()  # the servers' parameters, and this worker's pushes so far
     if resume and state.step == 0:
       raise ConfigError('--resume: the servers hold no checkpoint')
-    _hosts.attach_host(worker, _host(config, ctx, role, worker, state, channel))
+    worker.use_host(_host(config, ctx, role, worker, state, channel))
     return state, None
 
   def finish(state) -> dict:

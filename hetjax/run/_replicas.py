@@ -27,7 +27,6 @@ import numpy as np
 
 from hetjax import ConfigError, emulation, runtime
 from hetjax.pipeline import PipelineTrainer
-from hetjax.run._hosts import attach_host
 from hetjax.sync import ReplicaCheckpointer, ReplicaDriver, SyncClient, SyncPolicy
 
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
@@ -58,7 +57,7 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
   host = None
   if trace is not None:
     host = replica_host(ctx, driver, trace, channel, config.emulation.host_row_s)
-    attach_host(driver, host)
+    driver.use_host(host)
   options = {}
   if ctx.is_chief and config.pipeline.sync in WINDOWED:  # windows on the scale of a step
     step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)

@@ -47,7 +47,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hetjax._checks import integer, positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work
+from hetjax.core import StepStats, Work, known_speed_host
 from hetjax.schmp._app import App
 from hetjax.schmp._schedule import RoundInfo, Schedule
 
@@ -140,6 +140,10 @@ class SchmpProgram:
 
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
+
+  def use_host(self, host) -> None:
+    """Pads each round to ``host``: this worker's units of work (`local_work`) take its time."""
+    self.host = known_speed_host(host, 'SchmpProgram')
 
   def init_state(self) -> SchmpState:
     step = jax.device_put(np.int32(0), self._replicated)

@@ -50,9 +50,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work
+from hetjax.core import EmulatedHost, StepStats, Work
 from hetjax.pipeline._executor import PipelineState, PipelineTrainer
 from hetjax.sync._averaging import GroupAverager
+from hetjax.sync._host_pause import HostPause
 from hetjax.sync._policy import SyncPolicy
 from hetjax.sync._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
@@ -262,6 +263,13 @@ class ReplicaDriver:
       self._background.shutdown(wait=True)
       self._background, self._pending = None, None
     self.client.leave()
+
+  def use_host(self, host: EmulatedHost | Pause | None) -> None:
+    """Pauses after each step's compute as ``host`` says: a host of known speed
+    (`hetjax.emulation.KnownSpeedHost`) over this replica's batch of rows (`HostPause`), or a
+    `HostPause` (any ``pause(step, compute_s)``) as it is."""
+    self.pause = HostPause(host, self.trainer.global_batch) if isinstance(host, EmulatedHost) \
+        else host
 
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
           on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,

@@ -1,8 +1,8 @@
 """Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
 
+from hetjax.core._host import EmulatedHost as EmulatedHost
 from hetjax.train._endgame import may_leave as may_leave
 from hetjax.train._endgame import takes_token as takes_token
-from hetjax.train._host import EmulatedHost as EmulatedHost
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps

@@ -59,12 +59,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
+from hetjax.core._host import EmulatedHost
 from hetjax.data import Batch
 from hetjax.emulation import Links
 from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
-from hetjax.train._host import EmulatedHost
 from hetjax.train._partial import partial_gradient
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
@@ -184,6 +184,11 @@ class OverlapTrainer:
     program) and drops queued background compiles."""
     self._background.close()
     self.sync.close()
+
+  def use_host(self, host: EmulatedHost | None) -> None:
+    """The synchronous steps' host (`WorkerTrainer.use_host`): the forward and backward pad
+    to it, the overlapped reduction runs beside."""
+    self.sync.use_host(host)
 
   # -- state -------------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from hetjax.core import Work, WorkerTiming
+from hetjax.core._host import host_load
 from hetjax.data import slice_batch
-from hetjax.train._host import host_load
 
 if TYPE_CHECKING:
   from hetjax.train._workers import WorkerTrainer

@@ -63,9 +63,9 @@ import numpy as np
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
+from hetjax.core._host import EmulatedHost, host_load
 from hetjax.runtime import Channel
 from hetjax.train._endgame import may_leave, takes_token
-from hetjax.train._host import EmulatedHost, host_load
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
 from hetjax.train._workers import WorkerTrainer

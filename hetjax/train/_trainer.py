@@ -99,6 +99,12 @@ class Trainer:
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
 
+  def use_host(self, host: Any) -> None:
+    """None only: one program over every device has no host of its own to pad to."""
+    if host is not None:
+      raise ConfigError('an SPMD step runs every device in one program and has no emulated '
+                        'host: slowed hosts need mode shares, tokens, plan, replicas or ps')
+
   def init_state(self) -> TrainState:
     """Fresh parameters and optimizer state, created directly in their sharded layout."""
     return init_state(self.task, self.optimizer, self.layout, self.seed)

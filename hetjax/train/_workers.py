@@ -42,12 +42,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
+from hetjax.core._host import EmulatedHost, known_speed_host
 from hetjax.data import Batch, slice_batch
 from hetjax.emulation import Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._fused import FusedLayout
 from hetjax.train._head import StepHead
-from hetjax.train._host import EmulatedHost
 from hetjax.train._partial import partial_gradient
 from hetjax.train._share_programs import SharePrograms
 from hetjax.train._state import TrainState
@@ -173,6 +173,11 @@ class WorkerTrainer:
   def close(self) -> None:
     """Drops queued background compiles, so the process exits without waiting for them."""
     self.programs.close()
+
+  def use_host(self, host: EmulatedHost | None) -> None:
+    """Pads each step to ``host`` (`hetjax.core.StepProgram.use_host`): its rows of the step
+    take the host's time."""
+    self.host = known_speed_host(host, type(self).__name__)
 
   @property
   def compiles(self) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Protocol, runtime_checkable
 
+from hetjax._errors import ConfigError
+
 
 @runtime_checkable
 class EmulatedHost(Protocol):
@@ -17,6 +19,15 @@ class EmulatedHost(Protocol):
   def pad(self, step: int, rows: int, measured_s: float) -> tuple[float, float]:
     """Sleeps until ``rows`` rows took the host's time; returns (slept_s, overrun_s)."""
     ...
+
+
+def known_speed_host(host, program: str) -> EmulatedHost | None:
+  """``host`` when it is a host of known speed or None (what a share, token, SchMP or
+  parameter-server step pads to); a one-line error naming ``program`` otherwise."""
+  if host is None or isinstance(host, EmulatedHost):
+    return host
+  raise ConfigError(f'{program} pads each step to a host of known speed (factor and pad per '
+                    f'step and rows, hetjax.emulation.KnownSpeedHost), got {type(host).__name__}')
 
 
 def host_load(host: EmulatedHost | None, step: int) -> float:
