@@ -11,11 +11,14 @@ import sys
 import numpy as np
 import pytest
 
+from hetjax import run as run_lib
+from tests.conftest import require_devices
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRAIN = str(ROOT / 'experiments' / 'train.py')
-ARGS = ['--config=mlp', '--set', 'model_args.hidden=32', '--set', 'model_args.width=16',
-        '--set', 'global_batch=64', '--set', 'optimizer=momentum', '--set', 'learning_rate=0.05',
-        '--set', 'log_every=1', '--steps=4']
+SETS = ['model_args.hidden=32', 'model_args.width=16', 'global_batch=64', 'optimizer=momentum',
+        'learning_rate=0.05', 'log_every=1']
+ARGS = ['--config=mlp', *[arg for s in SETS for arg in ('--set', s)], '--steps=4']
 
 
 def _losses(workdir: pathlib.Path) -> list[float]:
@@ -23,11 +26,14 @@ def _losses(workdir: pathlib.Path) -> list[float]:
   return [r['loss'] for r in rows]
 
 
-def _one_process(workdir, *args):
-  result = subprocess.run([sys.executable, TRAIN, '--jax_num_cpu_devices=8', *ARGS, *args,
-                           f'--workdir={workdir}'], cwd=ROOT, capture_output=True, text=True,
-                          timeout=240)
-  assert result.returncode == 0, result.stderr[-2000:]
+def _one_process(workdir, strategy, mesh):
+  """The run of ``ARGS`` on this process's 8 devices (what train.py runs after parsing them):
+  `hetjax.run.train` here, not a subprocess that would start JAX again."""
+  require_devices(8)
+  config = run_lib.override(run_lib.load_config('mlp'), [
+      *SETS, 'steps=4', f'strategy={strategy}', f'mesh={mesh}',
+      'compilation_cache=False'])  # the test process's JAX config stays as it is
+  assert run_lib.train(config, workdir)['final_step'] == 4
   return _losses(workdir)
 
 
@@ -47,7 +53,7 @@ def test_spmd_over_launched_workers_equals_one_process(tmp_path):
   # one device in tests/test_spmd_multiprocess.py (the library); this is the runner's path.
   workers, strategy, mesh = 2, 'hybrid', '4x2'
   args = [f'--strategy={strategy}', f'--mesh={mesh}']
-  reference = _one_process(tmp_path / 'one', *args)
+  reference = _one_process(tmp_path / 'one', strategy, mesh)
   stdout = _launched(tmp_path / 'job', workers, *args)  # mode auto: a homogeneous job
   assert f'spmd, {strategy} on mesh {mesh} (8 cpu devices of {workers} workers)' in stdout
   np.testing.assert_allclose(_losses(tmp_path / 'job'), reference, rtol=1e-5)

@@ -1,9 +1,11 @@
 """Pipeline replicas on real workers under the group scheduler (`ReplicaDriver`, `SyncService`).
 
-Each case launches the fewest local workers of 2 devices that show its behaviour
+Each case runs on the fewest local workers of 2 devices that show its behaviour
 (`tests/workers/sync_sdpipe.py`), always with a timeout: each worker is one replica, a
 2-stage MLP pipeline, and worker 0 also runs the scheduler in a thread over the coordination
-service. Every worker launch costs seconds of start-up and compiles on a 2-core machine.
+service. Every worker launch costs seconds of start-up and compiles on a 2-core machine, so the
+cases of one worker count share one launch (a module fixture): its workers run the cases' runs
+one after the other, each from the same initial parameters with its own scheduler.
 
 - All-reduce with SGD is exact (2 workers): averaging the replicas' parameters after each step
   is one SGD step on the mean gradient of the replicas' batches, so the replicas must equal the
@@ -38,17 +40,40 @@ LAUNCH_TIMEOUT = 120
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(LAUNCH_TIMEOUT + 60)]
 
 
-def _launch(tmp_path, workers: int, *args) -> list[dict]:
+def _launch(tmp_path, workers: int, *runs: str) -> list[list[dict]]:
+  """One launch of ``workers`` replicas running ``runs`` in turn (``POLICY,STEPS,STRAGGLER[,
+  SILENT,SILENT_S]``); per run, every worker's outputs. The workers' output is in log.txt."""
   command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'sync_sdpipe.py'),
-             str(tmp_path), *map(str, args)]
-  result = launch_local(command, workers=workers, devices_per_worker=2, timeout=LAUNCH_TIMEOUT,
-                        init_timeout=60)
-  assert result.returncode == 0, result
+             str(tmp_path), *runs]
+  with open(tmp_path / 'log.txt', 'w') as log:
+    result = launch_local(command, workers=workers, devices_per_worker=2,
+                          timeout=LAUNCH_TIMEOUT, init_timeout=60, stdout=log)
+  assert result.returncode == 0, (result, (tmp_path / 'log.txt').read_text()[-3000:])
   outs = []
-  for w in range(workers):
-    with np.load(tmp_path / f'w{w}.npz') as arrays:
-      outs.append(dict(arrays))
+  for i in range(len(runs)):
+    outs.append([])
+    for w in range(workers):
+      with np.load(tmp_path / str(i) / f'w{w}.npz') as arrays:
+        outs[i].append(dict(arrays))
   return outs
+
+
+@pytest.fixture(scope='module')
+def two_workers(tmp_path_factory):
+  """2 replicas: all-reduce for 2 steps (the second starts from the first one's average), then
+  the overlapped all-reduce for 3 (step 2 is neither the first nor the last)."""
+  return _launch(tmp_path_factory.mktemp('two'), 2, 'all-reduce,2,none',
+                 'all-reduce+overlap,3,none')
+
+
+@pytest.fixture(scope='module')
+def three_workers(tmp_path_factory):
+  """3 replicas: SDPipe for 9 steps with worker 2 a persistent 4x straggler; then all-reduce
+  for 4 steps with worker 2 silent after its step 2 (two steps with it, two without). Their
+  outputs, and the launch log (the workers' lines, prefixed [wN])."""
+  tmp = tmp_path_factory.mktemp('three')
+  outs = _launch(tmp, 3, 'sdpipe,9,persistent:2:4', f'all-reduce,4,none,2,{3 * TIMEOUT_S}')
+  return outs, (tmp / 'log.txt').read_text()
 
 
 def _params(out: dict, prefix: str) -> dict[str, np.ndarray]:
@@ -83,9 +108,9 @@ def _flat(tree) -> dict[str, np.ndarray]:
           for k, v in traverse_util.flatten_dict(tree).items()}
 
 
-def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
+def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(two_workers):
   workers, steps = 2, 2  # the second step starts from the first one's average
-  outs = _launch(tmp_path, workers, 'all-reduce', steps, 'none')
+  outs = two_workers[0]
   task, params, value_and_grad = _plain()
   losses = np.zeros((workers, steps))
   for t in range(steps):  # replica r's step t trains on stream position t × workers + r
@@ -112,11 +137,11 @@ def test_all_reduce_replicas_equal_sgd_on_the_union_of_their_batches(tmp_path):
   assert report['drops'] == [] and not any(report['ignored'].values())
 
 
-def test_overlapped_all_reduce_averages_one_step_late(tmp_path):
+def test_overlapped_all_reduce_averages_one_step_late(two_workers):
   """With ``overlap``, replica i's step k starts from its own c_{k-1,i} and ends at
   c_{k,i} = mean_j c_{k-1,j} − lr · g_i(c_{k-1,i}); after the last step each takes the mean."""
   workers, steps = 2, 3  # step 2 is neither the first nor the last
-  outs = _launch(tmp_path, workers, 'all-reduce+overlap', steps, 'none')
+  outs = two_workers[1]
   task, params, value_and_grad = _plain()
   replicas = [params] * workers
   losses = np.zeros((workers, steps))
@@ -140,12 +165,13 @@ def test_overlapped_all_reduce_averages_one_step_late(tmp_path):
   assert len({float(out['losses'][1]) for out in outs}) == workers  # replicas differ in between
 
 
-def test_sdpipe_groups_are_consistent_and_the_straggler_is_not_waited_for(tmp_path):
+def test_sdpipe_groups_are_consistent_and_the_straggler_is_not_waited_for(three_workers):
   # Two fast replicas group without the straggler. Each fast step adds at least 2 updates to the
   # epoch, so by their 9th step it holds B = 16 (the default `GroupRules`) and the SSP rule must
   # reconnect the straggler, however the timing goes.
-  workers, steps, straggler = 3, 9, 2
-  outs = _launch(tmp_path, workers, 'sdpipe', steps, f'persistent:{straggler}:4')
+  workers, steps, straggler = 3, 9, 2  # the fixture's first run: sdpipe,9,persistent:2:4
+  outs = three_workers[0][0]
+  assert len(outs) == workers
   for w, out in enumerate(outs):
     assert list(out['steps']) == list(range(1, steps + 1))
     assert np.all(np.isfinite(out['losses']))
@@ -164,13 +190,14 @@ def test_sdpipe_groups_are_consistent_and_the_straggler_is_not_waited_for(tmp_pa
   assert any(straggler in m and len(m) > 1 for m in members), groups
 
 
-def test_a_silent_replica_is_dropped_and_the_others_finish(tmp_path, capfd):
-  workers, steps, silent = 3, 4, 2  # two steps with it, two without
-  outs = _launch(tmp_path, workers, 'all-reduce', steps, 'none', silent, 3 * TIMEOUT_S)
+def test_a_silent_replica_is_dropped_and_the_others_finish(three_workers):
+  workers, steps, silent = 3, 4, 2  # two steps with it, two without: the fixture's second run
+  runs, logged = three_workers  # the launcher relays the workers' output, prefixed [wN]
+  outs = runs[1]
+  assert len(outs) == workers
   report = json.loads(str(outs[0]['report']))
   assert [w for w, _ in report['drops']] == [silent]
-  logged = capfd.readouterr()  # the launcher relays the workers' output, prefixed [wN]
-  assert f'[w0] run: worker {silent} dropped from grouping' in logged.out + logged.err
+  assert f'[w0] run: worker {silent} dropped from grouping' in logged
   assert list(outs[silent]['steps']) == [1, 2]
   for w in (0, 1):
     out = outs[w]

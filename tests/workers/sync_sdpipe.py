@@ -1,16 +1,20 @@
 """A worker of tests/test_sync_sdpipe.py: pipeline replicas under a sync policy.
 
-  python tests/workers/sync_sdpipe.py OUT_DIR POLICY STEPS STRAGGLER [SILENT SILENT_S]
+  python tests/workers/sync_sdpipe.py OUT_DIR RUN [RUN ...]
+  RUN = POLICY,STEPS,STRAGGLER[,SILENT,SILENT_S]
 
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
-Worker 0 also runs the group scheduler (POLICY, a `SyncPolicy` with TIMEOUT_S) in a thread;
-POLICY+overlap runs the replicas with ``overlap=True``.
-Each replica trains STEPS steps, every step padded by `HostPause` to STEP_S (STRAGGLER: a
-`parse_trace` spec, e.g. ``persistent:3:3``). With SILENT given, that worker sleeps SILENT_S seconds after its step 2
-without reporting it, then stops (it leaves). Each worker writes ``OUT_DIR/w{worker}.npz``: its
-final parameters (``params/<path>``), its initial ones (``init/<path>``), its steps
-(``steps``), their losses (``losses``), group members (``members/<step>``) and group numbers
-(``seq/<step>``); worker 0 also writes the scheduler's report (``report``, JSON).
+The RUNs run one after the other in the same processes (one launch: the start-up and the
+compiles are paid once), each from the same initial parameters, with its own scheduler and
+its own keys on the coordination service. In each, worker 0 also runs the group scheduler
+(POLICY, a `SyncPolicy` with TIMEOUT_S) in a thread; POLICY+overlap runs the replicas with
+``overlap=True``. Each replica trains STEPS steps, every step padded by `HostPause` to STEP_S
+(STRAGGLER: a `parse_trace` spec, e.g. ``persistent:3:3``, or ``none``). With SILENT given, that
+worker sleeps SILENT_S seconds after its step 2 without reporting it, then stops (it leaves).
+Run i makes each worker write ``OUT_DIR/{i}/w{worker}.npz``: its final parameters
+(``params/<path>``), its initial ones (``init/<path>``), its steps (``steps``), their losses
+(``losses``), group members (``members/<step>``) and group numbers (``seq/<step>``); worker 0
+also writes the scheduler's report (``report``, JSON).
 """
 
 from __future__ import annotations
@@ -37,8 +41,7 @@ def flat(tree: dict, prefix: str) -> dict:
           for k, v in traverse_util.flatten_dict(tree).items()}
 
 
-def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | None,
-         silent_s: float) -> None:
+def main(out_dir: str, runs: list[str]) -> None:
   from hetjax import runtime
 
   ctx = runtime.initialize(init_timeout_s=60)
@@ -48,12 +51,23 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
 
   from hetjax import models
   from hetjax.pipeline import PipelineTrainer
-  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
 
-  out = pathlib.Path(out_dir)
-  channel = runtime.Channel(f'sdpipe-test/{out}')
   trainer = PipelineTrainer(models.make_task('mlp', **MODEL), optax.sgd(LR), BATCH, stages=2,
                             micro_batches=2, devices=jax.local_devices())
+  for i, spec in enumerate(runs):
+    policy, steps, straggler, *silent = spec.split(',')
+    out = pathlib.Path(out_dir) / str(i)
+    out.mkdir(parents=True, exist_ok=True)
+    run(ctx, trainer, runtime.Channel(f'sdpipe-test/{out}'), out, policy, int(steps), straggler,
+        int(silent[0]) if silent else None, float(silent[1]) if silent else 0.0)
+
+
+def run(ctx, trainer, channel, out: pathlib.Path, policy: str, steps: int, straggler: str,
+        silent: int | None, silent_s: float) -> None:
+  import jax
+
+  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
+
   policy, _, mode = policy.partition('+')
   service = None
   if ctx.is_chief:
@@ -89,6 +103,4 @@ def main(out_dir: str, policy: str, steps: int, straggler: str, silent: int | No
 
 
 if __name__ == '__main__':
-  args = sys.argv[1:]
-  main(args[0], args[1], int(args[2]), args[3], int(args[4]) if len(args) > 4 else None,
-       float(args[5]) if len(args) > 5 else 0.0)
+  main(sys.argv[1], sys.argv[2:])
