@@ -1,6 +1,7 @@
 """Checkpoints: exact resume, restore onto another mesh, and no half-written checkpoints."""
 
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -29,21 +30,37 @@ def _losses(trainer, state, until, hooks=()):
 
 
 @pytest.fixture(scope='module')
-def uninterrupted():
-  trainer = _trainer((4, 2), Strategy.HYBRID)
-  return _losses(trainer, trainer.init_state(), STEPS)
+def hybrid():
+  """The (4, 2) hybrid trainer of the uninterrupted run and the stopped one (one compile)."""
+  return _trainer((4, 2), Strategy.HYBRID)
 
 
-def _save_partway(tmp_path):
-  trainer = _trainer((4, 2), Strategy.HYBRID)
-  ckpt = Checkpointer(tmp_path / 'ckpt')
-  first, _ = _losses(trainer, trainer.init_state(), SAVE_AT, [ckpt.hook({'k': 1}, every=SAVE_AT)])
+@pytest.fixture(scope='module')
+def uninterrupted(hybrid):
+  return _losses(hybrid, hybrid.init_state(), STEPS)
+
+
+@pytest.fixture(scope='module')
+def partway(tmp_path_factory, hybrid):
+  """``(checkpoint directory, losses)`` of a run stopped after `SAVE_AT` steps, saved at its end.
+  Made once for the module; each test restores from a copy of its own (`_save_partway`)."""
+  saved = tmp_path_factory.mktemp('partway') / 'ckpt'
+  ckpt = Checkpointer(saved)
+  first, _ = _losses(hybrid, hybrid.init_state(), SAVE_AT, [ckpt.hook({'k': 1}, every=SAVE_AT)])
   ckpt.close()
+  return saved, first
+
+
+def _save_partway(tmp_path, partway):
+  """The stopped run's checkpoint copied to ``tmp_path / 'ckpt'``; its losses."""
+  saved, first = partway
+  shutil.copytree(saved, tmp_path / 'ckpt')
   return first
 
 
-def test_stopped_and_resumed_run_repeats_the_uninterrupted_losses(tmp_path, uninterrupted):
-  first = _save_partway(tmp_path)
+def test_stopped_and_resumed_run_repeats_the_uninterrupted_losses(tmp_path, uninterrupted,
+                                                                 partway):
+  first = _save_partway(tmp_path, partway)
   trainer = _trainer((4, 2), Strategy.HYBRID)  # a new process would build a new trainer too
   ckpt = Checkpointer(tmp_path / 'ckpt')
   state, meta = ckpt.restore(trainer.abstract_state())
@@ -57,8 +74,9 @@ def test_stopped_and_resumed_run_repeats_the_uninterrupted_losses(tmp_path, unin
 
 
 @pytest.mark.parametrize('shape, strategy', [((8, 1), Strategy.FSDP), ((1, 1), Strategy.DATA_PARALLEL)])
-def test_restore_onto_another_mesh_and_device_count(tmp_path, uninterrupted, shape, strategy):
-  _save_partway(tmp_path)
+def test_restore_onto_another_mesh_and_device_count(tmp_path, uninterrupted, partway, shape,
+                                                   strategy):
+  _save_partway(tmp_path, partway)
   trainer = _trainer(shape, strategy)
   state, _ = Checkpointer(tmp_path / 'ckpt').restore(trainer.abstract_state())
   table = state.params['embedding']['table']
@@ -67,8 +85,8 @@ def test_restore_onto_another_mesh_and_device_count(tmp_path, uninterrupted, sha
   np.testing.assert_allclose(rest, uninterrupted[0][SAVE_AT:], rtol=1e-5)
 
 
-def test_unfinished_save_is_never_loaded(tmp_path):
-  _save_partway(tmp_path)
+def test_unfinished_save_is_never_loaded(tmp_path, partway):
+  _save_partway(tmp_path, partway)
   # What a process killed mid-save leaves: orbax's temporary directory for the next step.
   partial = tmp_path / 'ckpt' / f'{SAVE_AT + 1}.orbax-checkpoint-tmp-1234567890'
   (partial / 'state').mkdir(parents=True)

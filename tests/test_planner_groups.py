@@ -20,7 +20,8 @@ from hetjax.planner import Plan, compile_plan, group_factors, plan_stages
 from hetjax.sharding import LogicalRules, ShardingRules, make_mesh, submodel_names
 from hetjax.train import Trainer, training_steps
 from tests.conftest import require_devices
-from tests.test_strategies import MODELS, OPTIMIZER
+from tests.test_strategies import MODELS, OPTIMIZER, single_device_steps
+from tests.test_strategies import STEPS as STRATEGY_STEPS
 
 STEPS = 3
 
@@ -58,7 +59,12 @@ CASES = {
 
 def _reference(name, spec=None, steps=STEPS):
   """``(task, batch, losses, params after steps)`` of the plain single-device step; ``spec`` is
-  ``(make_task kwargs, global batch)`` (default: `MODELS`'s)."""
+  ``(make_task kwargs, global batch)`` (default: `MODELS`'s, whose run
+  `tests.test_strategies.single_device_steps` holds once per test process)."""
+  if spec is None and steps <= STRATEGY_STEPS:
+    kwargs, batch = MODELS[name]
+    losses, params = single_device_steps(name)
+    return models.make_task(name, **kwargs), batch, losses[:steps], params[steps - 1]
   kwargs, batch = MODELS[name] if spec is None else spec
   task = models.make_task(name, **kwargs)
   trainer = Trainer(task, OPTIMIZER, batch, make_mesh((1, 1), devices=require_devices(1)),

@@ -9,10 +9,10 @@ import pytest
 
 from hetjax import ConfigError, configs, models
 from hetjax.planner import Layout, Plan, mesh_factors, tensor_degrees
-from hetjax.sharding import LogicalRules, ShardingRules, make_mesh, submodel_names
+from hetjax.sharding import LogicalRules, submodel_names
 from hetjax.train import Trainer, training_steps
 from tests.conftest import require_devices
-from tests.test_strategies import MODELS, OPTIMIZER, STEPS
+from tests.test_strategies import MODELS, OPTIMIZER, STEPS, single_device_steps
 
 
 def test_mesh_factors_put_workers_first_and_degrees_are_suffix_products():
@@ -105,8 +105,9 @@ def test_a_mixed_plan_trains_exactly_like_one_device(name):
   task = models.make_task(name, **kwargs)
   order = submodel_names(task.make_model)
   plan = Plan.from_json({'name': 'mixed', 'devices': 8, 'submodels': MIXED[name]}, order)
-  ref_losses, ref_params, _ = _train(task, ShardingRules(LogicalRules(), LogicalRules()),
-                                     make_mesh((1, 1), devices=require_devices(1)), batch)
+  # The plain single-device run (the Trainer on a 1x1 mesh, no rules), shared per process.
+  ref_losses, ref_params = single_device_steps(name)
+  ref_params = ref_params[-1]
   losses, params, state = _train(task, plan.rules(), plan.mesh(require_devices(8)), batch)
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(ref_params), strict=True):

@@ -51,27 +51,45 @@ def test_bad_input_is_one_line_and_exit_2(bad_input_results, case):
     assert fragment in lines[0]
 
 
-def _schmp(*args):
-  return subprocess.run([sys.executable, str(ROOT / 'experiments' / 'schmp.py'),
-                         '--jax_num_cpu_devices=4', *args], cwd=ROOT, capture_output=True,
-                        text=True, timeout=TIMEOUT)
-
-
 def _rows(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
-@pytest.mark.parametrize('app', ['lasso', 'lda'])
-def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path, app):
+RESUMED_APPS = ('lasso', 'lda')
+
+
+@pytest.fixture(scope='module')
+def resumed_runs(tmp_path_factory):
+  """Per app of `RESUMED_APPS`, ``(straight, parts, results)``: 12 rounds straight, and 6 rounds
+  then a ``--resume`` to 12 in another directory; every run a child of its own, forked in order
+  from one import (`tests/workers/cli_cases.py`: the real entry point, a fresh JAX backend per
+  child, so the resumed run starts from the files alone)."""
+  scratch = tmp_path_factory.mktemp('schmp-resumed')
+  cases, dirs = [], {}
+  for app in RESUMED_APPS:
+    small = {'lasso': ['--set', 'model_args.features=256', '--set', 'model_args.group_size=64'],
+             'lda': ['--set', 'model_args.documents=64', '--set', 'model_args.vocabulary=300']}[app]
+    common = ['schmp.py', '--jax_num_cpu_devices=4', f'--app={app}', *small, '--set',
+              'objective_every=2', '--set', 'checkpoint_every=6']
+    straight, parts = scratch / app / 'straight', scratch / app / 'parts'
+    dirs[app] = straight, parts
+    cases += [[*common, *args] for args in (
+        [f'--workdir={straight}', '--steps=12'], [f'--workdir={parts}', '--steps=6'],
+        [f'--workdir={parts}', '--steps=12', '--resume'])]
+  (scratch / 'cases.json').write_text(json.dumps(cases))
+  subprocess.run([sys.executable, str(ROOT / 'tests' / 'workers' / 'cli_cases.py'),
+                  str(scratch / 'cases.json'), str(scratch / 'results.json')],
+                 cwd=ROOT, check=True, timeout=TIMEOUT)
+  results = json.loads((scratch / 'results.json').read_text())
+  return {app: (*dirs[app], results[3 * i:3 * i + 3]) for i, app in enumerate(RESUMED_APPS)}
+
+
+@pytest.mark.parametrize('app', RESUMED_APPS)
+def test_a_resumed_run_equals_the_uninterrupted_one(resumed_runs, app):
   """Staleness 1 (the configs'): the round not yet reported is in the checkpoint."""
-  small = {'lasso': ['--set', 'model_args.features=256', '--set', 'model_args.group_size=64'],
-           'lda': ['--set', 'model_args.documents=64', '--set', 'model_args.vocabulary=300']}[app]
-  common = [f'--app={app}', *small, '--set', 'objective_every=2', '--set', 'checkpoint_every=6']
-  straight, parts = tmp_path / 'straight', tmp_path / 'parts'
-  for args in ([f'--workdir={straight}', '--steps=12'], [f'--workdir={parts}', '--steps=6'],
-               [f'--workdir={parts}', '--steps=12', '--resume']):
-    result = _schmp(*common, *args)
-    assert result.returncode == 0, result.stderr
+  straight, parts, results = resumed_runs[app]
+  for result in results:
+    assert result['returncode'] == 0, result['stderr']
   whole, resumed = _rows(straight), _rows(parts)
   assert [r['step'] for r in resumed] == list(range(1, 13))
   assert [r['loss'] for r in resumed] == [r['loss'] for r in whole]

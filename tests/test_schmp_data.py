@@ -281,19 +281,21 @@ def test_the_cli_trains_on_a_file(tmp_path):
   good = _csv(tmp_path / 'even.csv', np.column_stack([design.x[:64], design.y[:64]]))
   odd = _csv(tmp_path / 'odd.csv', np.column_stack([design.x[:63], design.y[:63]]))
 
-  def schmp(path, workdir):
-    return subprocess.run(
-        [sys.executable, str(ROOT / 'experiments' / 'schmp.py'), '--app=lasso', '--set',
-         f'model_args.data={path}', '--steps=3', f'--workdir={workdir}',
-         '--jax_num_cpu_devices=2'], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
-
-  result = schmp(good, tmp_path / 'run')
-  assert result.returncode == 0, result.stderr
+  # Both command lines, each in a child forked from one import (tests/workers/cli_cases.py: the
+  # real entry point, argv, absl parsing, exit code, a fresh JAX backend per child).
+  cases = [['schmp.py', '--app=lasso', '--set', f'model_args.data={path}', '--steps=3',
+            f'--workdir={workdir}', '--jax_num_cpu_devices=2']
+           for path, workdir in ((good, tmp_path / 'run'), (odd, tmp_path / 'odd'))]
+  (tmp_path / 'cases.json').write_text(json.dumps(cases))
+  subprocess.run([sys.executable, str(ROOT / 'tests' / 'workers' / 'cli_cases.py'),
+                  str(tmp_path / 'cases.json'), str(tmp_path / 'results.json')],
+                 cwd=ROOT, check=True, timeout=TIMEOUT)
+  result, odd_result = json.loads((tmp_path / 'results.json').read_text())
+  assert result['returncode'] == 0, result['stderr']
   rows = [json.loads(line) for line in (tmp_path / 'run' / 'metrics.jsonl').read_text()
           .splitlines()]
   assert [r['step'] for r in rows] == [1, 2, 3]
-  result = schmp(odd, tmp_path / 'odd')
-  assert result.returncode == 2
-  lines = result.stderr.strip().splitlines()
+  assert odd_result['returncode'] == 2
+  lines = odd_result['stderr'].strip().splitlines()
   assert len(lines) == 1 and '63 rows do not divide over 2 devices' in lines[0]
   assert '--set model_args.pad_rows=True' in lines[0]

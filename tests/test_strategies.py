@@ -1,9 +1,11 @@
 """Every model under every built-in strategy trains exactly like one device.
 
-The reference is the same Trainer on a 1x1 mesh. Losses over 5 steps and the parameters after
-them must agree to float32 reduction-order noise: the parallel programs sum the same terms in a
-different order, nothing more.
+The reference is the same Trainer on a 1x1 mesh (no sharding rules). Losses over 5 steps and the
+parameters after them must agree to float32 reduction-order noise: the parallel programs sum the
+same terms in a different order, nothing more.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +16,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 from hetjax import ConfigError, ShardingError, models
-from hetjax.sharding import make_mesh
+from hetjax.sharding import LogicalRules, ShardingRules, make_mesh
 from hetjax.train import Strategy, Task, Trainer, training_steps
 from tests.conftest import require_devices
 
@@ -48,22 +50,36 @@ def _run(name, strategy, shape):
   return np.asarray(jax.device_get(losses)), jax.device_get(state.params)
 
 
+@functools.cache
+def single_device_steps(name):
+  """``(losses, params)`` of the plain single-device run of ``MODELS[name]``: the Trainer on a
+  1x1 mesh with no sharding rules, its `STEPS` losses and its parameters (on the host) after
+  each step. Computed once per test process and shared by the modules that check against it
+  (here, tests/test_planner_groups.py, tests/test_planner_plan.py), each of which used to
+  compile and run the same single-device program again."""
+  kwargs, batch = MODELS[name]
+  trainer = Trainer(models.make_task(name, **kwargs), OPTIMIZER, batch,
+                    make_mesh((1, 1), devices=require_devices(1)),
+                    ShardingRules(LogicalRules(), LogicalRules()), seed=0)
+  losses, params = [], []
+  for info in training_steps(trainer, trainer.init_state(), STEPS):
+    losses.append(float(info.metrics['loss']))
+    params.append(jax.device_get(info.state.params))  # before the next step donates them
+  return np.asarray(losses), tuple(params)
+
+
 @pytest.fixture(scope='module')
 def reference():
-  cache = {}
-
-  def get(name):
-    if name not in cache:
-      cache[name] = _run(name, Strategy.DATA_PARALLEL, (1, 1))
-    return cache[name]
-
-  return get
+  """`single_device_steps` (module-scoped, so that this module's tests share one test process
+  and its single-device runs)."""
+  return single_device_steps
 
 
 @pytest.mark.parametrize('strategy', list(LAYOUTS), ids=lambda s: s.value)
 @pytest.mark.parametrize('name', list(MODELS))
 def test_strategy_matches_single_device(name, strategy, reference):
   ref_losses, ref_params = reference(name)
+  ref_params = ref_params[-1]
   losses, params = _run(name, strategy, LAYOUTS[strategy])
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=0)

@@ -31,13 +31,37 @@ def _losses(workdir):
   return [r['loss'] for r in rows]
 
 
+def train_forked(scratch, *commands):
+  """Each of ``commands`` (argument lists for train.py) in order, each in a child forked from one
+  import of JAX and train.py (`tests/workers/cli_cases.py`: the real entry point, argv, absl
+  parsing and exit code, a fresh JAX backend per child); a `subprocess.CompletedProcess` each."""
+  cases = [[*_cmd(*args)[2:]] for args in commands]
+  (scratch / 'cases.json').write_text(json.dumps(cases))
+  subprocess.run([sys.executable, str(ROOT / 'tests' / 'workers' / 'cli_cases.py'),
+                  str(scratch / 'cases.json'), str(scratch / 'results.json')],
+                 cwd=ROOT, check=True, timeout=TIMEOUT)
+  return [subprocess.CompletedProcess(args, r['returncode'], r['stdout'], r['stderr'])
+          for args, r in zip(cases, json.loads((scratch / 'results.json').read_text()),
+                             strict=True)]
+
+
+@pytest.fixture(scope='module')
+def one_step_runs(tmp_path_factory):
+  """``{config: (workdir, result)}``: every config's one-step run, forked (`train_forked`)."""
+  scratch = tmp_path_factory.mktemp('one-step')
+  names = run.config_names()
+  results = train_forked(scratch, *[[f'--config={name}', '--steps=1',
+                                     f'--workdir={scratch / name}'] for name in names])
+  return {name: (scratch / name, result) for name, result in zip(names, results, strict=True)}
+
+
 @pytest.mark.parametrize('name', run.config_names())
-def test_every_config_runs_one_step(tmp_path, name):
-  result = train(f'--config={name}', '--steps=1', f'--workdir={tmp_path}')
+def test_every_config_runs_one_step(one_step_runs, name):
+  workdir, result = one_step_runs[name]
   assert result.returncode == 0, result.stderr
-  [loss] = _losses(tmp_path)
+  [loss] = _losses(workdir)
   assert math.isfinite(loss)
-  summary = json.loads((tmp_path / 'summary.json').read_text())
+  summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['final_step'] == 1 and summary['checkpoint_steps'] == [1]
   assert 'step 1/1 | loss' in result.stdout
 
@@ -107,15 +131,8 @@ def bad_input_results(tmp_path_factory):
   train.py, then one forked child per case (the real entry point, exit code and all), each with
   a run directory of its own."""
   scratch = tmp_path_factory.mktemp('bad-input')
-  cases = [[*_cmd(*args)[2:], f'--workdir={scratch / str(i)}']
-           for i, (args, _) in enumerate(BAD_INPUT)]
-  (scratch / 'cases.json').write_text(json.dumps(cases))
-  subprocess.run([sys.executable, str(ROOT / 'tests' / 'workers' / 'cli_cases.py'),
-                  str(scratch / 'cases.json'), str(scratch / 'results.json')],
-                 cwd=ROOT, check=True, timeout=TIMEOUT)
-  return [subprocess.CompletedProcess(args, r['returncode'], r['stdout'], r['stderr'])
-          for args, r in zip(cases, json.loads((scratch / 'results.json').read_text()),
-                             strict=True)]
+  return train_forked(scratch, *[[*args, f'--workdir={scratch / str(i)}']
+                                 for i, (args, _) in enumerate(BAD_INPUT)])
 
 
 @pytest.mark.parametrize('case', range(len(BAD_INPUT)),
@@ -136,8 +153,10 @@ def test_bad_input_from_a_fresh_process_is_one_line_and_exit_2(tmp_path):
 def saved_run(tmp_path_factory):
   """An mlp run of 8 steps, and the same run stopped after 4 steps."""
   full, part = tmp_path_factory.mktemp('full'), tmp_path_factory.mktemp('part')
-  assert train('--config=mlp', '--steps=8', f'--workdir={full}').returncode == 0
-  assert train('--config=mlp', '--steps=4', f'--workdir={part}').returncode == 0
+  results = train_forked(tmp_path_factory.mktemp('saved'),
+                         ['--config=mlp', '--steps=8', f'--workdir={full}'],
+                         ['--config=mlp', '--steps=4', f'--workdir={part}'])
+  assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
   return full, part
 
 
@@ -193,26 +212,41 @@ def test_kill_during_save_leaves_only_complete_checkpoints(tmp_path):
   assert f'steps {complete[-1]}→{complete[-1] + 1}' in result.stdout
 
 
-@pytest.mark.parametrize('mode, extra', [
-    ('tokens', ['--mesh=8x1', '--token_rows=64']),
-    ('shares', ['--mesh=8x1', '--shares=256']),
-    ('pipeline', ['--set', 'stages=2', '--set', 'micro_batches=4']),
-])
-def test_every_mode_runs_from_train_py_on_one_process(tmp_path, mode, extra):
-  result = train('--config=mlp', f'--mode={mode}', '--steps=2', f'--workdir={tmp_path}', *extra)
+MODES = {
+    'tokens': ['--mesh=8x1', '--token_rows=64'],
+    'shares': ['--mesh=8x1', '--shares=256'],
+    'pipeline': ['--set', 'stages=2', '--set', 'micro_batches=4'],
+}
+
+
+@pytest.fixture(scope='module')
+def mode_runs(tmp_path_factory):
+  """``{mode: (workdir, result)}``: two mlp steps in each of `MODES`, forked (`train_forked`)."""
+  scratch = tmp_path_factory.mktemp('modes')
+  results = train_forked(scratch, *[['--config=mlp', f'--mode={mode}', '--steps=2',
+                                     f'--workdir={scratch / mode}', *extra]
+                                    for mode, extra in MODES.items()])
+  return {mode: (scratch / mode, result) for mode, result in zip(MODES, results, strict=True)}
+
+
+@pytest.mark.parametrize('mode', MODES)
+def test_every_mode_runs_from_train_py_on_one_process(mode_runs, mode):
+  workdir, result = mode_runs[mode]
   assert result.returncode == 0, result.stderr
   assert f'mlp: {mode},' in result.stdout
-  summary = json.loads((tmp_path / 'summary.json').read_text())
+  summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['final_step'] == 2 and summary['first_shares'] == summary['last_shares'] == [256]
-  assert len(_losses(tmp_path)) == 2 and all(math.isfinite(x) for x in _losses(tmp_path))
+  assert len(_losses(workdir)) == 2 and all(math.isfinite(x) for x in _losses(workdir))
 
 
 def test_a_pipeline_run_resumes_at_its_step(tmp_path):
-  args = ['--config=mlp', '--mode=pipeline', f'--workdir={tmp_path}', '--set', 'micro_batches=2']
-  assert train(*args, '--steps=2').returncode == 0
-  result = train(*args, '--steps=3', '--resume')
+  """Two runs, each a child of its own (`train_forked`): the second starts from the files only."""
+  args = ['--config=mlp', '--mode=pipeline', f'--workdir={tmp_path / "run"}', '--set',
+          'micro_batches=2']
+  first, result = train_forked(tmp_path, [*args, '--steps=2'], [*args, '--steps=3', '--resume'])
+  assert first.returncode == 0, first.stderr
   assert result.returncode == 0, result.stderr
-  assert 'steps 2→3' in result.stdout and len(_losses(tmp_path)) == 3
+  assert 'steps 2→3' in result.stdout and len(_losses(tmp_path / 'run')) == 3
 
 
 def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
@@ -222,13 +256,14 @@ def test_a_config_of_your_own_from_a_file_or_a_function(tmp_path):
       'def get_config():\n'
       "  return override(Config(model='mlp'), ['model.args.hidden=32', 'model.args.width=16',\n"
       "                  'data.global_batch=64', 'steps=2', 'mesh=8x1', 'strategy=data_parallel'])\n")
-  result = train(f'--config={path}', f'--workdir={tmp_path / "a"}')
-  assert result.returncode == 0, result.stderr
+  from_file, from_function = train_forked(
+      tmp_path, [f'--config={path}', f'--workdir={tmp_path / "a"}'],
+      ['--config=hetjax.configs.mlp:get_config', '--steps=1', '--set',
+       'model=hetjax.models:make_task', '--set', 'model_args.name=mlp',
+       f'--workdir={tmp_path / "b"}'])
+  assert from_file.returncode == 0, from_file.stderr
   assert json.loads((tmp_path / 'a' / 'summary.json').read_text())['final_step'] == 2
-  result = train('--config=hetjax.configs.mlp:get_config', '--steps=1',
-                 '--set', 'model=hetjax.models:make_task', '--set', 'model_args.name=mlp',
-                 f'--workdir={tmp_path / "b"}')
-  assert result.returncode == 0, result.stderr
+  assert from_function.returncode == 0, from_function.stderr
 
 
 # Pipeline replicas under the launcher: one replica of the whole pipeline per worker, grouped by
