@@ -87,14 +87,30 @@ def references():
   return get
 
 
+@pytest.fixture(scope='module')
+def compiled_plans():
+  """``case -> (task, batch, plan, compile_plan's result)``, each case compiled once for the
+  module (with 2 micro-batches)."""
+  cache = {}
+
+  def get(case):
+    if case not in cache:
+      name, data = CASES[case]
+      kwargs, batch = MODELS[name]
+      task = models.make_task(name, **kwargs)
+      plan = Plan.from_json({'name': case, **data}, submodel_names(task.make_model))
+      cache[case] = task, batch, plan, compile_plan(plan, task, OPTIMIZER, batch,
+                                                    devices=require_devices(8), micro_batches=2)
+    return cache[case]
+  return get
+
+
 @pytest.mark.parametrize('case', sorted(CASES))
-def test_grouped_plan_trains_exactly_like_one_device(case, references):
-  name, data = CASES[case]
-  task, batch, ref_losses, ref_params = references(name)
-  plan = Plan.from_json({'name': case, **data}, submodel_names(task.make_model))
+def test_grouped_plan_trains_exactly_like_one_device(case, references, compiled_plans):
+  name, _ = CASES[case]
+  _, _, ref_losses, ref_params = references(name)
+  _, _, plan, compiled = compiled_plans(case)
   assert plan.grouped
-  compiled = compile_plan(plan, task, OPTIMIZER, batch, devices=require_devices(8),
-                          micro_batches=2)
   trainer = compiled.trainer
   assert isinstance(trainer, PipelineTrainer)
   groups = [tuple(plan.members(s)) for s in plan.submodels]
@@ -132,16 +148,12 @@ def test_stage_parameters_follow_each_sub_models_layout():
   assert len(head['head']['kernel'].sharding.device_set) == 2
 
 
-def test_memory_is_checked_per_stage_and_names_the_group():
-  name, data = CASES['wide_deep_2_groups']
-  kwargs, batch = MODELS[name]
-  task = models.make_task(name, **kwargs)
-  plan = Plan.from_json({'name': 'g', **data}, submodel_names(task.make_model))
-  compiled = compile_plan(plan, task, OPTIMIZER, batch, devices=require_devices(8))
-  with pytest.raises(ConfigError, match=r"plan 'g' does not fit: stage \d \(.*on workers "
-                                        r'\[.*\]\) needs [\d,]+ bytes') as error:
+def test_memory_is_checked_per_stage_and_names_the_group(compiled_plans):
+  task, batch, plan, compiled = compiled_plans('wide_deep_2_groups')  # fits with no cap
+  with pytest.raises(ConfigError, match=r"plan 'wide_deep_2_groups' does not fit: stage \d "
+                                        r'\(.*on workers \[.*\]\) needs [\d,]+ bytes') as error:
     compile_plan(plan, task, OPTIMIZER, batch, memory_cap=compiled.memory_bytes - 1,
-                 devices=require_devices(8))
+                 devices=require_devices(8), micro_batches=2)
   assert '\n' not in str(error.value)
 
 
