@@ -31,6 +31,8 @@ class Task:
     loss: ``loss(model, batch) -> float32[B]``, the loss of every example of ``batch``. The
       trainer averages it; keeping it per example lets later steps weight or mask rows.
     data: the source of global batches.
+    eval_data: the held-out split (batches of the same form) that periodic evaluation reads, or
+      None: evaluation is then off for this task.
     config: the keyword arguments that define the task; a checkpoint records them so a resume
       under another model is refused.
   """
@@ -39,4 +41,5 @@ class Task:
   make_model: Callable[[nnx.Rngs], nnx.Module]
   loss: Callable[[nnx.Module, Batch], jax.Array]
   data: DataSource
+  eval_data: DataSource | None = None
   config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
