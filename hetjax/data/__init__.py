@@ -8,6 +8,7 @@ from hetjax.data._digits import digits as digits
 from hetjax.data._docstrings import Documents as Documents
 from hetjax.data._docstrings import stdlib_docstrings as stdlib_docstrings
 from hetjax.data._documents_file import read_documents as read_documents
+from hetjax.data._prepare_text import prepare_text as prepare_text
 from hetjax.data._ratings import Ratings as Ratings
 from hetjax.data._ratings import zipf_ratings as zipf_ratings
 from hetjax.data._ratings_file import read_ratings as read_ratings
@@ -25,6 +26,11 @@ from hetjax.data._sparse_design import bundled_design as bundled_design
 from hetjax.data._sparse_design import correlated_design as correlated_design
 from hetjax.data._stdlib_text import StdlibText as StdlibText
 from hetjax.data._stdlib_text import stdlib_text as stdlib_text
+from hetjax.data._token_file import TokenDataset as TokenDataset
+from hetjax.data._token_file import Tokenizer as Tokenizer
+from hetjax.data._token_file import check_vocab as check_vocab
+from hetjax.data._token_file import read_token_dataset as read_token_dataset
+from hetjax.data._token_file import write_token_split as write_token_split
 from hetjax.data._zipf_clicks import ZipfClicks as ZipfClicks
 from hetjax.data._zipf_clicks import zipf_clicks as zipf_clicks
 
@@ -38,22 +44,28 @@ __all__ = [
     'Response',
     'SparseDesign',
     'StdlibText',
+    'TokenDataset',
+    'Tokenizer',
     'ZipfClicks',
     'batch_size',
     'bundled_design',
+    'check_vocab',
     'correlated_design',
     'digits',
     'is_data_path',
+    'prepare_text',
     'read_data_file',
     'read_design',
     'read_documents',
     'read_ratings',
+    'read_token_dataset',
     'share_offsets',
     'slice_batch',
     'split_batch',
     'stdlib_docstrings',
     'stdlib_text',
     'step_rng',
+    'write_token_split',
     'zipf_clicks',
     'zipf_ratings',
 ]
