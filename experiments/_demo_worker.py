@@ -36,7 +36,7 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   config = run.override(run.Config(model=run.ModelConfig('mlp', MODEL)), [
       f'global_batch={GLOBAL_BATCH}', 'optimizer=adam', 'learning_rate=3e-3', 'mesh=1x1'])
   task = models.make_task('mlp', **MODEL)
-  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
+  optimizer = run.optimizer_of(config)[0]
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
                                 train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)

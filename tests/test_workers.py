@@ -36,11 +36,12 @@ def _reference(name):
   return [float(i.metrics['loss']) for i in infos], jax.device_get(infos[-1].state.params)
 
 
-def _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket=None):
+def _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket=None,
+            accumulate=1):
   out = tmp_path / 'out.json'
   command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'train_shares.py'), str(out), name,
-             'x'.join(map(str, local_shape)), json.dumps(schedule), strategy,
-             *([str(bucket)] if bucket else [])]
+             'x'.join(map(str, local_shape)), json.dumps(schedule), strategy, str(bucket or 0),
+             str(accumulate)]
   devices = local_shape[0] * local_shape[1]
   result = launch_local(command, workers=workers, devices_per_worker=devices,
                         timeout=LAUNCH_TIMEOUT, init_timeout=60)
@@ -57,26 +58,31 @@ def _random_schedule(workers, batch, seed, bucket=4):
   return [list(rules.from_weights(rng.uniform(0.1, 1.0, workers))) for _ in range(STEPS)]
 
 
-CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker, bucket
+CASES = [  # model, workers, local mesh, shares per step (cycled), strategy inside a worker, bucket,
+  # gradient accumulation
     # Uniform (BSP), uneven, empty and whole-batch shares; two devices per worker.
     ('mlp', 4, (2, 1), [[16, 16, 16, 16], [2, 40, 0, 22], [64, 0, 0, 0], [10, 10, 30, 14]],
-     'data_parallel', None),
+     'data_parallel', None, 1),
     # Tensor parallel inside each worker: split gradients take the unfused all-reduce path.
-    ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid', None),
+    ('wide_deep', 2, (1, 2), [[40, 24], [0, 64]], 'hybrid', None, 1),
+    # Gradient accumulation with unequal shares: micro-batches of at most 11 rows, so the
+    # workers run 4 and 3 of them, then 1 and 6 (padded rows weigh nothing).
+    ('mlp', 2, (1, 1), [[40, 24], [8, 56]], 'data_parallel', None, 3),
     # Random bucketed share sequences, as a balancing policy would produce them, with piece
     # programs standing in for sizes still compiling in the background.
-    ('mlp', 4, (1, 1), _random_schedule(4, 64, seed=8), 'data_parallel', 4),
+    ('mlp', 4, (1, 1), _random_schedule(4, 64, seed=8), 'data_parallel', 4, 1),
 ]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
-@pytest.mark.parametrize('name, workers, local_shape, schedule, strategy, bucket', CASES,
-                         ids=[f'{c[0]}-{c[1]}w-{c[2][0]}x{c[2][1]}-{c[4]}' for c in CASES])
+@pytest.mark.parametrize('name, workers, local_shape, schedule, strategy, bucket, accumulate',
+                         CASES, ids=[f'{c[0]}-{c[1]}w-{c[2][0]}x{c[2][1]}-{c[4]}'
+                                     + (f'-accumulate{c[6]}' if c[6] > 1 else '') for c in CASES])
 def test_workers_match_single_process(tmp_path, name, workers, local_shape, schedule, strategy,
-                                      bucket):
+                                      bucket, accumulate):
   ref_losses, ref_params = _reference(name)
-  got = _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket)
+  got = _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket, accumulate)
   np.testing.assert_allclose(got['losses'], ref_losses, rtol=1e-5)
   for got_leaf, ref_leaf in zip(got['params'], jax.tree.leaves(ref_params), strict=True):
     np.testing.assert_allclose(np.asarray(got_leaf), ref_leaf, rtol=1e-4, atol=1e-6)

@@ -88,7 +88,7 @@ def _used(compiled: jax.stages.Compiled) -> int:
 def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation,
                  global_batch: int, memory_cap: float | None = None,
                  devices=None, seed: int = 0, micro_batches: int = 1,
-                 schedule: str = '1f1b') -> CompiledPlan:
+                 schedule: str = '1f1b', accumulate: int = 1) -> CompiledPlan:
   """Compiles ``plan``'s programs before any training and checks them against ``memory_cap``.
 
   Args:
@@ -101,6 +101,8 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
     seed: initialisation and data.
     micro_batches: for stages, micro-batches per step (groups overlap across them).
     schedule: for stages, ``'1f1b'`` or ``'gpipe'``.
+    accumulate: gradient accumulation: one SPMD step computes its gradient in this many
+      micro-batches (`hetjax.train.Trainer`); stages run ``micro_batches`` × ``accumulate``.
 
   Raises:
     ConfigError: the plan does not apply to the model (a dimension its degree does not
@@ -110,7 +112,8 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
   devices = list(jax.devices() if devices is None else devices)
   one_process = len({d.process_index for d in devices}) == 1
   if one_process and not plan.grouped:
-    trainer = Trainer(task, optimizer, global_batch, plan.mesh(devices), plan.rules(), seed)
+    trainer = Trainer(task, optimizer, global_batch, plan.mesh(devices), plan.rules(), seed,
+                      accumulate=accumulate)
     compiled = trainer.compile_step()
     used = _used(compiled)
     memory = compiled.memory_analysis()
@@ -128,8 +131,8 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
                       'HasChain)')
   links, _ = check_chain(model)
   layouts = plan_stages(plan, [link.name for link in links], devices)
-  trainer = PipelineTrainer(task, optimizer, global_batch, layouts, micro_batches, schedule,
-                            seed=seed)
+  trainer = PipelineTrainer(task, optimizer, global_batch, layouts, micro_batches * accumulate,
+                            schedule, seed=seed)
   stages = trainer.compile_stages()
   programs = {f's{s}/{k}': c for s, kinds in stages.items() for k, c in kinds.items()}
   stage_memory = _stage_memory(trainer, stages)

@@ -155,8 +155,10 @@ def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig,
 
 def make_worker(task: Task, global_batch: int, config: PsConfig, role: PsRole, channel: Any, *,
                 seed: int = 0, transport: Transport | None = None, links: Links | None = None,
-                host: EmulatedHost | None = None, timeout_s: float = 300.0) -> PsWorker:
-  """Worker ``role.index``'s step program (`PsWorker`) and its connection to the servers."""
+                host: EmulatedHost | None = None, timeout_s: float = 300.0,
+                accumulate: int = 1) -> PsWorker:
+  """Worker ``role.index``'s step program (`PsWorker`, ``accumulate`` micro-batches a step)
+  and its connection to the servers."""
   if role.is_server:
     raise ConfigError(f'{role.name} is not a worker')
   if links is not None and links.workers != role.workers:
@@ -164,4 +166,4 @@ def make_worker(task: Task, global_batch: int, config: PsConfig, role: PsRole, c
   layout = ServerLayout.of(abstract_model(task.make_model, seed)[1], role.servers)
   client = PsClient(role.index, layout, channel, transport or Transport(), links, timeout_s)
   return PsWorker(task, global_batch, config, client, workers=role.workers, seed=seed,
-                  host=host)
+                  host=host, accumulate=accumulate)

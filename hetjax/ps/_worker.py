@@ -35,7 +35,7 @@ from hetjax.data import Batch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
 from hetjax.sharding import abstract_model
-from hetjax.train import Task
+from hetjax.train import Task, micro_rows_of, summed_value_and_grad
 
 PyTree = Any
 
@@ -93,15 +93,19 @@ class PsWorker:
     workers: how many workers share the global batch.
     seed: selects the data (and, on the servers, the initial parameters).
     host: the emulated host this worker runs as (None: the machine's own speed).
+    accumulate: gradient accumulation: this worker's share in micro-batches of at most
+      share / ``accumulate`` rows (`hetjax.train.summed_value_and_grad`), one push a step.
   """
 
   def __init__(self, task: Task, global_batch: int, config: PsConfig, client: PsClient, *,
-               workers: int, seed: int = 0, host: EmulatedHost | None = None):
+               workers: int, seed: int = 0, host: EmulatedHost | None = None,
+               accumulate: int = 1):
     if global_batch < workers:
       raise ConfigError(f'global batch {global_batch} is smaller than the {workers} workers')
     self.task, self.global_batch, self.config, self.client = task, global_batch, config, client
     self.worker, self.workers, self.seed, self.host = client.worker, workers, seed, host
     self.shares = ShareRules(global_batch, workers).uniform().values  # X // n, remainder first
+    self.micro_rows = micro_rows_of(self.shares[self.worker], accumulate)
     self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
     self.device = client.transport.device
     self._grad = jax.jit(self._loss_and_grad)
@@ -205,6 +209,11 @@ class PsWorker:
     return push, params, versions, pull_s
 
   def _loss_and_grad(self, params: PyTree, batch: Batch):
+    if self.micro_rows is not None:
+      return summed_value_and_grad(
+          lambda p, b: self.task.loss(nnx.merge(self.graphdef, p), b), params, batch,
+          self.shares[self.worker], self.micro_rows)
+
     def mean_loss(p):
       return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
     return jax.value_and_grad(mean_loss)(params)

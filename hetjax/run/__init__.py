@@ -16,6 +16,7 @@ from hetjax.run._build import default_token_rows as default_token_rows
 from hetjax.run._build import fsdp_notice as fsdp_notice
 from hetjax.run._build import make_task as make_task
 from hetjax.run._build import mode_of as mode_of
+from hetjax.run._build import optimizer_of as optimizer_of
 from hetjax.run._config import Config as Config
 from hetjax.run._config import keys as config_keys
 from hetjax.run._config import override as override
@@ -29,6 +30,7 @@ from hetjax.run._sections import BalanceConfig as BalanceConfig
 from hetjax.run._sections import CheckpointConfig as CheckpointConfig
 from hetjax.run._sections import DataConfig as DataConfig
 from hetjax.run._sections import EmulationConfig as EmulationConfig
+from hetjax.run._sections import EvalConfig as EvalConfig
 from hetjax.run._sections import LoggingConfig as LoggingConfig
 from hetjax.run._sections import Mode as Mode
 from hetjax.run._sections import ModelConfig as ModelConfig
@@ -47,6 +49,7 @@ __all__ = [
     'Config',
     'DataConfig',
     'EmulationConfig',
+    'EvalConfig',
     'LoggingConfig',
     'Mode',
     'ModelConfig',
@@ -67,6 +70,7 @@ __all__ = [
     'load_model',
     'make_task',
     'mode_of',
+    'optimizer_of',
     'override',
     'train',
 ]

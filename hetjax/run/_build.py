@@ -8,6 +8,7 @@ the host, the checkpointer, the restore target and the extras — so the runner
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
 import os
@@ -38,7 +39,7 @@ from hetjax.pipeline import PipelineTrainer
 from hetjax.run import _comm_options, _hosts, _replicas, _restarts
 from hetjax.run._config import Config, Mode
 from hetjax.run._config_files import import_function
-from hetjax.run._sections import PipelineConfig
+from hetjax.run._sections import PRECISION_FIELDS, PipelineConfig
 
 SYNC_DEFAULT = PipelineConfig.sync
 
@@ -104,22 +105,52 @@ def default_checkpoints(config: Config) -> Checkpoints:
 
 
 def make_task(config: Config) -> train.Task:
-  """The config's task: a shipped model by name, or ``'module:function'`` of your own."""
+  """The config's task: a shipped model by name, or ``'module:function'`` of your own, called
+  with ``model.args`` and the ``model.dtype``, ``param_dtype`` and ``remat`` that are set.
+
+  Raises:
+    ConfigError: arguments the model does not take (a precision or remat setting for a model
+      without that argument says so).
+  """
+  args = config.model.task_args()
   if ':' in config.model.name:
     make = import_function(config.model.name, 'model')
     try:
-      inspect.signature(make).bind(**config.model.args)
+      inspect.signature(make).bind(**args)
     except ValueError:  # no signature to check (a builtin): the call will tell
       pass
     except TypeError as e:
+      _refuse_precision(config, inspect.signature(make).parameters)
       raise ConfigError(f'model {config.model.name!r} does not take model_args '
-                        f'{dict(config.model.args)}: {e}') from None
-    task = make(**config.model.args)
+                        f'{dict(args)}: {e}') from None
+    task = make(**args)
     if not isinstance(task, train.Task):
       raise ConfigError(f'model {config.model.name!r} returned {type(task).__name__}, not a '
                         'hetjax.train.Task')
     return task
-  return models.make_task(config.model.name, **config.model.args)
+  if config.model.name in models.NAMES:
+    factory = importlib.import_module(f'hetjax.models.{config.model.name}').make_task
+    _refuse_precision(config, inspect.signature(factory).parameters)
+  return models.make_task(config.model.name, **args)
+
+
+def _refuse_precision(config: Config, accepted) -> None:
+  for field in PRECISION_FIELDS:
+    if getattr(config.model, field) is not None and field not in accepted:
+      raise ConfigError(f'model.{field}: model {config.model.name!r} takes no {field} argument '
+                        '(the gpt model does; a model of your own takes it as a make_task '
+                        'keyword)')
+
+
+def optimizer_of(config: Config) -> tuple[Any, Callable[[int], float]]:
+  """``(the optax transformation, learning_rate(step))`` of ``config.optimizer``: its named
+  optimizer with the schedule, clipping and weight decay the config gives."""
+  opt = config.optimizer
+  rate = train.learning_rate_schedule(opt.learning_rate, opt.steps, opt.schedule, opt.warmup,
+                                      opt.final_fraction)
+  tx = train.Optimizer.parse(opt.name).make(rate, weight_decay=opt.weight_decay,
+                                            clip_norm=opt.clip_norm)
+  return tx, (rate if callable(rate) else lambda step: rate)
 
 
 def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
@@ -211,7 +242,7 @@ def _trace(config: Config, ctx: runtime.WorkerContext):
 def _spmd(config, ctx, task, optimizer, strategy, mesh_shape) -> Built:
   mesh = sharding.make_mesh(mesh_shape)  # every device of the job, 'data' across its workers
   trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, strategy.rules(),
-                          config.data.seed)
+                          config.data.seed, accumulate=config.optimizer.accumulate)
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
   if ctx.workers > 1:
     devices += f' of {ctx.workers} workers'
@@ -232,7 +263,8 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
   compiled = planner.compile_plan(plan, task, optimizer, config.data.global_batch, cap,
                                   seed=config.data.seed,
                                   micro_batches=config.pipeline.micro_batches,
-                                  schedule=config.pipeline.schedule)
+                                  schedule=config.pipeline.schedule,
+                                  accumulate=config.optimizer.accumulate)
   trainer, platform = compiled.trainer, jax.devices()[0].platform
   if not compiled.stage_memory:  # one SPMD step (`train.Trainer`)
     return Built(trainer, None, f'plan {plan.name!r}: {plan.devices} {platform} devices',
@@ -241,7 +273,8 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
   groups = ', '.join(f'{"+".join(names)} on {len(mesh.devices.flat)}'
                      for names, mesh in zip(trainer.stage_links, trainer.meshes, strict=True))
   devices = (f'plan {plan.name!r}: {trainer.stages} stages ({groups} {platform} devices), '
-             f'{config.pipeline.micro_batches} micro-batches, {config.pipeline.schedule}')
+             f'{config.pipeline.micro_batches * config.optimizer.accumulate} micro-batches, '
+             f'{config.pipeline.schedule}')
   host = None
   if trace is not None:
     host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
@@ -364,7 +397,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   if mode is Mode.SCHMP or config.model.name in schmp.APPS:
     return _schmp(config, ctx, mode, channel)
   task = make_task(config)
-  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
+  optimizer, _ = optimizer_of(config)
   strategy = train.Strategy.parse(config.parallelism.strategy)
   mesh_shape = sharding.parse_mesh_shape(config.parallelism.mesh)
   if config.parallelism.plan and mode is not Mode.PLAN:
@@ -397,7 +430,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
   if mode is Mode.PIPELINE:
     trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
-                              config.pipeline.micro_batches, config.pipeline.schedule,
+                              config.pipeline.micro_batches * config.optimizer.accumulate,
+                              config.pipeline.schedule,
                               jax.local_devices(),
                               seed=config.data.seed)
     devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
@@ -423,7 +457,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                                            degree)
     rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame)
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
-                                 mesh_shape, strategy.rules(), config.data.seed)
+                                 mesh_shape, strategy.rules(), config.data.seed,
+                                 accumulate=config.optimizer.accumulate)
     return Built(trainer, rules, devices, mode,
                  _hosts.emulated_host(ctx, trainer, trace, channel,
                                       host_row_s=config.emulation.host_row_s,
@@ -441,11 +476,13 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
                                    strategy.rules(), seed=config.data.seed, bucket=bucket,
                                    links=links,
-                                   bucket_bytes=config.parallelism.bucket_bytes or None)
+                                   bucket_bytes=config.parallelism.bucket_bytes or None,
+                                   accumulate=config.optimizer.accumulate)
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,
-                                  strategy.rules(), config.data.seed, bucket=bucket, links=links)
+                                  strategy.rules(), config.data.seed, bucket=bucket, links=links,
+                                  accumulate=config.optimizer.accumulate)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s)

@@ -27,6 +27,7 @@ from hetjax.run._sections import (
   CheckpointConfig,
   DataConfig,
   EmulationConfig,
+  EvalConfig,
   LoggingConfig,
   Mode,
   ModelConfig,
@@ -57,7 +58,8 @@ class Config:
   Attributes:
     model: the model (`ModelConfig`).
     data: the global batch and the seed (`DataConfig`).
-    optimizer: the optimizer, its step size and the run's steps (`OptimizerConfig`).
+    optimizer: the optimizer, its schedule, clipping, weight decay, gradient accumulation and
+      the run's steps (`OptimizerConfig`).
     parallelism: the mode, strategy, mesh or plan (`ParallelismConfig`).
     balance: per-worker shares: the policy, fixed shares, buckets, tokens (`BalanceConfig`).
     pipeline: stages, micro-batches, schedule, the replicas' sync (`PipelineConfig`).
@@ -65,7 +67,8 @@ class Config:
     ps: parameter servers (`ParameterServerConfig`).
     emulation: hosts of known speed and emulated links (`EmulationConfig`).
     checkpoint: checkpoints (`CheckpointConfig`).
-    logging: progress lines (`LoggingConfig`).
+    logging: progress lines, TensorBoard, MFU's peak (`LoggingConfig`).
+    eval: periodic evaluation on the held-out split (`EvalConfig`).
   """
 
   model: ModelConfig
@@ -79,6 +82,7 @@ class Config:
   emulation: EmulationConfig = dataclasses.field(default_factory=EmulationConfig)
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
 
   def __post_init__(self):
     if isinstance(self.model, str):

@@ -84,7 +84,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
   role = ps.ps_role()
   _check(config, ctx, role)
   task = _build.make_task(config)
-  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
+  optimizer = _build.optimizer_of(config)[0]
   protocol = ps.parse_ps(config.ps.protocol)
   links = _comm_options.links_of(config, ctx, role.workers)
   describe = (f'ps {protocol.describe()}, {role.workers} workers and {role.servers} servers')
@@ -99,8 +99,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     return _build.Built(None, None, describe, Mode.PS, describe=describe, worker=role.index,
                  workers=role.workers, serve=serve, run_info=info)
   worker = ps.make_worker(task, config.data.global_batch, protocol, role, channel,
-                          seed=config.data.seed,
-                          links=links)
+                          seed=config.data.seed, links=links,
+                          accumulate=config.optimizer.accumulate)
 
   def start(resume: bool):
     state = worker.init_state()  # the servers' parameters, and this worker's pushes so far

@@ -50,11 +50,22 @@ class ModelConfig:
       `hetjax.train.Task` (called with ``args``): a model of your own; or a SchMP app
       (`hetjax.schmp.APPS`: ``lasso``, ``logreg``, ``mf``, ``lda``), trained in mode ``schmp``.
     args: keyword arguments of that model's ``make_task`` (or of the app's factory).
+    dtype: the compute dtype (``'float32'``, ``'bfloat16'``), passed to ``make_task`` as
+      ``dtype``; None: the model's default. Parameters and the optimizer's state stay in
+      ``param_dtype``: bfloat16 compute with float32 master weights.
+    param_dtype: the parameters' dtype (``make_task``'s ``param_dtype``); None: the model's
+      default (float32 for the shipped ones).
+    remat: rematerialisation of the model's blocks (``make_task``'s ``remat``): ``'none'``,
+      ``'full'`` (recompute each block's activations in the backward pass) or ``'save_dots'``
+      (keep the matmul outputs, recompute the rest); None: the model's default.
   """
 
   NAME = 'model'
   name: str
   args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  dtype: str | None = None
+  param_dtype: str | None = None
+  remat: str | None = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -62,6 +73,27 @@ class ModelConfig:
     if not isinstance(self.args, Mapping):
       raise ConfigError(f'model.args must be a mapping of keyword arguments, got '
                         f'{type(self.args).__name__}')
+    for field, allowed in (('dtype', DTYPES), ('param_dtype', DTYPES), ('remat', REMATS)):
+      value = getattr(self, field)
+      if value is not None and value not in allowed:
+        raise ConfigError(f'model.{field} must be one of {", ".join(allowed)} (or None: the '
+                          f"model's default), got {value!r}")
+      if value is not None and field in self.args:
+        raise ConfigError(f'model.{field} and model.args.{field} are both set: keep one')
+
+  def task_args(self) -> dict[str, Any]:
+    """``make_task``'s keyword arguments: ``args`` with ``dtype``, ``param_dtype`` and
+    ``remat`` where they are set."""
+    return {**self.args, **{f: getattr(self, f) for f in PRECISION_FIELDS
+                            if getattr(self, f) is not None}}
+
+
+#: The compute and parameter dtypes a config names.
+DTYPES = ('float32', 'bfloat16', 'float16')
+#: Rematerialisation policies (`ModelConfig.remat`).
+REMATS = ('none', 'full', 'save_dots')
+#: The `ModelConfig` fields a model takes as ``make_task`` arguments.
+PRECISION_FIELDS = ('dtype', 'param_dtype', 'remat')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,23 +116,86 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """The optimizer and the run's length.
+  """The optimizer, its schedule and the run's length.
 
   Attributes:
     name: a `hetjax.train.Optimizer` name (``sgd``, ``momentum``, ``adam``, ``adamw``).
-    learning_rate: the optimizer's step size.
+    learning_rate: the optimizer's peak step size.
     steps: total optimizer steps of the run.
+    schedule: the learning rate over the steps: ``'constant'``, ``'cosine'`` or ``'linear'``
+      decay from ``learning_rate`` to ``final_fraction`` of it at ``steps``, after ``warmup``
+      steps rising linearly from 0 (`hetjax.train.learning_rate_schedule`).
+    warmup: linear warm-up steps (any schedule).
+    final_fraction: the decay's last learning rate as a fraction of ``learning_rate``.
+    weight_decay: adamw's decoupled weight decay; sgd, momentum and adam add ``weight_decay ·
+      params`` to the gradient (L2, as PyTorch's ``weight_decay``); None: the optimizer's
+      default (adamw's 1e-4, none for the others).
+    clip_norm: clip the gradient to this global norm before the update (0: no clipping).
+    accumulate: gradient accumulation: micro-batches per optimizer step. Each step's rows are
+      computed in ``accumulate`` passes whose gradients are summed before the one update (the
+      same update as one pass, in less memory); ``state.step`` counts optimizer steps. Under
+      per-worker shares each worker cuts its share into micro-batches of at most a uniform
+      share / ``accumulate`` rows, so a worker with a larger share runs more of them; a
+      pipeline runs ``pipeline.micro_batches`` × ``accumulate`` micro-batches a step.
   """
 
   NAME = 'optimizer'
   name: str = 'adam'
   learning_rate: float = 1e-3
   steps: int = 100
+  schedule: str = 'constant'
+  warmup: int = 0
+  final_fraction: float = 0.0
+  weight_decay: float | None = None
+  clip_norm: float = 0.0
+  accumulate: int = 1
 
   def __post_init__(self):
     at_least(self.steps, 1, f'{self.NAME}.steps')
     if self.learning_rate <= 0:
       raise ConfigError(f'optimizer.learning_rate must be > 0, got {self.learning_rate}')
+    if self.schedule not in SCHEDULES:
+      raise ConfigError(f'optimizer.schedule must be one of {", ".join(SCHEDULES)}, got '
+                        f'{self.schedule!r}')
+    at_least(self.warmup, 0, f'{self.NAME}.warmup')
+    if self.warmup >= self.steps and self.schedule != 'constant':
+      raise ConfigError(f'optimizer.warmup ({self.warmup}) must be shorter than optimizer.steps '
+                        f'({self.steps}) for a {self.schedule} decay')
+    if not 0 <= self.final_fraction <= 1:
+      raise ConfigError(f'optimizer.final_fraction must be in [0, 1], got {self.final_fraction}')
+    if self.weight_decay is not None and self.weight_decay < 0:
+      raise ConfigError(f'optimizer.weight_decay must be >= 0, got {self.weight_decay}')
+    if self.clip_norm < 0:
+      raise ConfigError(f'optimizer.clip_norm must be >= 0 (0: no clipping), got '
+                        f'{self.clip_norm}')
+    at_least(self.accumulate, 1, f'{self.NAME}.accumulate')
+
+
+#: Learning-rate schedules (`OptimizerConfig.schedule`).
+SCHEDULES = ('constant', 'cosine', 'linear')
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Periodic evaluation on the task's held-out split (`hetjax.train.Task.eval_data`).
+
+  Attributes:
+    every: steps between evaluations (also one at the end); 0: only at the end.
+    batches: held-out batches each evaluation averages over (the same batches every time).
+    batch: rows of each held-out batch; 0: ``data.global_batch``.
+    enabled: False: no evaluation (a task without ``eval_data`` has none either).
+  """
+
+  NAME = 'eval'
+  every: int = 0
+  batches: int = 4
+  batch: int = 0
+  enabled: bool = True
+
+  def __post_init__(self):
+    at_least(self.every, 0, f'{self.NAME}.every', note=' (0: only at the end)')
+    at_least(self.batches, 1, f'{self.NAME}.batches')
+    at_least(self.batch, 0, f'{self.NAME}.batch', note=' (0: data.global_batch)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,23 +377,33 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
-  """Progress lines and metrics.
+  """Progress lines, metrics and TensorBoard.
 
   Attributes:
     every: steps between progress lines (and metric flushes).
+    tensorboard: also write TensorBoard event files under ``WORKDIR/tensorboard`` (loss,
+      evaluation, learning rate, tokens/s, MFU, per-worker step time and share):
+      ``tensorboard --logdir runs``.
+    peak_flops: the peak FLOP/s of one device that MFU divides by; 0: measured once at the
+      start by a matmul in the compute dtype (`hetjax.runtime.measure_peak_flops`).
   """
 
   NAME = 'logging'
   every: int = 10
+  tensorboard: bool = True
+  peak_flops: float = 0.0
 
   def __post_init__(self):
     at_least(self.every, 1, f'{self.NAME}.every')
+    if self.peak_flops < 0:
+      raise ConfigError(f'logging.peak_flops must be >= 0 (0: measured), got {self.peak_flops}')
 
 
 #: Every section of a `Config`: its attribute name → its class.
 SECTIONS = {s.NAME: s for s in (
     ModelConfig, DataConfig, OptimizerConfig, ParallelismConfig, BalanceConfig, PipelineConfig,
-    SchmpConfig, ParameterServerConfig, EmulationConfig, CheckpointConfig, LoggingConfig)}
+    SchmpConfig, ParameterServerConfig, EmulationConfig, CheckpointConfig, LoggingConfig,
+    EvalConfig)}
 
 #: The flat names of the options before they had sections (``--set checkpoint_every=5``, old
 #: run directories' ``config.json``): each the same as its dotted name.

@@ -10,7 +10,7 @@ import jax
 from flax import nnx
 
 from hetjax import ConfigError, checkpoint, sharding, train
-from hetjax.run._build import make_task
+from hetjax.run._build import make_task, optimizer_of
 from hetjax.run._config import Config
 
 #: The modes whose checkpoints hold the whole model in one `TrainState` (`checkpoint.Checkpointer`).
@@ -55,7 +55,7 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
     raise ConfigError(f'{run_dir} is a run of mode {mode}: load_model reads the checkpoints of '
                       f'modes {", ".join(WHOLE_MODEL_MODES)}, which hold the whole model')
   task = make_task(config)
-  optimizer = train.Optimizer.parse(config.optimizer.name).make(config.optimizer.learning_rate)
+  optimizer = optimizer_of(config)[0]
   devices = list(jax.local_devices() if devices is None else devices)
   mesh = sharding.make_mesh((len(devices), 1), devices=devices)
   trainer = train.Trainer(task, optimizer, len(devices), mesh,

@@ -1,6 +1,8 @@
 """Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
 
 from hetjax.core._host import EmulatedHost as EmulatedHost
+from hetjax.train._accumulate import micro_rows_of as micro_rows_of
+from hetjax.train._accumulate import summed_value_and_grad as summed_value_and_grad
 from hetjax.train._endgame import may_leave as may_leave
 from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._loop import Hook as Hook
@@ -8,6 +10,7 @@ from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
 from hetjax.train._metrics import MetricsLogger as MetricsLogger
 from hetjax.train._optimizers import Optimizer as Optimizer
+from hetjax.train._optimizers import learning_rate_schedule as learning_rate_schedule
 from hetjax.train._overlap import OverlapState as OverlapState
 from hetjax.train._overlap import OverlapTrainer as OverlapTrainer
 from hetjax.train._state import TrainState as TrainState
@@ -37,8 +40,11 @@ __all__ = [
     'TrainState',
     'Trainer',
     'WorkerTrainer',
+    'learning_rate_schedule',
     'local_batch_degree',
     'may_leave',
+    'micro_rows_of',
+    'summed_value_and_grad',
     'takes_token',
     'training_steps',
     'worker_meshes',

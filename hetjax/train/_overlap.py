@@ -121,7 +121,7 @@ class OverlapTrainer:
     trainer.close()
 
   Args:
-    task, optimizer, global_batch, local_shape, rules, seed, bucket, host: as for
+    task, optimizer, global_batch, local_shape, rules, seed, bucket, host, accumulate: as for
       `WorkerTrainer`.
     links: the emulated network: each bucket's all-reduce is padded to its ring all-reduce
       time on the slowest link (`Links.all_reduce_s`), on the background thread. None: none.
@@ -145,8 +145,10 @@ class OverlapTrainer:
       host: EmulatedHost | None = None,
       links: Links | None = None,
       bucket_bytes: int | None = None,
+      accumulate: int = 1,
   ):
-    sync = WorkerTrainer(task, optimizer, global_batch, local_shape, rules, seed, bucket, host)
+    sync = WorkerTrainer(task, optimizer, global_batch, local_shape, rules, seed, bucket, host,
+                         accumulate=accumulate)
     if sync.mesh.axis_names[0] != PROC:
       raise ConfigError(f'the overlapped all-reduce needs workers of equal device counts, got '
                         f'{device_counts()}')

@@ -181,7 +181,8 @@ class TokenTrainer(WorkerTrainer):
       trainer's).
     channel: the coordination-service channel holding the counters (keys ``tokens/STEP``); the
       same prefix on every worker.
-    local_shape, rules, seed, host: as for `WorkerTrainer`.
+    local_shape, rules, seed, host, accumulate: as for `WorkerTrainer` (a token of more rows
+      than a micro-batch is computed in several).
   """
 
   def __init__(
@@ -195,8 +196,11 @@ class TokenTrainer(WorkerTrainer):
       rules=None,
       seed: int = 0,
       host: EmulatedHost | None = None,
+      *,
+      accumulate: int = 1,
   ):
-    super().__init__(task, optimizer, global_batch, local_shape, rules, seed, host=host)
+    super().__init__(task, optimizer, global_batch, local_shape, rules, seed, host=host,
+                     accumulate=accumulate)
     if tokens.global_batch != global_batch:
       raise ConfigError(f'token rules are for a global batch of {tokens.global_batch}, the '
                         f'trainer trains {global_batch}')

@@ -16,6 +16,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.data import Batch
 from hetjax.sharding import ShardingRules, activation_rules, batch_sharding, put_batch
+from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._task import Task
@@ -55,10 +56,14 @@ class Trainer:
     rules: where parameters live (``rules.params``) and how compute is split (``rules.compute``).
     seed: initialises parameters and selects the data (the batch of step s is a function of
       ``(seed, s)`` only).
+    accumulate: gradient accumulation: the step's gradient is computed in this many
+      micro-batches of ``global_batch / accumulate`` rows, summed before the one update
+      (`summed_value_and_grad`).
 
   Raises:
-    ConfigError: if the global batch does not divide over the data-parallel degree, or a
-      parameter dimension does not divide over the mesh axes its rule maps it onto.
+    ConfigError: if the global batch does not divide over the data-parallel degree (times
+      ``accumulate``), or a parameter dimension does not divide over the mesh axes its rule
+      maps it onto.
   """
 
   def __init__(
@@ -69,6 +74,8 @@ class Trainer:
       mesh: Mesh,
       rules: ShardingRules,
       seed: int = 0,
+      *,
+      accumulate: int = 1,
   ):
     self.task, self.optimizer, self.mesh, self.rules = task, optimizer, mesh, rules
     self.global_batch, self.seed = global_batch, seed
@@ -79,6 +86,12 @@ class Trainer:
           f'global batch {global_batch} is not divisible by the data-parallel degree '
           f'{self.data_parallel_degree} (batch split over mesh axes {batch_axes} of '
           f'{dict(mesh.shape)})')
+    if accumulate < 1 or global_batch % (accumulate * self.data_parallel_degree):
+      raise ConfigError(
+          f'global batch {global_batch} is not divisible by accumulate {accumulate} x the '
+          f'data-parallel degree {self.data_parallel_degree}: every micro-batch is split over '
+          'the same devices')
+    self.micro_rows = micro_rows_of(global_batch, accumulate, self.data_parallel_degree)
 
     self.layout = state_layout(task, optimizer, mesh, rules.params, seed)
     self.graphdef = self.layout.graphdef
@@ -127,8 +140,18 @@ class Trainer:
     with activation_rules(self.mesh, self.rules.compute):
       return jnp.mean(self.task.loss(model, batch))
 
+  def per_example_loss(self, params: PyTree, batch: dict[str, jax.Array]) -> jax.Array:
+    """Every example's loss under ``params``, traced with this trainer's activation rules."""
+    model = nnx.merge(self.graphdef, params)
+    with activation_rules(self.mesh, self.rules.compute):
+      return self.task.loss(model, batch)
+
   def _train_step(self, state: TrainState, batch: dict[str, jax.Array]):
-    loss, grads = jax.value_and_grad(self.loss)(state.params, batch)
+    if self.micro_rows is None:
+      loss, grads = jax.value_and_grad(self.loss)(state.params, batch)
+    else:
+      loss, grads = summed_value_and_grad(self.per_example_loss, state.params, batch,
+                                          self.global_batch, self.micro_rows)
     return state.apply_gradients(self.optimizer, grads), {'loss': loss}
 
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:

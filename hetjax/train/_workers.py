@@ -46,6 +46,7 @@ from hetjax.core._host import EmulatedHost, known_speed_host
 from hetjax.data import Batch, slice_batch
 from hetjax.emulation import Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
+from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._fused import FusedLayout
 from hetjax.train._head import StepHead
 from hetjax.train._partial import partial_gradient
@@ -100,6 +101,10 @@ class WorkerTrainer:
     links: the emulated network (`hetjax.emulation.Links`): each step's combine is padded by
       sleep to a ring all-reduce of `all_reduce_bytes` on the slowest link, from its start
       (inside ``collective_s``). None: this machine's own transfers.
+    accumulate: gradient accumulation: each worker computes its rows in micro-batches of at
+      most ``ceil(global_batch / (workers × accumulate))`` rows (rounded up to its local
+      degree), summed before the combine, so a worker with a larger share runs more of them
+      (`summed_value_and_grad`).
   """
 
   def __init__(
@@ -113,6 +118,8 @@ class WorkerTrainer:
       bucket: int | None = None,
       host: EmulatedHost | None = None,
       links: Links | None = None,
+      *,
+      accumulate: int = 1,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
     self.host, self.links = host, links
@@ -130,6 +137,9 @@ class WorkerTrainer:
     self.graphdef = self.layout.graphdef
     self.batch_degrees = batch_degrees(self.rules, local_shape)
     self.local_batch_degree = self.batch_degrees[self.worker]
+    #: Rows of each micro-batch of a worker's rows (None: one pass).
+    self.micro_rows = micro_rows_of(math.ceil(global_batch / self.workers), accumulate,
+                                    self.local_batch_degree)
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
     if bucket is not None and (bucket <= 0 or bucket % self.share_degree):
       raise ConfigError(f'bucket {bucket} must be a positive multiple of the local data-parallel '
@@ -230,11 +240,12 @@ class WorkerTrainer:
   # -- the two programs --------------------------------------------------------------------------
 
   def _local_grad(self, params: PyTree, batch: dict[str, jax.Array]):
-    def partial_loss(p):
+    def per_example(p, b):
       model = nnx.merge(self.graphdef, p)
       with activation_rules(self.local_mesh, self.rules.compute):
-        return jnp.sum(self.task.loss(model, batch)) / self.global_batch
-    return self.fused_layout.pack(*jax.value_and_grad(partial_loss)(params))
+        return self.task.loss(model, b)
+    return self.fused_layout.pack(*summed_value_and_grad(per_example, params, batch,
+                                                         self.global_batch, self.micro_rows))
 
   def _zero_grad(self):
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self.layout.abstract.params)

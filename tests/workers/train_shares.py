@@ -1,9 +1,11 @@
 """A worker of tests/test_workers.py: trains 5 steps with given shares, writes the losses.
 
-  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON [STRATEGY [BUCKET]]
+  python tests/workers/train_shares.py OUT.json MODEL LOCAL_SHAPE SHARES_JSON [STRATEGY [BUCKET
+      [ACCUMULATE]]]
 
 With a BUCKET, new share sizes may run as sums of piece programs while their own compile in
 the background (which of the two happens depends on timing; both must give the same numbers).
+With ACCUMULATE, each worker computes its share in micro-batches (a bucket of 0: none).
 """
 
 import json
@@ -26,11 +28,12 @@ from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
 
 out, name, local_shape, schedule = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 strategy = Strategy(sys.argv[5] if len(sys.argv) > 5 else 'data_parallel')
-bucket = int(sys.argv[6]) if len(sys.argv) > 6 else None
+bucket = int(sys.argv[6]) if len(sys.argv) > 6 and int(sys.argv[6]) else None
+accumulate = int(sys.argv[7]) if len(sys.argv) > 7 else 1
 kwargs, batch = MODELS[name]
 trainer = WorkerTrainer(models.make_task(name, **kwargs), OPTIMIZER, batch,
                         local_shape=tuple(int(x) for x in local_shape.split('x')),
-                        rules=strategy.rules(), bucket=bucket)
+                        rules=strategy.rules(), bucket=bucket, accumulate=accumulate)
 state, losses = trainer.init_state(), []
 for step in range(STEPS):
   work = Work(step, trainer.global_batch_at(step))
