@@ -12,7 +12,7 @@ from typing import Any
 from hetjax import ConfigError
 from hetjax.train import Task
 
-NAMES = ('mlp', 'transformer', 'wide_deep')
+NAMES = ('gpt', 'mlp', 'transformer', 'wide_deep')
 
 
 def make_task(name: str, **kwargs: Any) -> Task:
