@@ -19,13 +19,19 @@ BATCH = 100
 
 
 class _Clock:
-  """Stands in for `time` in hetjax.train._metrics: ``perf_counter`` reads ``now``."""
+  """Stands in for `time` in hetjax.train._metrics: ``perf_counter`` reads ``now``, ``time``
+  (the Unix clock, read once at the logger's start) ``UNIX_START`` + ``now``."""
+
+  UNIX_START = 1_800_000_000.0
 
   def __init__(self):
     self.now = 0.0
 
   def perf_counter(self):
     return self.now
+
+  def time(self):
+    return self.UNIX_START + self.now
 
 
 @pytest.fixture

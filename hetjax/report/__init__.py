@@ -1,4 +1,5 @@
-"""Reports on a run's per-worker telemetry: a summary table and PNG plots.
+"""Reports on a run's per-worker telemetry: a summary table and PNG plots; its goodput, loss
+curves and TensorBoard event files.
 
   python -m hetjax.report runs/het4 --skip 1
 
@@ -7,6 +8,11 @@ Throughput here, in a run's ``summary.json`` and in its progress lines is one fi
 ran beside one compiling in the background).
 """
 
+from hetjax.report._goodput import format_goodput as format_goodput
+from hetjax.report._goodput import goodput as goodput
+from hetjax.report._loss import LossCurves as LossCurves
+from hetjax.report._loss import load_loss as load_loss
+from hetjax.report._loss import plot_loss as plot_loss
 from hetjax.report._objective import METRICS_FILE as METRICS_FILE
 from hetjax.report._objective import ObjectiveCurve as ObjectiveCurve
 from hetjax.report._objective import load_objective as load_objective
@@ -24,20 +30,27 @@ from hetjax.report._telemetry_table import load_telemetry as load_telemetry
 from hetjax.report._telemetry_table import summarise as summarise
 from hetjax.report._telemetry_table import summary_fields as summary_fields
 from hetjax.report._telemetry_table import telemetry_throughput as telemetry_throughput
+from hetjax.report._tensorboard import TensorBoardWriter as TensorBoardWriter
 from hetjax.report._throughput import Throughput as Throughput
 from hetjax.report._throughput import steady_throughput as steady_throughput
 
 __all__ = [
     'METRICS_FILE',
     'IterationSummary',
+    'LossCurves',
     'ObjectiveCurve',
     'Telemetry',
+    'TensorBoardWriter',
     'Throughput',
     'WorkerSummary',
+    'format_goodput',
     'format_table',
+    'goodput',
     'iteration_summary',
+    'load_loss',
     'load_objective',
     'load_telemetry',
+    'plot_loss',
     'plot_objective',
     'plot_shares',
     'plot_throughput',

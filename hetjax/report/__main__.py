@@ -5,6 +5,11 @@
 A run without per-worker telemetry (one process, or SchMP rounds) gets its objective instead:
 the first and last evaluated values and ``objective.png``, against rounds and against time.
 
+Either way, a run with a ``metrics.jsonl`` gets its goodput line (`hetjax.report.goodput`: the
+part of the wall time that trained, and compile, checkpoint, barrier wait, restart and other
+time) and ``loss.png``, the training loss with the evaluation loss where the run evaluated
+(for a run without telemetry only then: ``objective.png`` already shows its loss).
+
 The means and the throughput cover the steps after the ``--skip`` warm-up ones that no compile
 held up (none waited for one or ran beside one: the footer names those left out), the figure
 ``summary.json`` gives as ``steady_samples_per_s``.
@@ -59,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
   if header:
     print(header)
   print(table)
+  _print_goodput(run_dir)
   for path in paths:
     print(f'wrote {path}')
   return 0
@@ -69,15 +75,30 @@ def _objective(args) -> int:
     curve = report.load_objective(args.run_dir)
     paths = [] if args.no_plots else [
         report.plot_objective(curve, f'{args.run_dir}/objective.png')]
+    losses = None if args.no_plots else report.load_loss(args.run_dir)
+    if losses is not None and losses.eval_steps.size:
+      paths.append(report.plot_loss(losses, f'{args.run_dir}/loss.png'))
   except (ConfigError, OSError) as e:
     _fail(str(e))
   print(f'objective: {curve.objective[0]:.6g} at round {curve.rounds[0]} → '
         f'{curve.objective[-1]:.6g} at round {curve.rounds[-1]} ({curve.seconds[-1]:.1f} s; '
         f'{len(curve.rounds)} evaluations)'
         + (f'; not finite at round {curve.diverged_by}: diverged' if curve.diverged_by else ''))
+  _print_goodput(pathlib.Path(args.run_dir))
   for path in paths:
     print(f'wrote {path}')
   return 0
+
+
+def _print_goodput(run_dir: pathlib.Path) -> None:
+  """The goodput line of a run with a ``metrics.jsonl``; a line saying why not when its rows
+  cannot be split (written before they had times), never a failed report."""
+  if not (run_dir / report.METRICS_FILE).is_file():
+    return
+  try:
+    print(report.format_goodput(report.goodput(run_dir)))
+  except ConfigError as e:
+    print(f'goodput: n/a ({e})')
 
 
 def _fail(message: str) -> NoReturn:

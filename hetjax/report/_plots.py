@@ -1,4 +1,5 @@
-"""PNG plots of a run's telemetry: a per-worker timeline and throughput per step.
+"""PNG plots of a run's telemetry: a per-worker timeline and throughput per step; with them
+(`write_plots`) the loss and evaluation curves of its ``metrics.jsonl``.
 
 Figures are built with `matplotlib.figure.Figure` directly, not pyplot, so plotting needs no
 display, selects no backend and leaves no global figure state behind.
@@ -10,6 +11,8 @@ import pathlib
 
 import numpy as np
 
+from hetjax.report._loss import load_loss, plot_loss
+from hetjax.report._objective import METRICS_FILE
 from hetjax.report._telemetry_table import Telemetry, _after_warmup, iteration_summary
 
 # Drawn left to right inside each step: the barrier wait comes before the combine, so the comm
@@ -130,16 +133,20 @@ def _finish(ax, ylabel: str, title: str) -> None:
 def write_plots(t: Telemetry, skip: int = 1,
                 out_dir: str | pathlib.Path | None = None) -> list[pathlib.Path]:
   """Writes ``timeline.png``, ``throughput.png`` and ``shares.png`` into ``out_dir`` (default:
-  the run dir).
+  the run dir), and ``loss.png`` (training loss, and evaluation loss where the run evaluated:
+  `hetjax.report.plot_loss`) when the run dir holds a ``metrics.jsonl``.
 
   Example::
 
-    write_plots(load_telemetry('runs/het4'))   # [.../timeline.png, .../throughput.png, …]
+    write_plots(load_telemetry('runs/het4'))   # [.../timeline.png, …, .../loss.png]
   """
   directory = pathlib.Path(out_dir) if out_dir is not None else t.directory
-  return [plot_timeline(t, directory / 'timeline.png', skip),
-          plot_throughput(t, directory / 'throughput.png', skip),
-          plot_shares(t, directory / 'shares.png')]
+  paths = [plot_timeline(t, directory / 'timeline.png', skip),
+           plot_throughput(t, directory / 'throughput.png', skip),
+           plot_shares(t, directory / 'shares.png')]
+  if (t.directory / METRICS_FILE).is_file():
+    paths.append(plot_loss(load_loss(t.directory), directory / 'loss.png', _title(t).strip()))
+  return paths
 
 
 def _title(t: Telemetry) -> str:

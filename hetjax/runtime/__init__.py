@@ -26,6 +26,8 @@ from hetjax.runtime._launcher import LaunchResult as LaunchResult
 from hetjax.runtime._launcher import find_free_ports as find_free_ports
 from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
+from hetjax.runtime._peak_flops import measure_peak_flops as measure_peak_flops
+from hetjax.runtime._peak_flops import peak_flops as peak_flops
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
 from hetjax.runtime._telemetry import split_collective as split_collective
 from hetjax.runtime._verdict import proc_stat as proc_stat
@@ -52,7 +54,9 @@ __all__ = [
     'launch_elastic',
     'launch_local',
     'local_worker_info',
+    'measure_peak_flops',
     'original_workers',
+    'peak_flops',
     'proc_stat',
     'restart_attempt',
     'restart_cause',

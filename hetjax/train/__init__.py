@@ -5,6 +5,9 @@ from hetjax.train._accumulate import micro_rows_of as micro_rows_of
 from hetjax.train._accumulate import summed_value_and_grad as summed_value_and_grad
 from hetjax.train._endgame import may_leave as may_leave
 from hetjax.train._endgame import takes_token as takes_token
+from hetjax.train._flops import compiled_flops as compiled_flops
+from hetjax.train._flops import flops_ratio as flops_ratio
+from hetjax.train._flops import step_flops as step_flops
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
@@ -40,10 +43,13 @@ __all__ = [
     'TrainState',
     'Trainer',
     'WorkerTrainer',
+    'compiled_flops',
+    'flops_ratio',
     'learning_rate_schedule',
     'local_batch_degree',
     'may_leave',
     'micro_rows_of',
+    'step_flops',
     'summed_value_and_grad',
     'takes_token',
     'training_steps',
