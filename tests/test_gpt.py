@@ -221,6 +221,7 @@ def test_flops_per_token_formula():
   # GPT-2 small: N = 12 blocks of 7,084,800 + the head's LayerNorm and 768 × 50304 projection.
   config = run.load_config('gpt2_small').model.args
   assert gpt.num_params(config) == 124_439_040
+  assert run.load_config('gpt2_small').model.dtype == 'bfloat16'
   n = 12 * 7_084_800 + 2 * 768 + 768 * 50_304
   assert gpt.flops_per_token(config) == 6 * n + 12 * 12 * 1024 * 768
   assert gpt.num_params(run.load_config('gpt').model.args) == 1_252_352
@@ -228,13 +229,12 @@ def test_flops_per_token_formula():
 
 def test_configs_are_consistent_with_make_task():
   for name in ('gpt', 'gpt2_small'):
-    args = run.load_config(name).model.args
+    args = run.load_config(name).model.task_args()  # model.args with dtype, param_dtype, remat
     assert set(args) == set(gpt._DEFAULTS), name
     gpt.GPTConfig.of(args)  # validates
-  gpt.make_task(**{**run.load_config('gpt').model.args, 'layers': 1})
+  gpt.make_task(**{**run.load_config('gpt').model.task_args(), 'layers': 1})
 
 
-@pytest.mark.skipif(not hasattr(hdata, 'write_token_split'), reason='no token datasets yet')
 def test_token_dataset(tmp_path):
   rng = np.random.default_rng(0)
   for split in ('train', 'val'):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from hetjax import data as hdata
 from hetjax import run
 from hetjax.checkpoint import Checkpointer
 from hetjax.sync import ReplicaCheckpointer, SyncPolicy
@@ -45,13 +46,25 @@ def train_forked(scratch, *commands):
                              strict=True)]
 
 
+#: A GPU config's one CPU step: GPT-2 small's structure (tied embeddings, bfloat16 over float32
+#: weights, save_dots remat, its 50304-token vocabulary and schedule) at a CPU's size, on a byte
+#: dataset of experiments/prepare_text.py (`_byte_dataset`) and all 8 devices.
+GPT2_SMALL_ON_CPU = ['--mesh=8x1', '--set', 'model.args.layers=1', '--set',
+                     'model.args.d_model=64', '--set', 'model.args.heads=2', '--set',
+                     'model.args.mlp=128', '--set', 'model.args.seq_len=32']
+
+
 @pytest.fixture(scope='module')
 def one_step_runs(tmp_path_factory):
   """``{config: (workdir, result)}``: every config's one-step run, forked (`train_forked`)."""
   scratch = tmp_path_factory.mktemp('one-step')
   names = run.config_names()
+  data = scratch / 'bytes'
+  hdata.prepare_text(ROOT / 'hetjax' / 'run', data, max_bytes=200_000)
+  extra = {'gpt2_small': [*GPT2_SMALL_ON_CPU, '--set', f'model.args.data={data}']}
   results = train_forked(scratch, *[[f'--config={name}', '--steps=1',
-                                     f'--workdir={scratch / name}'] for name in names])
+                                     f'--workdir={scratch / name}', *extra.get(name, [])]
+                                    for name in names])
   return {name: (scratch / name, result) for name, result in zip(names, results, strict=True)}
 
 

@@ -62,6 +62,13 @@ class StepProgram(Protocol):
     group membership); called once when the run ends, however it ends."""
     ...
 
+  def evaluate(self, state: Any, batch: Batch) -> float | None:
+    """The mean loss of a host ``batch`` (held-out rows) under ``state``'s parameters, without
+    changing anything: what periodic evaluation reads. Every process of the job calls it (the
+    parameters may span them); a process that does not get the value returns None (process 0
+    always gets it)."""
+    ...
+
   def use_host(self, host: Any) -> None:
     """Runs its steps as ``host``, an emulated host of known speed (`hetjax.emulation`), from
     now on; None: the machine's own speed. A host is calibrated on the program's own

@@ -457,7 +457,8 @@ def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layer
   def make_model(rngs: nnx.Rngs) -> GPT:
     return GPT(config, rngs=rngs)
 
-  return Task('gpt', make_model, loss, train, eval_data=held_out, config=args)
+  return Task('gpt', make_model, loss, train, eval_data=held_out, config=args,
+              tokens_per_example=seq_len)
 
 
 def _stdlib_splits(seq_len: int) -> tuple[hdata.StdlibText, hdata.StdlibText]:

@@ -194,4 +194,5 @@ def make_task(d_model: int = 128, heads: int = 8, layers: int = 2, mlp: int = 51
   def make_model(rngs: nnx.Rngs) -> Transformer:
     return Transformer(d_model, heads, layers, mlp, seq_len, rngs=rngs)
 
-  return Task('transformer', make_model, loss, hdata.stdlib_text(seq_len), config=sizes)
+  return Task('transformer', make_model, loss, hdata.stdlib_text(seq_len), config=sizes,
+              tokens_per_example=seq_len)

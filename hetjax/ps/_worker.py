@@ -109,6 +109,7 @@ class PsWorker:
     self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
     self.device = client.transport.device
     self._grad = jax.jit(self._loss_and_grad)
+    self._evaluate = None
     self._comm = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='hetjax-ps-comm')
                   if config.eager else None)
     self._inflight: concurrent.futures.Future | None = None
@@ -119,6 +120,13 @@ class PsWorker:
 
   def close(self) -> None:
     """Nothing to release here: `finish` tells the servers this worker is done."""
+
+  def evaluate(self, state: PsWorkerState, batch: Batch) -> float:
+    """Mean loss of the host ``batch`` under the parameters this worker last pulled."""
+    if self._evaluate is None:
+      self._evaluate = jax.jit(
+          lambda p, b: jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), b)))
+    return float(self._evaluate(state.params, jax.device_put(batch, self.device)))
 
   def use_host(self, host: EmulatedHost | None) -> None:
     """Pads each step's gradient to ``host``: this worker's rows take its time."""

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import time
 
-from hetjax import ConfigError, checkpoint, runtime
+from hetjax import ConfigError, checkpoint, report, runtime
 from hetjax import train as train_lib
 from hetjax.report import summary_fields
-from hetjax.run import _restarts
+from hetjax.run import _observe, _restarts
 from hetjax.run._build import Built, build
 from hetjax.run._config import Config
 
@@ -127,7 +128,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       'policy_name': None if policy is None else policy.name,
   }
   ckpt = built.checkpoints(workdir, resume)
-  logger = telemetry = watchdog = state = None
+  logger = telemetry = watchdog = state = writer = None
+  evaluation = _observe.evaluation_of(config, task)
   segment: dict[str, list] = {}
   finished, ok = {}, False
   try:
@@ -142,9 +144,15 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       _restarts.record_restart(workdir, start, built.workers)
     elif ctx.is_chief and resume:
       _restarts.trim_after(workdir, start)
-    hooks = [ckpt.hook(meta, every=config.checkpoint.every),
-             train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
-             train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
+    if ctx.is_chief:  # before the hooks: it times the checkpoint and evaluation hooks
+      logger, writer, observed = _observe.metrics_logger(config, built, workdir, evaluation)
+    timed = logger.timed if logger is not None else (lambda hook, name: hook)
+    # Evaluation first: the logger's line of the step carries its result.
+    hooks = ([] if evaluation is None else [_observe.eval_hook(evaluation, program, config,
+                                                               timed)])
+    hooks += [timed(ckpt.hook(meta, every=config.checkpoint.every), 'checkpoint'),
+              train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
+              train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
     if built.measure_speed is not None:
       telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
                                             workdir / 'telemetry.jsonl')
@@ -153,14 +161,12 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
       run_info = {'workers': built.workers, 'global_batch': config.data.global_batch,
                   'model': task.name, 'mode': built.mode.value,
-                  'slowdown': config.emulation.slowdown or ctx.slowdown, **built.run_info}
+                  'slowdown': config.emulation.slowdown or ctx.slowdown,
+                  'started_unix_s': _started(workdir), **observed, **built.run_info}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
-      logger = train_lib.MetricsLogger(
-          workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps,
-          every=config.logging.every)
-      hooks.insert(0, logger.hook())
+      hooks.insert(0 if evaluation is None else 1, logger.hook())
     if built.measure_speed is not None and start < config.optimizer.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
     if channel is not None:  # reports after the other hooks: a worker stuck in one is named
@@ -173,7 +179,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       state = info.state
     ok = True
   finally:
-    for closable in (watchdog, logger, telemetry, ckpt, program):
+    for closable in (watchdog, logger, writer, telemetry, ckpt, program):
       if closable is not None:
         closable.close()
     finished = built.finish(state if ok else None)
@@ -183,6 +189,21 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
   summary = logger.summary() | summary_fields(workdir) | {
       'checkpoint_steps': ckpt.all_steps(), 'first_shares': segment.get('first'),
       'last_shares': segment.get('last')} | _restarts.summary_fields(workdir) | finished
+  if evaluation is not None and evaluation.latest is not None:
+    summary |= {'eval_loss': evaluation.latest['eval_loss'],
+                'eval_perplexity': evaluation.latest['eval_perplexity']}
+  (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
+  # Goodput reads summary.json's wall time: added once that is written.
+  summary['goodput'] = report.goodput(workdir)['goodput']
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary
+
+
+def _started(workdir: pathlib.Path) -> float:
+  """When the job's first launch started (Unix seconds): kept from an earlier ``run.json``
+  of this run (a resume or restart), else now (`hetjax.report.goodput`)."""
+  try:
+    return float(json.loads((workdir / 'run.json').read_text())['started_unix_s'])
+  except (OSError, ValueError, KeyError, TypeError):
+    return time.time()

@@ -125,7 +125,8 @@ class OptimizerConfig:
     schedule: the learning rate over the steps: ``'constant'``, ``'cosine'`` or ``'linear'``
       decay from ``learning_rate`` to ``final_fraction`` of it at ``steps``, after ``warmup``
       steps rising linearly from 0 (`hetjax.train.learning_rate_schedule`).
-    warmup: linear warm-up steps (any schedule).
+    warmup: linear warm-up steps (any schedule); a run of fewer steps only warms up (e.g.
+      ``--steps=1`` of a config with a long warm-up).
     final_fraction: the decay's last learning rate as a fraction of ``learning_rate``.
     weight_decay: adamw's decoupled weight decay; sgd, momentum and adam add ``weight_decay ·
       params`` to the gradient (L2, as PyTorch's ``weight_decay``); None: the optimizer's
@@ -158,9 +159,6 @@ class OptimizerConfig:
       raise ConfigError(f'optimizer.schedule must be one of {", ".join(SCHEDULES)}, got '
                         f'{self.schedule!r}')
     at_least(self.warmup, 0, f'{self.NAME}.warmup')
-    if self.warmup >= self.steps and self.schedule != 'constant':
-      raise ConfigError(f'optimizer.warmup ({self.warmup}) must be shorter than optimizer.steps '
-                        f'({self.steps}) for a {self.schedule} decay')
     if not 0 <= self.final_fraction <= 1:
       raise ConfigError(f'optimizer.final_fraction must be in [0, 1], got {self.final_fraction}')
     if self.weight_decay is not None and self.weight_decay < 0:
@@ -384,6 +382,9 @@ class LoggingConfig:
     tensorboard: also write TensorBoard event files under ``WORKDIR/tensorboard`` (loss,
       evaluation, learning rate, tokens/s, MFU, per-worker step time and share):
       ``tensorboard --logdir runs``.
+    mfu: record MFU (model FLOPs utilisation) beside tokens/s: the step's FLOPs are XLA's
+      count of the task's step lowered (not compiled) on one device for a few rows, and the
+      peak is measured once by a matmul unless ``peak_flops`` declares it.
     peak_flops: the peak FLOP/s of one device that MFU divides by; 0: measured once at the
       start by a matmul in the compute dtype (`hetjax.runtime.measure_peak_flops`).
   """
@@ -391,6 +392,7 @@ class LoggingConfig:
   NAME = 'logging'
   every: int = 10
   tensorboard: bool = True
+  mfu: bool = True
   peak_flops: float = 0.0
 
   def __post_init__(self):

@@ -141,6 +141,11 @@ class SchmpProgram:
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
 
+  def evaluate(self, state: SchmpState, batch) -> float | None:
+    """A SchMP app has no held-out split: its objective is its metric (``objective_every``)."""
+    raise ConfigError(f'{self.app.name} reports its objective each round; it has no held-out '
+                      'evaluation')
+
   def use_host(self, host) -> None:
     """Pads each round to ``host``: this worker's units of work (`local_work`) take its time."""
     self.host = known_speed_host(host, 'SchmpProgram')

@@ -264,6 +264,10 @@ class ReplicaDriver:
       self._background, self._pending = None, None
     self.client.leave()
 
+  def evaluate(self, state: PipelineState, batch) -> float | None:
+    """Mean loss of ``batch`` under this replica's parameters (its pipeline's `evaluate`)."""
+    return self.trainer.evaluate(state, batch)
+
   def use_host(self, host: EmulatedHost | Pause | None) -> None:
     """Pauses after each step's compute as ``host`` says: a host of known speed
     (`hetjax.emulation.KnownSpeedHost`) over this replica's batch of rows (`HostPause`), or a

@@ -5,6 +5,7 @@ from hetjax.train._accumulate import micro_rows_of as micro_rows_of
 from hetjax.train._accumulate import summed_value_and_grad as summed_value_and_grad
 from hetjax.train._endgame import may_leave as may_leave
 from hetjax.train._endgame import takes_token as takes_token
+from hetjax.train._evaluate import Evaluation as Evaluation
 from hetjax.train._flops import compiled_flops as compiled_flops
 from hetjax.train._flops import flops_ratio as flops_ratio
 from hetjax.train._flops import step_flops as step_flops
@@ -29,6 +30,7 @@ from hetjax.train._workers import WorkerTrainer as WorkerTrainer
 
 __all__ = [
     'EmulatedHost',
+    'Evaluation',
     'HasSubmodels',
     'Hook',
     'MetricsLogger',

@@ -71,8 +71,10 @@ def learning_rate_schedule(learning_rate: float, steps: int, schedule: str = 'co
   then ``'constant'``, or a ``'cosine'`` or ``'linear'`` decay to ``final_fraction`` ×
   ``learning_rate`` at ``steps``. A constant schedule without warm-up is the float itself.
 
+  A run no longer than its warm-up only warms up (its decay would start after its last step).
+
   Raises:
-    ConfigError: an unknown schedule, or a warm-up not shorter than a decaying run.
+    ConfigError: an unknown schedule, a learning rate that is not positive, a negative warm-up.
   """
   if schedule not in ('constant', 'cosine', 'linear'):
     raise ConfigError(f'schedule must be constant, cosine or linear, got {schedule!r}')
@@ -84,8 +86,9 @@ def learning_rate_schedule(learning_rate: float, steps: int, schedule: str = 'co
     return optax.join_schedules(
         [optax.linear_schedule(0.0, learning_rate, warmup), optax.constant_schedule(learning_rate)],
         [warmup])
-  if warmup >= steps:
-    raise ConfigError(f'warm-up ({warmup} steps) must be shorter than the run ({steps} steps)')
+  if warmup < 0:
+    raise ConfigError(f'warm-up must be >= 0 steps, got {warmup!r}')
+  steps = max(steps, warmup + 1)
   end = learning_rate * final_fraction
   if schedule == 'cosine':
     return optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, steps, end)

@@ -187,6 +187,11 @@ class OverlapTrainer:
     self._background.close()
     self.sync.close()
 
+  def evaluate(self, state: OverlapState, batch: Batch) -> float:
+    """Mean loss of ``batch`` under the exact parameters (``state.train``: every reduced
+    gradient applied; the pending one is not yet)."""
+    return self.sync.evaluate(state.train, batch)
+
   def use_host(self, host: EmulatedHost | None) -> None:
     """The synchronous steps' host (`WorkerTrainer.use_host`): the forward and backward pad
     to it, the overlapped reduction runs beside."""

@@ -35,6 +35,8 @@ class Task:
       None: evaluation is then off for this task.
     config: the keyword arguments that define the task; a checkpoint records them so a resume
       under another model is refused.
+    tokens_per_example: positions one example trains (a language model's sequence length),
+      for tokens/s; 0: not a sequence model (samples/s only).
   """
 
   name: str
@@ -43,3 +45,4 @@ class Task:
   data: DataSource
   eval_data: DataSource | None = None
   config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  tokens_per_example: int = 0

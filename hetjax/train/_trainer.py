@@ -98,6 +98,7 @@ class Trainer:
     self.state_shardings = self.layout.shardings
     self.replicated = NamedSharding(mesh, PartitionSpec())
     self._last_return: float | None = None
+    self._evaluate = None
     self._lockstep = mesh.is_multi_process and mesh.devices.flat[0].platform == 'cpu'
     self._step = jax.jit(
         self._train_step,
@@ -111,6 +112,15 @@ class Trainer:
 
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
+
+  def evaluate(self, state: TrainState, batch: Batch) -> float:
+    """Mean loss of the host ``batch`` under ``state.params``: a forward pass over the mesh
+    (`hetjax.core.StepProgram.evaluate`); the batch's rows divide over the data-parallel
+    degree."""
+    if self._evaluate is None:
+      self._evaluate = jax.jit(self.loss, in_shardings=(self.state_shardings.params, None),
+                               out_shardings=self.replicated)
+    return float(self._evaluate(state.params, self.put_batch(batch)))
 
   def use_host(self, host: Any) -> None:
     """None only: one program over every device has no host of its own to pad to."""
@@ -160,10 +170,15 @@ class Trainer:
     return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_sharding(v.ndim))
             for k, v in host.items()}
 
+  def lower_step(self) -> jax.stages.Lowered:
+    """The train step lowered to HLO without compiling or allocating: its ``cost_analysis()``
+    counts the model's FLOPs before XLA's passes (`hetjax.train.compiled_flops` reads it)."""
+    return self._step.lower(self.abstract_state(), self.abstract_batch())
+
   def compile_step(self) -> jax.stages.Compiled:
     """The train step compiled ahead of time, without allocating state: what a plan check
     inspects (`memory_analysis()`, `cost_analysis()`, `as_text()` for its collectives)."""
-    return self._step.lower(self.abstract_state(), self.abstract_batch()).compile()
+    return self.lower_step().compile()
 
   def train_step(
       self, state: TrainState, batch: dict[str, jax.Array]

@@ -141,6 +141,7 @@ class WorkerTrainer:
     self.micro_rows = micro_rows_of(math.ceil(global_batch / self.workers), accumulate,
                                     self.local_batch_degree)
     self._local_replicated = NamedSharding(self.local_mesh, PartitionSpec())
+    self._evaluate = None
     if bucket is not None and (bucket <= 0 or bucket % self.share_degree):
       raise ConfigError(f'bucket {bucket} must be a positive multiple of the local data-parallel '
                         f'degree {self.share_degree}' + (
@@ -183,6 +184,17 @@ class WorkerTrainer:
   def close(self) -> None:
     """Drops queued background compiles, so the process exits without waiting for them."""
     self.programs.close()
+
+  def evaluate(self, state: TrainState, batch: Batch) -> float:
+    """Mean loss of the host ``batch`` under ``state.params``, on this worker's own devices
+    (every worker holds the whole model): no collective, so a worker may call it alone."""
+    if self._evaluate is None:
+      def mean_loss(params, b):
+        model = nnx.merge(self.graphdef, params)
+        with activation_rules(self.local_mesh, self.rules.compute):
+          return jnp.mean(self.task.loss(model, b))
+      self._evaluate = jax.jit(mean_loss, out_shardings=self._local_replicated)
+    return float(self._evaluate(self.local_view(state.params), self.place(batch)))
 
   def use_host(self, host: EmulatedHost | None) -> None:
     """Pads each step to ``host`` (`hetjax.core.StepProgram.use_host`): its rows of the step

@@ -1,0 +1,100 @@
+"""What a run reports beyond its loss: evaluation, the learning rate, tokens/s, MFU and
+TensorBoard, assembled from the config for the runner (`hetjax.run.train`) in every mode.
+
+MFU divides the model FLOPs of a step by its time and the peak FLOP/s of the devices it runs
+on. The FLOPs are XLA's count (`hetjax.train.compiled_flops`) of the task's step lowered on one
+device for a few rows, scaled to the global batch: the same count whatever the mode, so a
+shares, tokens, pipeline or ps run's MFU compares with an SPMD run's (each device's part of a
+partitioned program would count the collectives' and replicated updates' extra work instead).
+The peak is ``logging.peak_flops`` per device, else measured once by a matmul in the compute
+dtype (`hetjax.runtime.peak_flops`), times the job's devices.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from hetjax import report, runtime, sharding, train
+from hetjax.run._build import Built
+from hetjax.run._config import Config
+
+#: Rows of the one-device step whose XLA count gives the FLOPs of one example.
+FLOPS_ROWS = 8
+
+
+def evaluation_of(config: Config, task: Any) -> train.Evaluation | None:
+  """The run's periodic evaluation, or None: off in the config, or the task has no held-out
+  split (``eval_data``; a SchMP app reports its objective instead)."""
+  if not isinstance(task, train.Task) or not config.eval.enabled or task.eval_data is None:
+    return None
+  return train.Evaluation(task.eval_data, config.data.seed,
+                          config.eval.batch or config.data.global_batch, config.eval.batches)
+
+
+def flops_per_step(config: Config, task: train.Task) -> float:
+  """Model FLOPs of one optimizer step over the global batch: XLA's count of the task's step
+  on one device for `FLOPS_ROWS` rows (forward, backward and update), per row, times the
+  global batch (module docstring). The step is lowered, not compiled (`Trainer.lower_step`):
+  XLA's count of the HLO before its passes, the same for a one-device step's matmuls."""
+  from hetjax.run._build import optimizer_of
+
+  rows = min(FLOPS_ROWS, config.data.global_batch)
+  mesh = sharding.make_mesh((1, 1), devices=jax.local_devices()[:1])
+  one = train.Trainer(task, optimizer_of(config)[0], rows, mesh,
+                      train.Strategy.DATA_PARALLEL.rules(), config.data.seed)
+  return train.compiled_flops(one.lower_step()) / rows * config.data.global_batch
+
+
+def peak_flops(config: Config) -> tuple[float, str]:
+  """``(peak FLOP/s of the job's devices, 'declared' | 'measured')``."""
+  one, how = runtime.peak_flops(config.logging.peak_flops or None, config.model.dtype or 'float32',
+                                jax.local_devices()[0])
+  return one * jax.device_count(), how
+
+
+def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
+                   evaluation: train.Evaluation | None
+                   ) -> tuple[train.MetricsLogger, report.TensorBoardWriter | None, dict]:
+  """The chief's logger: ``metrics.jsonl`` with the learning rate and each evaluation on its
+  step's line, tokens/s and MFU for a `hetjax.train.Task`, TensorBoard when configured; and
+  ``run.json``'s fields about them."""
+  from hetjax.run._build import optimizer_of
+
+  task = built.program.task
+  rate = optimizer_of(config)[1]
+  writer = report.TensorBoardWriter(workdir / 'tensorboard') if config.logging.tensorboard \
+      else None
+
+  def extra(info: train.StepInfo) -> dict[str, Any]:
+    fields: dict[str, Any] = {'learning_rate': float(rate(info.step - 1))}
+    latest = None if evaluation is None else evaluation.latest
+    if latest is not None and latest['step'] == info.step:
+      fields['eval_loss'], fields['eval_perplexity'] = latest['eval_loss'], \
+          latest['eval_perplexity']
+    return fields
+
+  flops = peak = 0.0
+  info: dict[str, Any] = {}
+  lm = isinstance(task, train.Task)  # a SchMP app counts rounds, not examples
+  if lm and config.logging.mfu:
+    flops = flops_per_step(config, task)
+    peak, how = peak_flops(config)
+    info = {'flops_per_step': flops, 'peak_flops': peak, 'peak_flops_source': how}
+  logger = train.MetricsLogger(
+      workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps,
+      every=config.logging.every, sinks=[writer.scalars] if writer else (), extra=extra,
+      tokens_per_example=task.tokens_per_example if lm else 0, flops_per_step=flops,
+      peak_flops=peak)
+  return logger, writer, info
+
+
+def eval_hook(evaluation: train.Evaluation, program: Any, config: Config,
+              timed: Callable[[train.Hook, str], train.Hook] | None) -> train.Hook:
+  """The evaluation hook (every ``eval.every`` steps and after the last), timed into the
+  logger's ``hooks_s`` on the chief."""
+  hook = evaluation.hook(program, config.eval.every, config.optimizer.steps)
+  return hook if timed is None else timed(hook, 'eval')
