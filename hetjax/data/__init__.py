@@ -19,7 +19,10 @@ from hetjax.data._slicing import split_batch as split_batch
 from hetjax.data._source import ArraySource as ArraySource
 from hetjax.data._source import Batch as Batch
 from hetjax.data._source import DataSource as DataSource
+from hetjax.data._source import RowSource as RowSource
+from hetjax.data._source import StepBatch as StepBatch
 from hetjax.data._source import step_rng as step_rng
+from hetjax.data._source import take_rows as take_rows
 from hetjax.data._sparse_design import Response as Response
 from hetjax.data._sparse_design import SparseDesign as SparseDesign
 from hetjax.data._sparse_design import bundled_design as bundled_design
@@ -42,8 +45,10 @@ __all__ = [
     'Documents',
     'Ratings',
     'Response',
+    'RowSource',
     'SparseDesign',
     'StdlibText',
+    'StepBatch',
     'TokenDataset',
     'Tokenizer',
     'ZipfClicks',
@@ -65,6 +70,7 @@ __all__ = [
     'stdlib_docstrings',
     'stdlib_text',
     'step_rng',
+    'take_rows',
     'write_token_split',
     'zipf_clicks',
     'zipf_ratings',

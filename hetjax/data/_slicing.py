@@ -7,11 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.data._source import Batch
+from hetjax.data._source import Batch, StepBatch, take_rows
 
 
-def batch_size(batch: Batch) -> int:
-  """The leading dimension shared by every array of ``batch``."""
+def batch_size(batch: Batch | StepBatch) -> int:
+  """The leading dimension shared by every array of ``batch`` (a `StepBatch`'s size, unread)."""
+  if isinstance(batch, StepBatch):
+    return batch.size
   sizes = {len(a) for a in batch.values()}
   if len(sizes) != 1:
     raise ValueError(f'batch arrays disagree on the batch size: { {k: len(a) for k, a in batch.items()} }')
@@ -32,8 +34,9 @@ def share_offsets(shares: Sequence[int], total: int) -> np.ndarray:
   return np.concatenate([[0], np.cumsum(np.asarray(shares, dtype=np.int64))])
 
 
-def slice_batch(batch: Batch, shares: Sequence[int], index: int) -> Batch:
-  """Rows ``[offset_i, offset_i + shares[i])`` of every array: worker ``index``'s slice.
+def slice_batch(batch: Batch | StepBatch, shares: Sequence[int], index: int) -> Batch:
+  """Rows ``[offset_i, offset_i + shares[i])`` of every array: worker ``index``'s slice (of a
+  `StepBatch`, only those rows are read).
 
   Example::
 
@@ -42,8 +45,7 @@ def slice_batch(batch: Batch, shares: Sequence[int], index: int) -> Batch:
     array([4, 5])
   """
   offsets = share_offsets(shares, batch_size(batch))
-  lo, hi = offsets[index], offsets[index + 1]
-  return {k: a[lo:hi] for k, a in batch.items()}
+  return take_rows(batch, int(offsets[index]), int(offsets[index + 1]))
 
 
 def split_batch(batch: Batch, shares: Sequence[int]) -> list[Batch]:

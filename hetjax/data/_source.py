@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -27,6 +27,64 @@ class DataSource(Protocol):
 
   def global_batch(self, seed: int, step: int, size: int) -> Batch:
     ...
+
+
+@runtime_checkable
+class RowSource(DataSource, Protocol):
+  """A `DataSource` that reads rows ``lo:hi`` of a global batch alone (a memory-mapped token
+  dataset, the stdlib corpus, an in-memory array): what lets each worker read only its share."""
+
+  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+    """Rows ``lo:hi`` of ``global_batch(seed, step, size)``, without reading the others."""
+    ...
+
+
+class StepBatch(Mapping):
+  """One step's global batch, read when and where it is asked for.
+
+  A multi-worker program hands the loop a `StepBatch` instead of the batch itself:
+  `slice_batch` and `take_rows` read only the rows asked for from a `RowSource` (a worker's
+  share, a token), and anything that reads it as a mapping reads the whole batch once. The
+  rows are those of ``source.global_batch(seed, step, size)`` either way.
+
+  Example::
+
+    >>> batch = StepBatch(ArraySource({'x': np.arange(10.0)}), seed=0, step=1, size=4)
+    >>> take_rows(batch, 1, 3)['x'].shape
+    (2,)
+  """
+
+  def __init__(self, source: DataSource, seed: int, step: int, size: int):
+    self.source, self.seed, self.step, self.size = source, seed, step, size
+    self._whole: Batch | None = None
+
+  def rows(self, lo: int, hi: int) -> Batch:
+    """Rows ``lo:hi``: read alone from a `RowSource`, else cut from the whole batch."""
+    if self._whole is None and isinstance(self.source, RowSource):
+      return self.source.rows(self.seed, self.step, self.size, lo, hi)
+    return {k: a[lo:hi] for k, a in self.whole().items()}
+
+  def whole(self) -> Batch:
+    """The whole batch, read once."""
+    if self._whole is None:
+      self._whole = self.source.global_batch(self.seed, self.step, self.size)
+    return self._whole
+
+  def __getitem__(self, key: str) -> np.ndarray:
+    return self.whole()[key]
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self.whole())
+
+  def __len__(self) -> int:
+    return len(self.whole())
+
+
+def take_rows(batch: Batch | StepBatch, lo: int, hi: int) -> Batch:
+  """Rows ``lo:hi`` of every array of ``batch`` (of a `StepBatch`, reading only those)."""
+  if isinstance(batch, StepBatch):
+    return batch.rows(lo, hi)
+  return {k: a[lo:hi] for k, a in batch.items()}
 
 
 class ArraySource:
@@ -65,4 +123,9 @@ class ArraySource:
 
   def global_batch(self, seed: int, step: int, size: int) -> Batch:
     idx = self.indices(seed, step, size)
+    return {k: a[idx] for k, a in self.arrays.items()}
+
+  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+    """Rows ``lo:hi`` of `global_batch` (`RowSource`)."""
+    idx = self.indices(seed, step, size)[lo:hi]
     return {k: a[idx] for k, a in self.arrays.items()}

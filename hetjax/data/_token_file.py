@@ -124,8 +124,9 @@ class TokenDataset:
     doc = np.searchsorted(self._window_end, k, side='right')
     return self._first_start[doc] + (k - self._window_begin[doc])
 
-  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> np.ndarray:
-    """int32[hi - lo, seq_len + 1]: rows ``lo:hi`` of `global_batch`, reading only those.
+  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+    """``{'tokens': int32[hi - lo, seq_len + 1]}``: rows ``lo:hi`` of `global_batch`, reading
+    only those (`hetjax.data.RowSource`).
 
     Every start is drawn (cheap) and only the windows of rows ``lo:hi`` are read from the memory
     map, so a worker's share costs the pages of its own rows.
@@ -143,11 +144,11 @@ class TokenDataset:
       raise ConfigError(
           f'{self._where}.bin: token id {windows[row, col]} at offset {starts[row] + col} is not '
           f'below vocab_size {self.vocab_size}')
-    return windows
+    return {'tokens': windows}
 
   def global_batch(self, seed: int, step: int, size: int) -> Batch:
     """Returns ``{'tokens': int32[size, seq_len + 1]}`` (class docstring)."""
-    return {'tokens': self.rows(seed, step, size, 0, size)}
+    return self.rows(seed, step, size, 0, size)
 
 
 def read_token_dataset(path: str | os.PathLike, *, split: str = 'train',

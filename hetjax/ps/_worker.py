@@ -31,7 +31,7 @@ from flax import nnx
 from hetjax._errors import ConfigError
 from hetjax.core import ShareRules, StepStats, Work
 from hetjax.core._host import EmulatedHost, host_load, known_speed_host
-from hetjax.data import Batch, slice_batch
+from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
 from hetjax.sharding import abstract_model
@@ -126,7 +126,7 @@ class PsWorker:
     if self._evaluate is None:
       self._evaluate = jax.jit(
           lambda p, b: jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), b)))
-    return float(self._evaluate(state.params, jax.device_put(batch, self.device)))
+    return float(self._evaluate(state.params, jax.device_put(dict(batch), self.device)))
 
   def use_host(self, host: EmulatedHost | None) -> None:
     """Pads each step's gradient to ``host``: this worker's rows take its time."""
@@ -156,8 +156,9 @@ class PsWorker:
   def abstract_state(self) -> PsWorkerState:
     return PsWorkerState(0, self._abstract, (0,) * self.client.layout.servers)
 
-  def global_batch_at(self, step: int) -> Batch:
-    return self.task.data.global_batch(self.seed, step, self.global_batch)
+  def global_batch_at(self, step: int) -> StepBatch:
+    """Step ``step``'s global batch, read lazily: a step reads this worker's share only."""
+    return StepBatch(self.task.data, self.seed, step, self.global_batch)
 
   def step(self, state: PsWorkerState, work: Work, decision: Any = None
            ) -> tuple[PsWorkerState, StepStats]:

@@ -64,6 +64,7 @@ from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.core._host import EmulatedHost, host_load
+from hetjax.data import take_rows
 from hetjax.runtime import Channel
 from hetjax.train._endgame import may_leave, takes_token
 from hetjax.train._state import TrainState
@@ -215,7 +216,8 @@ class TokenTrainer(WorkerTrainer):
     drains the queue while another compiles, and no token's time includes a compile."""
     jax.block_until_ready(self.accumulate(self.zero_gradient(), self.zero_gradient()))
     if self.tokens.token_rows not in self.programs.sizes:
-      batch = self.place({k: a[self.tokens.rows(0)] for k, a in host_batch.items()})
+      rows = self.tokens.rows(0)
+      batch = self.place(take_rows(host_batch, rows.start, rows.stop))
       jax.block_until_ready(self.local_gradient(state, batch))
       self.programs.wait()
     self._warm = True
@@ -241,7 +243,7 @@ class TokenTrainer(WorkerTrainer):
       if token >= rules.tokens:
         break
       batch = jax.block_until_ready(
-          self.place({k: a[rules.rows(token)] for k, a in work.batch.items()}))
+          self.place(take_rows(work.batch, rules.rows(token).start, rules.rows(token).stop)))
       computing = time.perf_counter()
       data_s += computing - placing
       grad = jax.block_until_ready(self.local_gradient(state, batch))

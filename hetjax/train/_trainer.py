@@ -138,7 +138,7 @@ class Trainer:
 
   def put_batch(self, batch: Batch) -> dict[str, jax.Array]:
     """Places a host batch on the mesh, split along the batch axis (one transfer call)."""
-    return put_batch(batch, self.mesh, self.rules.compute)
+    return put_batch(dict(batch), self.mesh, self.rules.compute)
 
   def global_batch_at(self, step: int) -> Batch:
     """The host global batch of ``step`` (a function of the seed and the step only)."""

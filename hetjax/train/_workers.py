@@ -43,7 +43,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.core._host import EmulatedHost, known_speed_host
-from hetjax.data import Batch, slice_batch
+from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.emulation import Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
@@ -305,18 +305,19 @@ class WorkerTrainer:
         raise ConfigError(f'share {s} of worker {i} is not divisible by its local '
                           f'data-parallel degree {degree}')
 
-  def global_batch_at(self, step: int) -> Batch:
-    """The host global batch of ``step`` (a function of the seed and the step only)."""
-    return self.task.data.global_batch(self.seed, step, self.global_batch)
+  def global_batch_at(self, step: int) -> StepBatch:
+    """The host global batch of ``step`` (a function of the seed and the step only), read
+    lazily: a step reads only this worker's rows of it (`hetjax.data.StepBatch`)."""
+    return StepBatch(self.task.data, self.seed, step, self.global_batch)
 
   def local_batch(self, step: int, shares: tuple[int, ...]) -> dict[str, jax.Array]:
     """This worker's rows of step ``step``'s global batch, placed on the local mesh."""
-    host: Batch = self.task.data.global_batch(self.seed, step, self.global_batch)
-    return self.place(slice_batch(host, shares, self.worker))
+    return self.place(slice_batch(self.global_batch_at(step), shares, self.worker))
 
-  def place(self, batch: Batch) -> dict[str, jax.Array]:
-    """Places host rows on the local mesh, split along the batch axis."""
-    return put_batch(batch, self.local_mesh, self.rules.compute)
+  def place(self, batch: Batch | StepBatch) -> dict[str, jax.Array]:
+    """Places host rows on the local mesh, split along the batch axis (a `StepBatch`: all of
+    its rows)."""
+    return put_batch(dict(batch), self.local_mesh, self.rules.compute)
 
   def local_gradient(self, state: TrainState, batch: dict[str, jax.Array]):
     """``Σ loss / X`` and ``Σ ∇loss / X`` over this worker's rows, packed for `combine`.
