@@ -23,6 +23,7 @@ from hetjax.run._config import override as override
 from hetjax.run._config_files import import_function as import_function
 from hetjax.run._config_files import load as load_config
 from hetjax.run._config_files import names as config_names
+from hetjax.run._evaluate_run import evaluate as evaluate
 from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import emulated_host as emulated_host
 from hetjax.run._runner import train as train
@@ -64,6 +65,7 @@ __all__ = [
     'default_bucket',
     'default_token_rows',
     'emulated_host',
+    'evaluate',
     'fsdp_notice',
     'import_function',
     'load_config',
