@@ -146,8 +146,8 @@ def optimizer_of(config: Config) -> tuple[Any, Callable[[int], float]]:
   """``(the optax transformation, learning_rate(step))`` of ``config.optimizer``: its named
   optimizer with the schedule, clipping and weight decay the config gives."""
   opt = config.optimizer
-  rate = train.learning_rate_schedule(opt.learning_rate, opt.steps, opt.schedule, opt.warmup,
-                                      opt.final_fraction)
+  rate = train.learning_rate_schedule(opt.learning_rate, opt.decay_steps or opt.steps,
+                                      opt.schedule, opt.warmup, opt.final_fraction)
   tx = train.Optimizer.parse(opt.name).make(rate, weight_decay=opt.weight_decay,
                                             clip_norm=opt.clip_norm)
   return tx, (rate if callable(rate) else lambda step: rate)

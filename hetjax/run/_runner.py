@@ -194,7 +194,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                 'eval_perplexity': evaluation.latest['eval_perplexity']}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   # Goodput reads summary.json's wall time: added once that is written.
-  summary['goodput'] = report.goodput(workdir)['goodput']
+  good = report.goodput(workdir)
+  summary |= {'goodput': good['goodput'], 'badput_s': good['badput_s']}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary

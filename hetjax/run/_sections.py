@@ -128,6 +128,9 @@ class OptimizerConfig:
     warmup: linear warm-up steps (any schedule); a run of fewer steps only warms up (e.g.
       ``--steps=1`` of a config with a long warm-up).
     final_fraction: the decay's last learning rate as a fraction of ``learning_rate``.
+    decay_steps: the step the decay ends at; 0: ``steps``. A run stopped early and resumed with
+      more ``steps`` keeps its schedule only with ``decay_steps`` fixed (else each launch
+      decays over its own ``steps``).
     weight_decay: adamw's decoupled weight decay; sgd, momentum and adam add ``weight_decay ·
       params`` to the gradient (L2, as PyTorch's ``weight_decay``); None: the optimizer's
       default (adamw's 1e-4, none for the others).
@@ -147,6 +150,7 @@ class OptimizerConfig:
   schedule: str = 'constant'
   warmup: int = 0
   final_fraction: float = 0.0
+  decay_steps: int = 0
   weight_decay: float | None = None
   clip_norm: float = 0.0
   accumulate: int = 1
@@ -159,6 +163,7 @@ class OptimizerConfig:
       raise ConfigError(f'optimizer.schedule must be one of {", ".join(SCHEDULES)}, got '
                         f'{self.schedule!r}')
     at_least(self.warmup, 0, f'{self.NAME}.warmup')
+    at_least(self.decay_steps, 0, f'{self.NAME}.decay_steps', note=' (0: optimizer.steps)')
     if not 0 <= self.final_fraction <= 1:
       raise ConfigError(f'optimizer.final_fraction must be in [0, 1], got {self.final_fraction}')
     if self.weight_decay is not None and self.weight_decay < 0:
