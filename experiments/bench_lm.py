@@ -1,0 +1,340 @@
+r"""The `gpt` language model trained by hetjax's `Trainer` against a hand-written JAX + optax loop.
+
+Both sides train the same model (`hetjax.models.gpt`, the stdlib bytes, ``seq_len`` 128) from the
+same initial parameters (``seed`` 0, checked equal) on the same global batches
+(``task.data.global_batch(seed, step, B)``, B = 8 rows of 129 tokens) with the same
+``optax.adamw(1e-3)``, on the same 4 virtual CPU devices (mesh ``4x1`` over ``('data',
+'model')``):
+
+* **hetjax**: `Trainer` under `Strategy.DATA_PARALLEL` or `Strategy.FSDP`, driven by the real
+  loop, `training_steps` (host batch, `put_batch`, the step);
+* **plain**: one `jax.jit` of `jax.value_and_grad` of the mean loss and `optax.apply_updates`,
+  its parameters and optimizer state given by hand-made `NamedSharding` in and out shardings
+  and donated, the batch placed with `jax.device_put` split over both mesh axes. Data parallel:
+  every parameter ``PartitionSpec()``. FSDP: each parameter's `PartitionSpec` is derived with
+  `hetjax.sharding.param_shardings` from the model's logical names under FSDP's parameter rules
+  (so the layout is hetjax's: checked on the initial arrays of both sides), and the loop builds
+  its own `NamedSharding` objects from those specs; the optimizer state follows its parameters
+  by `optax.tree_map_params`. No activation constraints: the plain step leaves the
+  activations' layout to XLA's sharding propagation, as hand-written code usually does.
+
+Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M parameters) and ``25m`` (d_model 512,
+8 heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the
+test. Per size × strategy × dtype: both steps are compiled ahead of time (``compile_s``: lower +
+compile; their HLO collectives are counted with `hetjax.planner.collective_bytes`), each side
+runs one untimed warm-up step, then R rounds each time one block of N steps per side, the side
+that goes first alternating by round; a block ends at `jax.block_until_ready` of its state and
+losses. ``step_s`` is the median block time / N, ``cpu_step_s`` the same with
+`time.process_time` (all of the process's threads: on a shared 2-core machine it swings less
+with others' load than the wall clock). ``mfu``: each side's model FLOPs per step as XLA counts
+its compiled step (`hetjax.train.compiled_flops`, one device's part, × 4 devices), over the step
+time, over 4 × `hetjax.runtime.peak_flops` of one device measured once per dtype (a 1024² matmul).
+The 4 virtual devices share the machine's 2 cores, so this peak overstates what the 4 can do at
+once and the MFU is low by construction; it compares the two sides, not the machine.
+``analytic_flops_per_step`` is `gpt.flops_per_token` × tokens, beside it for a check.
+Losses: every step's loss on both sides, and the largest relative difference.
+
+Goals: float32 losses within 1e-6 relative (bit-identical expected for data parallel),
+bfloat16 within 1e-2, hetjax / plain step time ≤ 1.03 (wall and CPU).
+
+Example::
+
+  .venv/bin/python experiments/bench_lm.py --quick --json runs/bench26/lm_quick.json
+  .venv/bin/python experiments/bench_lm.py --sizes=tiny --rounds=1 --steps=2 --dtypes=float32
+"""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+import sys
+import time
+
+if not __package__:
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import flags
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from experiments import _harness
+from hetjax import ConfigError, models
+from hetjax.models import gpt
+from hetjax.planner import collective_bytes
+from hetjax.runtime import enable_compilation_cache, peak_flops
+from hetjax.sharding import abstract_model, make_mesh, param_shardings
+from hetjax.train import Strategy, Trainer, compiled_flops, training_steps
+
+DEVICES = 4
+# name → (gpt make_task keyword arguments, global batch)
+SIZES = {
+    'tiny': ({'d_model': 64, 'heads': 4, 'layers': 1, 'seq_len': 32}, 8),
+    '3m': ({'d_model': 256, 'heads': 8, 'layers': 4, 'seq_len': 128}, 8),
+    '25m': ({'d_model': 512, 'heads': 8, 'layers': 8, 'seq_len': 128}, 8),
+}
+STRATEGIES = {'data_parallel': Strategy.DATA_PARALLEL, 'fsdp': Strategy.FSDP}
+DTYPES = ('float32', 'bfloat16')
+LR = 1e-3
+SEED = 0
+WARMUP_STEPS = 1
+GOAL_RATIO = 1.03
+# Why losses may differ at all. float32: the two programs compute the same sums, and only a
+# different order of reduction changes a loss, by ulps that the updates then carry forward: data
+# parallel compiles to the same program on both sides (bit-identical losses); under FSDP the
+# plain step, without activation constraints, contracts over the sharded embedding dimension on
+# each device and all-reduces the partial sums, which hetjax's batch-sharded activations do not
+# (8.9e-7 after 7 steps at 3m). bfloat16: every matmul rounds its inputs to 8 mantissa bits, so
+# a different order of reduction (partial sums across devices, as above) or a different fusion
+# (hetjax's sharding constraints on bfloat16 activations move converts: at 3m data parallel its
+# step has 36 more converts and 10 more fusions than the plain one) rounds differently, by about
+# 2^-8 relative per rounding rather than 2^-24, and the updates carry that forward too.
+LOSS_RTOL = {'float32': 1e-6, 'bfloat16': 1e-2}
+
+_SIZES = flags.DEFINE_list('sizes', None, f'sizes, of {list(SIZES)} (default 3m,25m; quick 3m)')
+_STRATEGIES = flags.DEFINE_list('strategies', list(STRATEGIES), f'of {list(STRATEGIES)}')
+_DTYPES = flags.DEFINE_list('dtypes', list(DTYPES), f'compute dtypes, of {list(DTYPES)}')
+FLAGS = _harness.define_flags('only 3m, R=3 rounds of N=2 steps: a smoke run', keep=False)
+_ROUNDS = flags.DEFINE_integer('rounds', None, 'timed rounds R (default 5, quick 3)')
+_STEPS = flags.DEFINE_integer('steps', None, 'steps N per timed block (default 3, quick 2)')
+
+
+class PlainLM:
+  """Hand-written `jax.jit` training of ``task`` with the parameters laid out by ``specs``.
+
+  Example::
+
+    plain = PlainLM(task, optax.adamw(1e-3), mesh, specs, global_batch=8)
+    params, opt_state = plain.init()
+    params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(0))
+
+  Args:
+    task: only ``make_model``, ``loss`` and ``data`` are used.
+    optimizer: an optax transformation.
+    mesh: the devices; the batch's leading axis is split over all of its axes.
+    specs: a `PartitionSpec` per parameter (a pure dict, as `nnx.to_pure_dict` gives).
+    global_batch: rows per step.
+    seed: initialises the parameters and selects the data.
+  """
+
+  def __init__(self, task, optimizer: optax.GradientTransformation, mesh: Mesh, specs,
+               global_batch: int, seed: int = SEED):
+    self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
+    replicated = NamedSharding(mesh, PartitionSpec())
+    self.param_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
+                                        is_leaf=lambda x: isinstance(x, PartitionSpec))
+    self.graphdef, abstract = nnx.split(nnx.eval_shape(self._make))
+    abstract_opt = jax.eval_shape(optimizer.init, nnx.to_pure_dict(abstract))
+    self.opt_shardings = optax.tree_map_params(
+        optimizer, lambda _, sharding: sharding, abstract_opt, self.param_shardings,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+    self.batch_sharding = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
+    self.step = jax.jit(
+        self._step,
+        in_shardings=(self.param_shardings, self.opt_shardings, self.batch_sharding),
+        out_shardings=(self.param_shardings, self.opt_shardings, replicated),
+        donate_argnums=(0, 1))
+
+  def _make(self) -> nnx.Module:
+    with nnx.use_eager_sharding(False):
+      return self.task.make_model(nnx.Rngs(self.seed))
+
+  def init(self):
+    """Parameters and optimizer state, created under `jax.jit` in their layout."""
+    params = jax.jit(lambda: nnx.to_pure_dict(nnx.split(self._make())[1]),
+                     out_shardings=self.param_shardings)()
+    opt_state = jax.jit(self.optimizer.init, out_shardings=self.opt_shardings)(params)
+    return params, opt_state
+
+  def batch_at(self, step: int) -> dict[str, jax.Array]:
+    host = self.task.data.global_batch(self.seed, step, self.global_batch)
+    return jax.device_put(host, self.batch_sharding)
+
+  def _step(self, params, opt_state, batch):
+    def mean_loss(p):
+      return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
+
+    loss, grads = jax.value_and_grad(mean_loss)(params)
+    updates, opt_state = self.optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def _fsdp_specs(task, mesh: Mesh):
+  """FSDP's parameter `PartitionSpec`s, from the model's logical names (`hetjax.sharding`)."""
+  _, shapes, names = abstract_model(task.make_model, SEED)
+  shardings = param_shardings(shapes, names, mesh, Strategy.FSDP.rules().params)
+  return jax.tree.map(lambda s: s.spec, shardings)
+
+
+def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
+           peaks: dict[str, float]) -> list[dict]:
+  """Times one size × strategy × dtype; returns its hetjax row and its plain row."""
+  kwargs, global_batch = SIZES[size]
+  args = {**kwargs, 'dtype': dtype, 'param_dtype': 'float32'}
+  task = models.make_task('gpt', **args)
+  mesh = make_mesh((DEVICES, 1), devices=jax.devices()[:DEVICES])
+  optimizer = optax.adamw(LR)
+  trainer = Trainer(task, optimizer, global_batch, mesh, STRATEGIES[strategy].rules(), SEED)
+  specs = (_fsdp_specs(task, mesh) if strategy == 'fsdp' else
+           jax.tree.map(lambda _: PartitionSpec(), trainer.state_shardings.params))
+  plain = PlainLM(task, optimizer, mesh, specs, global_batch)
+
+  state = trainer.init_state()
+  params, opt_state = plain.init()
+  same = jax.tree.map(lambda a, b: np.array_equal(a, b), state.params, params)
+  if not all(jax.tree.leaves(same)):
+    raise AssertionError(f'{size}: hetjax and plain initial parameters differ')
+  laid = jax.tree.map(lambda a, b: a.sharding.is_equivalent_to(b.sharding, a.ndim),
+                      state.params, params)
+  if not all(jax.tree.leaves(laid)):
+    raise AssertionError(f'{size} {strategy}: the plain parameters are not laid out as hetjax\'s')
+
+  start = time.perf_counter()
+  het_compiled = trainer.compile_step()
+  het_compile_s = time.perf_counter() - start
+  start = time.perf_counter()
+  plain_compiled = plain.step.lower(params, opt_state, plain.batch_at(0)).compile()
+  plain_compile_s = time.perf_counter() - start
+
+  h = {'state': state, 'losses': []}
+  p = {'params': params, 'opt_state': opt_state, 'losses': []}
+
+  def run_hetjax(n: int) -> None:
+    state, until = h['state'], len(h['losses']) + n
+    for info in training_steps(trainer, state, until=until):
+      state = info.state
+      h['losses'].append(info.stats.loss)
+    h['state'] = jax.block_until_ready(state)
+    jax.block_until_ready(h['losses'][-n:])
+
+  def run_plain(n: int) -> None:
+    params, opt_state, first = p['params'], p['opt_state'], len(p['losses'])
+    for step in range(first, first + n):
+      params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(step))
+      p['losses'].append(loss)
+    p['params'], p['opt_state'] = jax.block_until_ready((params, opt_state))
+    jax.block_until_ready(p['losses'][-n:])
+
+  def timed(run):
+    def block() -> tuple[float, float]:
+      wall, cpu = time.perf_counter(), time.process_time()
+      run(steps)
+      return time.perf_counter() - wall, time.process_time() - cpu
+    return block
+
+  run_hetjax(WARMUP_STEPS)
+  run_plain(WARMUP_STEPS)
+  times = _harness.interleave({'hetjax': timed(run_hetjax), 'plain': timed(run_plain)}, rounds)
+
+  het_losses = np.array([float(x) for x in h['losses']])
+  plain_losses = np.array([float(x) for x in p['losses']])
+  rel = float(np.max(np.abs(het_losses - plain_losses) / np.abs(plain_losses)))
+  tokens = global_batch * args['seq_len']
+  analytic = float(gpt.flops_per_token(args) * tokens)
+  rows = []
+  for side, compiled, compile_s, losses, diff in (
+      ('hetjax', het_compiled, het_compile_s, het_losses, rel),
+      ('plain', plain_compiled, plain_compile_s, plain_losses, 0.0)):
+    step_s = statistics.median(w for w, _ in times[side]) / steps
+    cpu_step_s = statistics.median(c for _, c in times[side]) / steps
+    flops = compiled_flops(compiled) * DEVICES
+    rows.append({
+        'size': size, 'params': gpt.num_params(args), 'strategy': strategy, 'dtype': dtype,
+        'side': side, 'step_s': step_s, 'cpu_step_s': cpu_step_s,
+        'tokens_per_s': tokens / step_s, 'mfu': flops / step_s / (DEVICES * peaks[dtype]),
+        'loss_max_rel_diff_vs_plain': diff, 'losses_bit_identical': bool(
+            np.array_equal(het_losses, plain_losses)),
+        'compile_s': compile_s, 'flops_per_step': flops, 'analytic_flops_per_step': analytic,
+        'final_loss': float(losses[-1]), 'global_batch': global_batch,
+        'seq_len': args['seq_len'], 'rounds': rounds, 'steps_per_block': steps,
+        'collectives': collective_bytes(compiled).to_json(), 'source': 'measured'})
+  het, ref = rows
+  het['ratio_wall'] = het['step_s'] / ref['step_s']
+  het['ratio_cpu'] = het['cpu_step_s'] / ref['cpu_step_s']
+  return rows
+
+
+def _table(rows: list[dict]) -> str:
+  head = (f'{"size":<5} {"params":>10} {"strategy":<13} {"dtype":<8} {"side":<6} '
+          f'{"ms/step":>8} {"cpu ms":>8} {"tok/s":>7} {"mfu":>6} {"loss diff":>9} '
+          f'{"compile s":>9} {"AG":>4} {"RS":>4} {"AR":>4} {"ratio w/cpu":>11}')
+  lines = [head, '-' * len(head)]
+  for r in rows:
+    counts = r['collectives']['counts']
+    ratio = (f'{r["ratio_wall"]:.3f}/{r["ratio_cpu"]:.3f}' if r['side'] == 'hetjax' else '')
+    lines.append(
+        f'{r["size"]:<5} {r["params"]:>10,} {r["strategy"]:<13} {r["dtype"]:<8} '
+        f'{r["side"]:<6} {1e3 * r["step_s"]:>8.1f} {1e3 * r["cpu_step_s"]:>8.1f} '
+        f'{r["tokens_per_s"]:>7.0f} {r["mfu"]:>6.3f} {r["loss_max_rel_diff_vs_plain"]:>9.1e} '
+        f'{r["compile_s"]:>9.2f} {counts["all_gather"]:>4} {counts["reduce_scatter"]:>4} '
+        f'{counts["all_reduce"]:>4} {ratio:>11}')
+  lines.append('all measured (wall clock and process CPU time), none modelled; AG/RS/AR: '
+               'all-gathers, reduce-scatters, all-reduces in the compiled step')
+  return '\n'.join(lines)
+
+
+def _goals(rows: list[dict]) -> list[str]:
+  het = [r for r in rows if r['side'] == 'hetjax']
+  lines = []
+  for dtype, rtol in LOSS_RTOL.items():
+    mine = [r for r in het if r['dtype'] == dtype]
+    if mine:
+      worst = max(r['loss_max_rel_diff_vs_plain'] for r in mine)
+      exact = sum(r['losses_bit_identical'] for r in mine)
+      met = sum(r['loss_max_rel_diff_vs_plain'] <= rtol for r in mine)
+      lines.append(f'goal: {dtype} losses within {rtol:g} relative of plain: met by '
+                   f'{met}/{len(mine)} (worst {worst:.1e}; bit-identical {exact}/{len(mine)})')
+  for kind in ('wall', 'cpu'):
+    met = sum(r[f'ratio_{kind}'] <= GOAL_RATIO for r in het)
+    each = ', '.join(f'{r["size"]} {r["strategy"]} {r["dtype"]} {r[f"ratio_{kind}"]:.3f}'
+                     for r in het)
+    lines.append(f'goal: hetjax / plain {kind} step time ≤ {GOAL_RATIO}: met by '
+                 f'{met}/{len(het)} ({each})')
+  return lines
+
+
+def _choices(values: list[str], known, flag: str) -> list[str]:
+  unknown = [v for v in values if v not in known]
+  if unknown or not values:
+    raise ConfigError(f'--{flag}: unknown {unknown or "(none given)"}; choose from {list(known)}')
+  return values
+
+
+def main() -> None:
+  quick = FLAGS.quick.value
+  sizes = _choices(_SIZES.value or (['3m'] if quick else ['3m', '25m']), SIZES, 'sizes')
+  strategies = _choices(_STRATEGIES.value, STRATEGIES, 'strategies')
+  dtypes = _choices(_DTYPES.value, DTYPES, 'dtypes')
+  for flag, value in (('rounds', _ROUNDS.value), ('steps', _STEPS.value)):
+    if value is not None and value <= 0:
+      raise ConfigError(f'--{flag} must be positive, got {value}')
+  rounds = _ROUNDS.value or (3 if quick else 5)
+  steps = _STEPS.value or (2 if quick else 3)
+  if jax.device_count() < DEVICES:
+    raise ConfigError(f'needs {DEVICES} devices, found {jax.device_count()}')
+  start = time.perf_counter()
+  peaks = {dtype: peak_flops(None, dtype)[0] for dtype in dtypes}
+  print('peak FLOP/s of one device (measured, 1024² matmul): ' +
+        ', '.join(f'{d} {v:.3g}' for d, v in peaks.items()))
+  rows = []
+  # A fresh persistent cache: a program compiled twice in this run (the initialisers of a
+  # size under another dtype) compiles once. Every step program differs, so compile_s is cold.
+  with _harness.compilation_cache() as cache:
+    enable_compilation_cache(cache)
+    for size in sizes:
+      for strategy in strategies:
+        for dtype in dtypes:
+          rows += _bench(size, strategy, dtype, rounds, steps, peaks)
+  print(_table(rows))
+  for line in _goals(rows):
+    print(line)
+  print(f'{time.perf_counter() - start:.1f} s')
+  _harness.finish(rows, FLAGS.json.value)
+
+
+if __name__ == '__main__':
+  _harness.run_main('bench_lm.py', main, cpu_devices=DEVICES)

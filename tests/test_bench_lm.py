@@ -1,0 +1,46 @@
+"""experiments/bench_lm.py at its tiniest (the ``tiny`` gpt, one round of two steps, float32):
+its JSON rows, hetjax's losses against the hand-written loop's, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / 'experiments' / 'bench_lm.py'
+FIELDS = ('size', 'params', 'strategy', 'dtype', 'side', 'step_s', 'cpu_step_s', 'tokens_per_s',
+          'mfu', 'loss_max_rel_diff_vs_plain', 'compile_s')
+
+
+def test_tiny_run_writes_every_row_and_float32_losses_match(tmp_path):
+  out = tmp_path / 'lm.json'
+  # The suite's fast-compile XLA flag (conftest.py) reaches the child through the environment:
+  # about 30 s on a loaded 2-core machine, most of it compiling.
+  result = subprocess.run(
+      [sys.executable, str(SCRIPT), '--sizes=tiny', '--rounds=1', '--steps=2',
+       '--dtypes=float32', f'--json={out}'],
+      capture_output=True, text=True, timeout=58, cwd=ROOT)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = json.loads(out.read_text())
+  assert sorted((r['strategy'], r['side']) for r in rows) == [
+      ('data_parallel', 'hetjax'), ('data_parallel', 'plain'), ('fsdp', 'hetjax'),
+      ('fsdp', 'plain')]
+  for r in rows:
+    assert all(field in r for field in FIELDS), r
+    assert r['size'] == 'tiny' and r['dtype'] == 'float32' and r['params'] == 84_672
+    assert r['step_s'] > 0 and r['cpu_step_s'] > 0 and r['mfu'] > 0 and r['compile_s'] > 0
+    assert r['loss_max_rel_diff_vs_plain'] <= 1e-6, r
+  assert 'goal: float32 losses within 1e-06 relative of plain: met by 2/2' in result.stdout
+
+
+@pytest.mark.parametrize('flag', ['--sizes=huge', '--strategies=hybrid', '--dtypes=float16',
+                                  '--rounds=0', '--steps=-1'])
+def test_bad_flags_are_one_line_and_exit_2(flag):
+  result = subprocess.run([sys.executable, str(SCRIPT), flag], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+  assert result.returncode == 2
+  assert result.stderr.strip().count('\n') == 0 and 'bench_lm.py: error:' in result.stderr
