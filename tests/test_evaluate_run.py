@@ -56,8 +56,8 @@ def test_an_earlier_step_and_what_is_refused(gpt_run, tmp_path):
     run.evaluate(tmp_path)
   with pytest.raises(ConfigError, match='batches must be >= 1'):
     run.evaluate(workdir, batches=0)
-  (tmp_path / 'config.json').write_text(json.dumps(run.load_config('mlp').to_json()))
-  with pytest.raises(ConfigError, match='model mlp, which has no held-out split'):
+  (tmp_path / 'config.json').write_text(json.dumps(run.load_config('wide_deep').to_json()))
+  with pytest.raises(ConfigError, match='model wide_deep, which has no held-out split'):
     run.evaluate(tmp_path)
   for name in ('config.json', 'run.json'):  # the run without its checkpoints
     (tmp_path / name).write_text((workdir / name).read_text())

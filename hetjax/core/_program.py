@@ -62,9 +62,10 @@ class StepProgram(Protocol):
     group membership); called once when the run ends, however it ends."""
     ...
 
-  def evaluate(self, state: Any, batch: Batch) -> float | None:
-    """The mean loss of a host ``batch`` (held-out rows) under ``state``'s parameters, without
-    changing anything: what periodic evaluation reads. Every process of the job calls it (the
+  def evaluate(self, state: Any, batch: Batch) -> dict[str, float] | None:
+    """``{'loss': mean loss, …}`` of a host ``batch`` (held-out rows) under ``state``'s
+    parameters, with the means of the task's metrics (a classifier's accuracy) where the
+    program holds the model's outputs; changes nothing: what periodic evaluation reads. Every process of the job calls it (the
     parameters may span them); a process that does not get the value returns None (process 0
     always gets it)."""
     ...

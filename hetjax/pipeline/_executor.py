@@ -207,14 +207,15 @@ class PipelineTrainer(StageProgramsMixin):
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
 
-  def evaluate(self, state: PipelineState, batch: Batch) -> float | None:
-    """Mean loss of the host ``batch`` under ``state``'s parameters: the schedule's passes over
-    the stages without an update (the gradients are computed and dropped: a forward-only
-    schedule is not compiled). On process 0 and the last stage's processes; None elsewhere
-    (every process calls it)."""
+  def evaluate(self, state: PipelineState, batch: Batch) -> dict[str, float] | None:
+    """``{'loss': mean loss}`` of the host ``batch`` under ``state``'s parameters: the
+    schedule's passes over the stages without an update (the gradients are computed and
+    dropped: a forward-only schedule is not compiled; the task's other metrics need the whole
+    model's outputs, which no stage holds, and are left out). On process 0 and the last
+    stage's processes; None elsewhere (every process calls it)."""
     _, loss = self.gradients(state, batch)
     loss = self._loss_on_chief(loss)
-    return None if loss is None else float(loss)
+    return None if loss is None else {'loss': float(loss)}
 
   def use_host(self, host: ActionPace | None) -> None:
     """Pads each of this worker's stage actions to ``host`` (a `StagePace`: a roofline pace

@@ -121,12 +121,13 @@ class PsWorker:
   def close(self) -> None:
     """Nothing to release here: `finish` tells the servers this worker is done."""
 
-  def evaluate(self, state: PsWorkerState, batch: Batch) -> float:
-    """Mean loss of the host ``batch`` under the parameters this worker last pulled."""
+  def evaluate(self, state: PsWorkerState, batch: Batch) -> dict[str, float]:
+    """Mean loss (and the task's metrics) of the host ``batch`` under the parameters this
+    worker last pulled."""
     if self._evaluate is None:
-      self._evaluate = jax.jit(
-          lambda p, b: jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), b)))
-    return float(self._evaluate(state.params, jax.device_put(dict(batch), self.device)))
+      self._evaluate = jax.jit(lambda p, b: self.task.eval_means(nnx.merge(self.graphdef, p), b))
+    found = self._evaluate(state.params, jax.device_put(dict(batch), self.device))
+    return {k: float(v) for k, v in found.items()}
 
   def use_host(self, host: EmulatedHost | None) -> None:
     """Pads each step's gradient to ``host``: this worker's rows take its time."""

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from hetjax import ConfigError, checkpoint, sharding, train
@@ -76,16 +75,18 @@ def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: i
   graphdef, params = nnx.split(model)
 
   @jax.jit
-  def mean_loss(params, rows_of_batch):
+  def means(params, rows_of_batch):
     with sharding.activation_rules(mesh, rules):
-      return jnp.mean(task.loss(nnx.merge(graphdef, params), rows_of_batch))
+      return task.eval_means(nnx.merge(graphdef, params), rows_of_batch)
 
-  losses = [float(mean_loss(params, sharding.put_batch(
-      task.eval_data.global_batch(config.data.seed, i, rows), mesh, rules)))
+  found = [means(params, sharding.put_batch(
+      task.eval_data.global_batch(config.data.seed, i, rows), mesh, rules))
       for i in range(batches)]
-  loss = sum(losses) / len(losses)
+  averaged = {k: sum(float(f[k]) for f in found) / len(found) for k in found[0]}
+  loss = averaged.pop('loss')
   return {'step': step, 'eval_loss': loss,
           'eval_perplexity': math.exp(loss) if loss < 700 else math.inf,
+          **{f'eval_{k}': v for k, v in averaged.items()},
           'batches': batches, 'batch': rows, 'devices': len(devices)}
 
 

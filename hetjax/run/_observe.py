@@ -73,8 +73,7 @@ def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
     fields: dict[str, Any] = {'learning_rate': float(rate(info.step - 1))}
     latest = None if evaluation is None else evaluation.latest
     if latest is not None and latest['step'] == info.step:
-      fields['eval_loss'], fields['eval_perplexity'] = latest['eval_loss'], \
-          latest['eval_perplexity']
+      fields |= {k: v for k, v in latest.items() if k != 'step'}
     return fields
 
   flops = peak = 0.0

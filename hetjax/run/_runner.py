@@ -190,8 +190,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       'checkpoint_steps': ckpt.all_steps(), 'first_shares': segment.get('first'),
       'last_shares': segment.get('last')} | _restarts.summary_fields(workdir) | finished
   if evaluation is not None and evaluation.latest is not None:
-    summary |= {'eval_loss': evaluation.latest['eval_loss'],
-                'eval_perplexity': evaluation.latest['eval_perplexity']}
+    summary |= {k: v for k, v in evaluation.latest.items() if k != 'step'}
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   # Goodput reads summary.json's wall time: added once that is written.
   good = report.goodput(workdir)

@@ -141,7 +141,7 @@ class SchmpProgram:
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
 
-  def evaluate(self, state: SchmpState, batch) -> float | None:
+  def evaluate(self, state: SchmpState, batch) -> dict[str, float] | None:
     """A SchMP app has no held-out split: its objective is its metric (``objective_every``)."""
     raise ConfigError(f'{self.app.name} reports its objective each round; it has no held-out '
                       'evaluation')

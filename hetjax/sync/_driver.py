@@ -264,7 +264,7 @@ class ReplicaDriver:
       self._background, self._pending = None, None
     self.client.leave()
 
-  def evaluate(self, state: PipelineState, batch) -> float | None:
+  def evaluate(self, state: PipelineState, batch) -> dict[str, float] | None:
     """Mean loss of ``batch`` under this replica's parameters (its pipeline's `evaluate`)."""
     return self.trainer.evaluate(state, batch)
 

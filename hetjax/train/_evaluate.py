@@ -9,6 +9,10 @@ live), and reports their mean with its perplexity::
   hook = evaluation.hook(program, every=50)               # and after the last step
   ...
   evaluation.latest   # {'step': 100, 'eval_loss': 2.31, 'eval_perplexity': 10.07}
+
+A task's ``metrics`` (`hetjax.train.Task.metrics`, e.g. a classifier's accuracy) come as
+``eval_NAME`` beside them, from every program that holds the model's outputs (pipeline stages
+report the loss alone).
 """
 
 from __future__ import annotations
@@ -56,14 +60,17 @@ class Evaluation:
     return [self.source.global_batch(self.seed, i, self.batch) for i in range(self.batches)]
 
   def run(self, program: StepProgram, state: Any, step: int) -> dict[str, Any] | None:
-    """One evaluation of ``state`` (every process calls it); its record, or None on a process
-    that does not get the value."""
-    losses = [program.evaluate(state, b) for b in self.host_batches]
-    if any(loss is None for loss in losses):
+    """One evaluation of ``state`` (every process calls it); its record (``eval_loss``,
+    ``eval_perplexity`` and ``eval_NAME`` for each of the task's metrics), or None on a
+    process that does not get the value."""
+    found = [program.evaluate(state, b) for b in self.host_batches]
+    if any(f is None for f in found):
       return None
-    loss = sum(losses) / len(losses)
+    means = {k: sum(f[k] for f in found) / len(found) for k in found[0]}
+    loss = means.pop('loss')
     record = {'step': step, 'eval_loss': loss,
-              'eval_perplexity': math.exp(loss) if loss < 700 else math.inf}
+              'eval_perplexity': math.exp(loss) if loss < 700 else math.inf,
+              **{f'eval_{k}': v for k, v in means.items()}}
     self.latest = record
     if self.on_result is not None:
       self.on_result(record)

@@ -187,8 +187,8 @@ class OverlapTrainer:
     self._background.close()
     self.sync.close()
 
-  def evaluate(self, state: OverlapState, batch: Batch) -> float:
-    """Mean loss of ``batch`` under the exact parameters (``state.train``: every reduced
+  def evaluate(self, state: OverlapState, batch: Batch) -> dict[str, float]:
+    """Mean loss (and metrics) of ``batch`` under the exact parameters (``state.train``: every reduced
     gradient applied; the pending one is not yet)."""
     return self.sync.evaluate(state.train, batch)
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from hetjax.data import Batch, DataSource
@@ -37,6 +38,9 @@ class Task:
       under another model is refused.
     tokens_per_example: positions one example trains (a language model's sequence length),
       for tokens/s; 0: not a sequence model (samples/s only).
+    metrics: ``metrics(model, batch) -> {name: float32[B]}``: per-example metrics evaluation
+      reports beside the loss (a classifier's ``accuracy``: 1.0 where the prediction is right),
+      or None.
   """
 
   name: str
@@ -46,3 +50,12 @@ class Task:
   eval_data: DataSource | None = None
   config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   tokens_per_example: int = 0
+  metrics: Callable[[nnx.Module, Batch], Mapping[str, jax.Array]] | None = None
+
+  def eval_means(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
+    """``{'loss': mean loss, **mean of each of `metrics`}`` over ``batch``: what an
+    evaluation of one held-out batch computes (`hetjax.core.StepProgram.evaluate`)."""
+    means = {'loss': jnp.mean(self.loss(model, batch))}
+    if self.metrics is not None:
+      means |= {k: jnp.mean(v) for k, v in self.metrics(model, batch).items()}
+    return means

@@ -113,14 +113,18 @@ class Trainer:
   def close(self) -> None:
     """Nothing to release: the program holds only compiled functions and arrays."""
 
-  def evaluate(self, state: TrainState, batch: Batch) -> float:
-    """Mean loss of the host ``batch`` under ``state.params``: a forward pass over the mesh
-    (`hetjax.core.StepProgram.evaluate`); the batch's rows divide over the data-parallel
-    degree."""
+  def evaluate(self, state: TrainState, batch: Batch) -> dict[str, float]:
+    """Mean loss (and the task's metrics) of the host ``batch`` under ``state.params``: a
+    forward pass over the mesh (`hetjax.core.StepProgram.evaluate`); the batch's rows divide
+    over the data-parallel degree."""
     if self._evaluate is None:
-      self._evaluate = jax.jit(self.loss, in_shardings=(self.state_shardings.params, None),
+      def means(params, b):
+        model = nnx.merge(self.graphdef, params)
+        with activation_rules(self.mesh, self.rules.compute):
+          return self.task.eval_means(model, b)
+      self._evaluate = jax.jit(means, in_shardings=(self.state_shardings.params, None),
                                out_shardings=self.replicated)
-    return float(self._evaluate(state.params, self.put_batch(batch)))
+    return {k: float(v) for k, v in self._evaluate(state.params, self.put_batch(batch)).items()}
 
   def use_host(self, host: Any) -> None:
     """None only: one program over every device has no host of its own to pad to."""

@@ -185,16 +185,17 @@ class WorkerTrainer:
     """Drops queued background compiles, so the process exits without waiting for them."""
     self.programs.close()
 
-  def evaluate(self, state: TrainState, batch: Batch) -> float:
-    """Mean loss of the host ``batch`` under ``state.params``, on this worker's own devices
-    (every worker holds the whole model): no collective, so a worker may call it alone."""
+  def evaluate(self, state: TrainState, batch: Batch) -> dict[str, float]:
+    """Mean loss (and the task's metrics) of the host ``batch`` under ``state.params``, on
+    this worker's own devices (every worker holds the whole model): no collective."""
     if self._evaluate is None:
-      def mean_loss(params, b):
+      def means(params, b):
         model = nnx.merge(self.graphdef, params)
         with activation_rules(self.local_mesh, self.rules.compute):
-          return jnp.mean(self.task.loss(model, b))
-      self._evaluate = jax.jit(mean_loss, out_shardings=self._local_replicated)
-    return float(self._evaluate(self.local_view(state.params), self.place(batch)))
+          return self.task.eval_means(model, b)
+      self._evaluate = jax.jit(means, out_shardings=self._local_replicated)
+    found = self._evaluate(self.local_view(state.params), self.place(batch))
+    return {k: float(v) for k, v in found.items()}
 
   def use_host(self, host: EmulatedHost | None) -> None:
     """Pads each step to ``host`` (`hetjax.core.StepProgram.use_host`): its rows of the step
