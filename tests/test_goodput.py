@@ -135,6 +135,7 @@ def test_the_report_prints_goodput_and_plots_the_loss(tmp_path, capsys):
   (run_dir / 'telemetry.jsonl').unlink()
   assert main([str(run_dir)]) == 0
   lines = capsys.readouterr().out.splitlines()
-  assert lines[0].startswith('objective: 2 at round 1 → 0.25 at round 8')
-  assert lines[1].startswith('goodput 25.8% of 31.0 s')  # no barrier wait without telemetry
+  assert lines[0].startswith('loss: 2 at step 1 → 0.25 at step 8')  # run.json names no schmp
+  assert lines[1] == 'eval_loss: 0.9 at step 4 → 0.7 at step 8 (2 evaluations)'
+  assert lines[2].startswith('goodput 25.8% of 31.0 s')  # no barrier wait without telemetry
   assert lines[-2:] == [f'wrote {run_dir / "objective.png"}', f'wrote {run_dir / "loss.png"}']

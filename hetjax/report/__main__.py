@@ -2,8 +2,9 @@
 
   python -m hetjax.report runs/het4 [--skip N] [--no-plots]
 
-A run without per-worker telemetry (one process, or SchMP rounds) gets its objective instead:
-the first and last evaluated values and ``objective.png``, against rounds and against time.
+A run without per-worker telemetry (one process, or SchMP rounds) gets its curve instead: the
+first and last training loss by step (a SchMP run's objective, by round), the first and last
+evaluation loss when it evaluated, and ``objective.png``, against steps and against time.
 
 Either way, a run with a ``metrics.jsonl`` gets its goodput line (`hetjax.report.goodput`: the
 part of the wall time that trained, and compile, checkpoint, barrier wait, restart and other
@@ -21,6 +22,7 @@ Bad input (no such directory, a malformed telemetry line, an incomplete steps ×
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 from typing import NoReturn
@@ -80,14 +82,29 @@ def _objective(args) -> int:
       paths.append(report.plot_loss(losses, f'{args.run_dir}/loss.png'))
   except (ConfigError, OSError) as e:
     _fail(str(e))
-  print(f'objective: {curve.objective[0]:.6g} at round {curve.rounds[0]} → '
-        f'{curve.objective[-1]:.6g} at round {curve.rounds[-1]} ({curve.seconds[-1]:.1f} s; '
-        f'{len(curve.rounds)} evaluations)'
-        + (f'; not finite at round {curve.diverged_by}: diverged' if curve.diverged_by else ''))
+  # A SchMP run's loss is its objective, by round; any other run's is its training loss.
+  what, unit = ('objective', 'round') if _mode(args.run_dir) == 'schmp' else ('loss', 'step')
+  print(f'{what}: {curve.objective[0]:.6g} at {unit} {curve.rounds[0]} → '
+        f'{curve.objective[-1]:.6g} at {unit} {curve.rounds[-1]} ({curve.seconds[-1]:.1f} s; '
+        f'{len(curve.rounds)} {"evaluations" if unit == "round" else "steps"})'
+        + (f'; not finite at {unit} {curve.diverged_by}: diverged' if curve.diverged_by else ''))
+  if losses is not None and losses.eval_steps.size:
+    print(f'eval_loss: {losses.eval_loss[0]:.6g} at step {losses.eval_steps[0]} → '
+          f'{losses.eval_loss[-1]:.6g} at step {losses.eval_steps[-1]} '
+          f'({losses.eval_steps.size} evaluations)')
   _print_goodput(pathlib.Path(args.run_dir))
   for path in paths:
     print(f'wrote {path}')
   return 0
+
+
+def _mode(run_dir: str) -> str | None:
+  """The mode ``run.json`` names, or None (no run.json: a run of an older version, or
+  written by hand)."""
+  try:
+    return json.loads((pathlib.Path(run_dir) / 'run.json').read_text()).get('mode')
+  except (OSError, ValueError, AttributeError):
+    return None
 
 
 def _print_goodput(run_dir: pathlib.Path) -> None:
