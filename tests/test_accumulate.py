@@ -107,12 +107,11 @@ def _metrics_losses(workdir):
   return [r['loss'] for r in rows if 'loss' in r]
 
 
-@pytest.mark.parametrize('mode, extra', [
-    ('spmd', ['mesh=8x1']),
-    ('pipeline', ['stages=2', 'micro_batches=2']),
-])
+@pytest.mark.parametrize('mode, extra', [('spmd', ['mesh=8x1'])])
 def test_accumulate_from_the_config_keeps_the_losses(tmp_path, mode, extra):
-  """``optimizer.accumulate=2`` in a run from the config logs the losses of ``accumulate=1``."""
+  """``optimizer.accumulate=2`` in a run from the config logs the losses of ``accumulate=1``
+  (pipelines and plans: ``micro_batches`` × ``accumulate``, in tests/test_lm_modes.py's plan
+  case)."""
   require_devices(8)
   base = run.override(run.load_config('mlp'), [
       'steps=4', 'log_every=1', 'checkpoint_every=4', 'model_args.hidden=16',

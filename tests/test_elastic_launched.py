@@ -21,9 +21,13 @@ from experiments import _faults
 from hetjax import runtime
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# With the training options of a language model (issue 26): gradient accumulation, a warm-up
+# and cosine decay, clipping, and the mlp's held-out evaluation (accuracy) every 8 steps.
 TRAIN = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp', '--mesh=1x1',
          '--steps=24', '--set', 'checkpoint_every=4', '--set', 'checkpoint_async=False',
-         '--set', 'log_every=1', '--set', 'optimizer=momentum', '--set', 'learning_rate=0.05']
+         '--set', 'log_every=1', '--set', 'optimizer=momentum', '--set', 'learning_rate=0.05',
+         '--set', 'optimizer.accumulate=2', '--set', 'optimizer.schedule=cosine', '--set',
+         'optimizer.warmup=4', '--set', 'optimizer.clip_norm=1.0', '--set', 'eval.every=8']
 
 
 @pytest.mark.multiprocess
@@ -71,6 +75,9 @@ def test_train_restarts_after_a_kill_then_finishes_on_the_survivor(tmp_path):
   assert summary['restarts'] == 2 and all(0 <= n <= 4 for n in summary['steps_lost']), (
       summary['steps_lost'], summary['restart_causes'])
   assert summary['restart_causes'][-1] == 'worker 1 was killed by SIGKILL'
+  records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['step'] for r in records if 'eval_accuracy' in r] == [8, 16, 24]
+  assert 0 <= summary['eval_accuracy'] <= 1
   got = _faults.final_state(workdir / 'checkpoints', 24)['params']
   want = _faults.final_state(reference / 'checkpoints', 24)['params']
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):

@@ -109,18 +109,18 @@ def test_rows_over_any_split_concatenate_to_the_batch(tmp_path, cuts):
   _bytes_dataset(tmp_path)
   ds = read_token_dataset(tmp_path, seq_len=8)
   bounds = [0, *cuts, 13]
-  parts = [ds.rows(seed=2, step=7, size=13, lo=lo, hi=hi)['tokens']
+  parts = [ds.read_rows(seed=2, step=7, size=13, lo=lo, hi=hi)['tokens']
            for lo, hi in itertools.pairwise(bounds)]
   np.testing.assert_array_equal(np.concatenate(parts),
                                 ds.global_batch(seed=2, step=7, size=13)['tokens'])
-  assert ds.rows(seed=2, step=7, size=13, lo=4, hi=4)['tokens'].shape == (0, 9)
+  assert ds.read_rows(seed=2, step=7, size=13, lo=4, hi=4)['tokens'].shape == (0, 9)
 
 
 @pytest.mark.parametrize('lo, hi', [(-1, 2), (3, 2), (0, 14)])
 def test_rows_outside_the_batch(tmp_path, lo, hi):
   _bytes_dataset(tmp_path)
   with pytest.raises(ConfigError, match=f'rows {lo}:{hi} do not lie within a batch of 13'):
-    read_token_dataset(tmp_path, seq_len=8).rows(0, 0, 13, lo, hi)
+    read_token_dataset(tmp_path, seq_len=8).read_rows(0, 0, 13, lo, hi)
 
 
 def test_an_id_past_the_vocabulary_is_caught_where_read(tmp_path):

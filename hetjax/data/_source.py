@@ -32,9 +32,12 @@ class DataSource(Protocol):
 @runtime_checkable
 class RowSource(DataSource, Protocol):
   """A `DataSource` that reads rows ``lo:hi`` of a global batch alone (a memory-mapped token
-  dataset, the stdlib corpus, an in-memory array): what lets each worker read only its share."""
+  dataset, the stdlib corpus, an in-memory array): what lets each worker read only its share.
 
-  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+  The method's name is one no other source attribute takes (a source's ``rows`` may be its
+  table's size, as `ZipfClicks`'s): a runtime protocol is checked by name alone."""
+
+  def read_rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
     """Rows ``lo:hi`` of ``global_batch(seed, step, size)``, without reading the others."""
     ...
 
@@ -61,7 +64,7 @@ class StepBatch(Mapping):
   def rows(self, lo: int, hi: int) -> Batch:
     """Rows ``lo:hi``: read alone from a `RowSource`, else cut from the whole batch."""
     if self._whole is None and isinstance(self.source, RowSource):
-      return self.source.rows(self.seed, self.step, self.size, lo, hi)
+      return self.source.read_rows(self.seed, self.step, self.size, lo, hi)
     return {k: a[lo:hi] for k, a in self.whole().items()}
 
   def whole(self) -> Batch:
@@ -125,7 +128,7 @@ class ArraySource:
     idx = self.indices(seed, step, size)
     return {k: a[idx] for k, a in self.arrays.items()}
 
-  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+  def read_rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
     """Rows ``lo:hi`` of `global_batch` (`RowSource`)."""
     idx = self.indices(seed, step, size)[lo:hi]
     return {k: a[idx] for k, a in self.arrays.items()}

@@ -74,9 +74,9 @@ class StdlibText:
 
   def global_batch(self, seed: int, step: int, size: int) -> Batch:
     """Returns ``{'tokens': int32[size, seq_len + 1]}``, byte values in ``[0, 256)``."""
-    return self.rows(seed, step, size, 0, size)
+    return self.read_rows(seed, step, size, 0, size)
 
-  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+  def read_rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
     """Rows ``lo:hi`` of `global_batch`, reading only their windows (`RowSource`)."""
     starts = step_rng(seed, step).integers(0, self.num_bytes - self.seq_len, size=size)[lo:hi]
     windows = self.corpus[starts[:, None] + np.arange(self.seq_len + 1)]

@@ -76,7 +76,7 @@ class TokenDataset:
 
     >>> ds = read_token_dataset('data/text', split='train', seq_len=128)
     >>> batch = ds.global_batch(seed=0, step=7, size=32)['tokens']      # int32[32, 129]
-    >>> np.array_equal(batch[8:16], ds.rows(seed=0, step=7, size=32, lo=8, hi=16))
+    >>> np.array_equal(batch[8:16], ds.read_rows(seed=0, step=7, size=32, lo=8, hi=16)['tokens'])
     True
 
   Attributes:
@@ -124,7 +124,7 @@ class TokenDataset:
     doc = np.searchsorted(self._window_end, k, side='right')
     return self._first_start[doc] + (k - self._window_begin[doc])
 
-  def rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
+  def read_rows(self, seed: int, step: int, size: int, lo: int, hi: int) -> Batch:
     """``{'tokens': int32[hi - lo, seq_len + 1]}``: rows ``lo:hi`` of `global_batch`, reading
     only those (`hetjax.data.RowSource`).
 
@@ -148,7 +148,7 @@ class TokenDataset:
 
   def global_batch(self, seed: int, step: int, size: int) -> Batch:
     """Returns ``{'tokens': int32[size, seq_len + 1]}`` (class docstring)."""
-    return self.rows(seed, step, size, 0, size)
+    return self.read_rows(seed, step, size, 0, size)
 
 
 def read_token_dataset(path: str | os.PathLike, *, split: str = 'train',
