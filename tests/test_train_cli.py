@@ -135,6 +135,17 @@ BAD_INPUT = [
      ['overlap and bucket_bytes run the all-reduce scheduler of mode shares, not mode tokens']),
     (['--config=mlp', '--mode=shares', '--set', 'bucket_bytes=4096'],
      ['bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True']),
+    # The language model's data and training options (issue 26).
+    (['--config=gpt', '--set', 'model.args.data=no/such/dir'],
+     ['token dataset no/such/dir does not exist']),
+    (['--config=gpt', '--set', 'model.args.vocab_size=100'],
+     ['gpt vocab_size=100 is smaller than the 256 byte values']),
+    (['--config=gpt', '--set', 'optimizer.accumulate=3'],
+     ['global batch 32 is not divisible by accumulate 3 x the data-parallel degree 4']),
+    (['--config=gpt', '--set', 'optimizer.shedule=cosine'],
+     ["unknown key; did you mean 'optimizer.schedule'?"]),
+    (['--config=mlp', '--set', 'model.remat=full'],
+     ["model.remat: model 'mlp' takes no remat argument"]),
 ]
 
 
