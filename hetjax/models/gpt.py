@@ -34,11 +34,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
+from hetjax.models._lm import next_token_loss, token_chain
 from hetjax.pipeline import Link
 from hetjax.sharding import constrain, scope
 from hetjax.train import Task
@@ -326,30 +326,11 @@ class GPT(nnx.Module):
     if self.tied:
       raise ConfigError('gpt with tie_embeddings=true cannot be cut into pipeline stages: the '
                         'embed and head links share the token table (use tie_embeddings=false)')
-    return tuple(Link(name, module, _embed_link if name == 'embed' else _next_link)
-                 for name, module in self.submodels().items())
+    return token_chain(self.submodels())
 
   def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
     """`loss` from the head's logits: the last step of the chain (reads no parameters)."""
     return next_token_loss(logits, batch['tokens'])
-
-
-def _embed_link(embed: Embed, carry: None, batch: hdata.Batch) -> jax.Array:
-  del carry  # the first link reads the batch
-  return embed(batch['tokens'][:, :-1])
-
-
-def _next_link(module: nnx.Module, x: jax.Array, batch: hdata.Batch) -> jax.Array:
-  del batch
-  return module(x)
-
-
-def next_token_loss(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-  """Cross-entropy of ``tokens[:, 1:]`` under ``logits`` (computed from ``tokens[:, :-1]``), in
-  float32, averaged over positions: one value per example."""
-  losses = optax.softmax_cross_entropy_with_integer_labels(
-      logits.astype(jnp.float32), tokens[:, 1:])
-  return jnp.mean(losses, axis=-1)
 
 
 def loss(model: GPT, batch: hdata.Batch) -> jax.Array:

@@ -6,11 +6,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError
+from hetjax.models._lm import next_token_loss, token_chain
 from hetjax.pipeline import Link
 from hetjax.sharding import constrain, scope
 from hetjax.train import Task
@@ -144,34 +144,17 @@ class Transformer(nnx.Module):
   def chain(self) -> tuple[Link, ...]:
     """The `submodels` as a pipeline chain (`hetjax.pipeline.HasChain`): ``embed`` reads
     ``batch['tokens'][:, :-1]``, every block and the head map the carry ``x`` to the next."""
-    return tuple(Link(name, module, _embed_link if name == 'embed' else _next_link)
-                 for name, module in self.submodels().items())
+    return token_chain(self.submodels())
 
   def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
     """`loss` from the head's logits: the last step of the chain (reads no parameters)."""
-    return next_byte_loss(logits, batch['tokens'])
-
-
-def _embed_link(embed: Embed, carry: None, batch: hdata.Batch) -> jax.Array:
-  del carry  # the first link reads the batch
-  return embed(batch['tokens'][:, :-1])
-
-
-def _next_link(module: nnx.Module, x: jax.Array, batch: hdata.Batch) -> jax.Array:
-  del batch
-  return module(x)
-
-
-def next_byte_loss(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-  """Cross-entropy of ``tokens[:, 1:]`` under ``logits`` (computed from ``tokens[:, :-1]``),
-  averaged over positions: one value per example."""
-  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]), axis=-1)
+    return next_token_loss(logits, batch['tokens'])
 
 
 def loss(model: Transformer, batch: hdata.Batch) -> jax.Array:
   """Next-byte cross-entropy of every example, averaged over its ``seq_len`` positions."""
   tokens = batch['tokens']
-  return next_byte_loss(model(tokens[:, :-1]), tokens)
+  return next_token_loss(model(tokens[:, :-1]), tokens)
 
 
 def make_task(d_model: int = 128, heads: int = 8, layers: int = 2, mlp: int = 512,

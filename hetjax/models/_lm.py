@@ -1,0 +1,42 @@
+"""What the shipped language models share: their pipeline chain and their next-token loss.
+
+A model of ``embed``, blocks and ``head`` (`hetjax.models.transformer`, `hetjax.models.gpt`)
+is a chain whose first link reads ``batch['tokens'][:, :-1]`` and whose every other link maps
+the carry to the next; its loss is the cross-entropy of ``tokens[:, 1:]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from hetjax import data as hdata
+from hetjax.pipeline import Link
+
+
+def token_chain(submodels: Mapping[str, nnx.Module]) -> tuple[Link, ...]:
+  """``submodels`` (``embed`` first) as a pipeline chain (`hetjax.pipeline.HasChain`)."""
+  return tuple(Link(name, module, _embed_link if name == 'embed' else _next_link)
+               for name, module in submodels.items())
+
+
+def next_token_loss(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+  """Cross-entropy of ``tokens[:, 1:]`` under ``logits`` (computed from ``tokens[:, :-1]``), in
+  float32, averaged over positions: one value per example."""
+  losses = optax.softmax_cross_entropy_with_integer_labels(
+      logits.astype(jnp.float32), tokens[:, 1:])
+  return jnp.mean(losses, axis=-1)
+
+
+def _embed_link(embed: nnx.Module, carry: None, batch: hdata.Batch) -> jax.Array:
+  del carry  # the first link reads the batch
+  return embed(batch['tokens'][:, :-1])
+
+
+def _next_link(module: nnx.Module, x: jax.Array, batch: hdata.Batch) -> jax.Array:
+  del batch
+  return module(x)
