@@ -1,5 +1,6 @@
-"""experiments/bench_lm.py at its tiniest (the ``tiny`` gpt, one round of two steps, float32):
-its JSON rows, hetjax's losses against the hand-written loop's, and its one-line errors."""
+"""experiments/bench_lm.py at its tiniest (the ``tiny`` gpt, one round of two steps, float32,
+without the launched part): its JSON rows, hetjax's losses against the hand-written loop's, and
+its one-line errors."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_tiny_run_writes_every_row_and_float32_losses_match(tmp_path):
   # about 30 s on a loaded 2-core machine, most of it compiling.
   result = subprocess.run(
       [sys.executable, str(SCRIPT), '--sizes=tiny', '--rounds=1', '--steps=2',
-       '--dtypes=float32', f'--json={out}'],
+       '--dtypes=float32', '--nolaunched', f'--json={out}'],
       capture_output=True, text=True, timeout=58, cwd=ROOT)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = json.loads(out.read_text())
@@ -38,9 +39,11 @@ def test_tiny_run_writes_every_row_and_float32_losses_match(tmp_path):
 
 
 @pytest.mark.parametrize('flag', ['--sizes=huge', '--strategies=hybrid', '--dtypes=float16',
-                                  '--rounds=0', '--steps=-1'])
+                                  '--rounds=0', '--steps=-1', '--launched_steps=2',
+                                  '--goodput_steps=0', '--checkpoint_every=0', '--host_row_s=0',
+                                  '--nointerleaved --nolaunched'])
 def test_bad_flags_are_one_line_and_exit_2(flag):
-  result = subprocess.run([sys.executable, str(SCRIPT), flag], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+  result = subprocess.run([sys.executable, str(SCRIPT), *flag.split()], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
   assert result.returncode == 2
   assert result.stderr.strip().count('\n') == 0 and 'bench_lm.py: error:' in result.stderr
