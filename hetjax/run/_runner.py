@@ -95,6 +95,7 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
     ConfigError: bad input, one line (an unknown model, a mesh that does not match the devices,
       a batch that does not divide, a checkpoint of another model, an existing run).
   """
+  called = time.time()  # goodput's wall time starts here: building the program is startup
   ctx = runtime.initialize()
   if config.parallelism.compilation_cache:
     runtime.enable_compilation_cache()
@@ -110,10 +111,11 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
   if built.serve is not None:  # a parameter server's process
     built.serve(workdir)
     return None
-  return _drive(built, config, ctx, channel, workdir, resume)
+  return _drive(built, config, ctx, channel, workdir, resume, called)
 
 
-def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, workdir, resume):
+def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, workdir, resume,
+           called: float):
   """The one loop of every mode over ``built``, with its checkpoints, resume, metrics,
   telemetry and watchdog; worker 0's summary."""
   program, policy = built.program, built.policy
@@ -162,7 +164,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       run_info = {'workers': built.workers, 'global_batch': config.data.global_batch,
                   'model': task.name, 'mode': built.mode.value,
                   'slowdown': config.emulation.slowdown or ctx.slowdown,
-                  'started_unix_s': _started(workdir), **observed, **built.run_info}
+                  'started_unix_s': _started(workdir, called), **observed, **built.run_info}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
@@ -200,10 +202,11 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
   return summary
 
 
-def _started(workdir: pathlib.Path) -> float:
+def _started(workdir: pathlib.Path, called: float) -> float:
   """When the job's first launch started (Unix seconds): kept from an earlier ``run.json``
-  of this run (a resume or restart), else now (`hetjax.report.goodput`)."""
+  of this run (a resume or restart), else ``called``, when `train` was called, so that
+  building the programs counts as startup (`hetjax.report.goodput`)."""
   try:
     return float(json.loads((workdir / 'run.json').read_text())['started_unix_s'])
   except (OSError, ValueError, KeyError, TypeError):
-    return time.time()
+    return called
