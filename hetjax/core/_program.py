@@ -65,9 +65,9 @@ class StepProgram(Protocol):
   def evaluate(self, state: Any, batch: Batch) -> dict[str, float] | None:
     """``{'loss': mean loss, …}`` of a host ``batch`` (held-out rows) under ``state``'s
     parameters, with the means of the task's metrics (a classifier's accuracy) where the
-    program holds the model's outputs; changes nothing: what periodic evaluation reads. Every process of the job calls it (the
-    parameters may span them); a process that does not get the value returns None (process 0
-    always gets it)."""
+    program holds the model's outputs; changes nothing: what periodic evaluation reads.
+    Every process of the job calls it (the parameters may span them); a process that does not
+    get the value returns None (process 0 always gets it)."""
     ...
 
   def use_host(self, host: Any) -> None:

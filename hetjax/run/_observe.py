@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from hetjax import report, runtime, sharding, train
-from hetjax.run._build import Built
+from hetjax.run._build import Built, optimizer_of
 from hetjax.run._config import Config
 
 #: Rows of the one-device step whose XLA count gives the FLOPs of one example.
@@ -40,8 +40,6 @@ def flops_per_step(config: Config, task: train.Task) -> float:
   on one device for `FLOPS_ROWS` rows (forward, backward and update), per row, times the
   global batch (module docstring). The step is lowered, not compiled (`Trainer.lower_step`):
   XLA's count of the HLO before its passes, the same for a one-device step's matmuls."""
-  from hetjax.run._build import optimizer_of
-
   rows = min(FLOPS_ROWS, config.data.global_batch)
   mesh = sharding.make_mesh((1, 1), devices=jax.local_devices()[:1])
   one = train.Trainer(task, optimizer_of(config)[0], rows, mesh,
@@ -51,8 +49,8 @@ def flops_per_step(config: Config, task: train.Task) -> float:
 
 def peak_flops(config: Config) -> tuple[float, str]:
   """``(peak FLOP/s of the job's devices, 'declared' | 'measured')``."""
-  one, how = runtime.peak_flops(config.logging.peak_flops or None, config.model.dtype or 'float32',
-                                jax.local_devices()[0])
+  one, how = runtime.peak_flops(config.logging.peak_flops or None,
+                                config.model.dtype or 'float32', jax.local_devices()[0])
   return one * jax.device_count(), how
 
 
@@ -62,8 +60,6 @@ def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
   """The chief's logger: ``metrics.jsonl`` with the learning rate and each evaluation on its
   step's line, tokens/s and MFU for a `hetjax.train.Task`, TensorBoard when configured; and
   ``run.json``'s fields about them."""
-  from hetjax.run._build import optimizer_of
-
   task = built.program.task
   rate = optimizer_of(config)[1]
   writer = report.TensorBoardWriter(workdir / 'tensorboard') if config.logging.tensorboard \

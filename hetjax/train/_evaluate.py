@@ -6,7 +6,7 @@ Each evaluation reads the same ``batches`` held-out batches (batches 0 … n−1
 live), and reports their mean with its perplexity::
 
   evaluation = Evaluation(task.eval_data, seed=0, batch=64, batches=4)
-  hook = evaluation.hook(program, every=50)               # and after the last step
+  hook = evaluation.hook(program, every=50, until=200)    # and after the last step
   ...
   evaluation.latest   # {'step': 100, 'eval_loss': 2.31, 'eval_perplexity': 10.07}
 
