@@ -95,3 +95,18 @@ def test_a_model_of_your_own_from_your_own_directory_with_no_pythonpath(tmp_path
   assert result.returncode == 2
   [line] = result.stderr.strip().splitlines()
   assert 'does not name its sub-models: give its model a submodels() method' in line
+
+
+def test_a_resume_that_moves_a_decaying_schedule_says_so(tmp_path, capsys):
+  require_devices(8)
+  config = run.override(run.load_config('mlp'), [
+      'model_args.hidden=16', 'model_args.width=8', 'global_batch=16', 'log_every=1',
+      'checkpoint_every=2', 'optimizer.schedule=cosine', 'logging.mfu=False',
+      'logging.tensorboard=False', 'eval.enabled=False'])
+  run.train(run.override(config, ['steps=2']), tmp_path)
+  capsys.readouterr()
+  run.train(run.override(config, ['steps=3']), tmp_path, resume=True)
+  assert ('resume: the cosine schedule now decays over 3 steps, the run it resumes over 2'
+          in capsys.readouterr().out)
+  run.train(run.override(config, ['steps=4', 'optimizer.decay_steps=4']), tmp_path, resume=True)
+  assert 'schedule now decays' not in capsys.readouterr().out

@@ -160,6 +160,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                                             workdir / 'telemetry.jsonl')
       hooks.append(train_lib.Hook(lambda i: telemetry.record(i.stats.local)))
     if ctx.is_chief:
+      if resume and (notice := _schedule_notice(workdir, config)):
+        print(notice, flush=True)
       (workdir / 'config.json').write_text(json.dumps(config.to_json(), indent=2) + '\n')
       run_info = {'workers': built.workers, 'global_batch': config.data.global_batch,
                   'model': task.name, 'mode': built.mode.value,
@@ -200,6 +202,23 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary
+
+
+def _schedule_notice(workdir: pathlib.Path, config: Config) -> str | None:
+  """One line when a resumed run's decaying schedule ends elsewhere than the run it resumes
+  (its ``optimizer.steps`` changed and no ``optimizer.decay_steps`` fixes the decay's end)."""
+  opt = config.optimizer
+  if opt.schedule == 'constant' or opt.decay_steps:
+    return None
+  try:
+    before = json.loads((workdir / 'config.json').read_text())['optimizer']['steps']
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  if before == opt.steps:
+    return None
+  return (f'resume: the {opt.schedule} schedule now decays over {opt.steps} steps, the run it '
+          f'resumes over {before}: the learning rate from here differs from that run\'s (set '
+          f'optimizer.decay_steps to keep one schedule across launches)')
 
 
 def _started(workdir: pathlib.Path, called: float) -> float:
