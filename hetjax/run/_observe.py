@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from hetjax import report, runtime, sharding, train
 from hetjax.run._build import Built, optimizer_of
@@ -61,12 +63,16 @@ def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
   step's line, tokens/s and MFU for a `hetjax.train.Task`, TensorBoard when configured; and
   ``run.json``'s fields about them."""
   task = built.program.task
-  rate = optimizer_of(config)[1]
+  # Every step's learning rate, computed once: an optax schedule is a JAX computation, which
+  # evaluated per step would dispatch (and wait for) one more program every step.
+  steps = config.optimizer.steps
+  rates = np.broadcast_to(np.asarray(jax.vmap(optimizer_of(config)[1])(jnp.arange(steps)),
+                                     np.float64), (steps,))
   writer = report.TensorBoardWriter(workdir / 'tensorboard') if config.logging.tensorboard \
       else None
 
   def extra(info: train.StepInfo) -> dict[str, Any]:
-    fields: dict[str, Any] = {'learning_rate': float(rate(info.step - 1))}
+    fields: dict[str, Any] = {'learning_rate': float(rates[info.step - 1])}
     latest = None if evaluation is None else evaluation.latest
     if latest is not None and latest['step'] == info.step:
       fields |= {k: v for k, v in latest.items() if k != 'step'}
