@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.sharding import PartitionSpec
 
 from hetjax import models
 from hetjax._errors import ConfigError
@@ -27,7 +28,7 @@ from hetjax.data import slice_batch
 from hetjax.emulation import Links
 from hetjax.runtime import launch_local
 from hetjax.train import OverlapTrainer, Strategy, WorkerTrainer, _background, _fused
-from hetjax.train._fused import bucket_bounds
+from hetjax.train._fused import FusedLayout, bucket_bounds
 from tests.conftest import require_devices
 from tests.workers.common import MODELS, OPTIMIZER, OVERLAP_HOST_S, OVERLAP_SHARES, OVERLAP_STEPS
 
@@ -137,6 +138,22 @@ def test_overlap_refuses_gradients_split_inside_a_worker(task):
     OverlapTrainer(task, OPTIMIZER, BATCH, (4, 2), Strategy.HYBRID.rules())
   message = str(error.value)
   assert '\n' not in message and 'strategy hybrid splits' in message, message
+
+
+def test_leaves_split_only_over_axes_of_size_one_travel_in_the_fused_buffer():
+  """Hybrid rules on one-device workers name the 'model' axis, but it has size 1: those leaves
+  are replicated inside the worker and fused (one all-reduce), not reduced one by one."""
+  params = {'a': jax.ShapeDtypeStruct((4, 8), jnp.float32),
+            'b': jax.ShapeDtypeStruct((8,), jnp.float32),
+            'c': jax.ShapeDtypeStruct((8, 2), jnp.float32)}
+  specs = {'a': PartitionSpec(None, 'model'), 'b': PartitionSpec(None),
+           'c': PartitionSpec(('data', 'model'), None)}
+  one = FusedLayout.of(params, specs, head=3, axis_sizes={'data': 1, 'model': 1})
+  assert one.fused == (0, 1, 2) and one.separate == () and one.size == 3 + 32 + 8 + 16
+  split = FusedLayout.of(params, specs, head=3, axis_sizes={'data': 1, 'model': 2})
+  assert split.fused == (1,) and split.separate == (0, 2) and split.separate_bytes == 4 * 48
+  # Without sizes, any named axis counts as split (the conservative reading).
+  assert FusedLayout.of(params, specs, head=3).separate == (0, 2)
 
 
 # -- two launched workers ------------------------------------------------------------------------

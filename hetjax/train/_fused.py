@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -52,12 +52,25 @@ class FusedLayout:
   separate_bytes: int
 
   @classmethod
-  def of(cls, abstract_params: PyTree, specs: PyTree, head: int) -> FusedLayout:
-    """The layout of ``abstract_params`` whose leaves are laid out by ``specs`` (a spec with
-    no mesh axis: replicated inside a worker, so fused)."""
+  def of(cls, abstract_params: PyTree, specs: PyTree, head: int,
+         axis_sizes: Mapping[str, int] | None = None) -> FusedLayout:
+    """The layout of ``abstract_params`` whose leaves are laid out by ``specs``.
+
+    A leaf is fused when it is replicated inside a worker: its spec names no mesh axis, or only
+    axes of size 1 in ``axis_sizes`` (every worker's largest size of each local mesh axis), as
+    hybrid rules on a one-device worker do. Such a leaf would otherwise cost an all-reduce of
+    its own each step (measured: 16 leaves of a 132K-parameter GPT on 4 processes, 110-180 ms a
+    step against 6 ms for one all-reduce of the same bytes).
+    """
     leaves, treedef = jax.tree.flatten(abstract_params)
     flat_specs = treedef.flatten_up_to(specs)
-    fused = tuple(i for i, spec in enumerate(flat_specs) if all(e is None for e in spec))
+    sizes = dict(axis_sizes or {})
+
+    def replicated(entry) -> bool:
+      names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+      return all(sizes.get(name, 0) == 1 for name in names)
+
+    fused = tuple(i for i, spec in enumerate(flat_specs) if all(replicated(e) for e in spec))
     separate = tuple(i for i in range(len(leaves)) if i not in fused)
     return cls(treedef, tuple(tuple(leaf.shape) for leaf in leaves), fused, separate, head,
                sum(_numel(leaves[i].shape) * leaves[i].dtype.itemsize for i in separate))

@@ -152,8 +152,10 @@ class WorkerTrainer:
     # Replicated gradient leaves are fused into one buffer behind the step's head (`StepHead`):
     # each worker writes its own slots of the head, so the psum hands everyone everyone's timing.
     self._layout_head = StepHead(self.workers)
-    self.fused_layout = FusedLayout.of(self.layout.abstract.params, self.layout.param_specs,
-                                       self._layout_head.size)
+    self.fused_layout = FusedLayout.of(
+        self.layout.abstract.params, self.layout.param_specs, self._layout_head.size,
+        {name: max(shape[i] for shape in self.local_shapes)
+         for i, name in enumerate(self.local_mesh.axis_names)})
     self._fused_size, separate = self.fused_layout.size, self.fused_layout.separate
     specs = self.fused_layout.treedef.flatten_up_to(self.layout.param_specs)
     self._separate_specs = [specs[i] for i in separate]
