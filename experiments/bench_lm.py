@@ -15,8 +15,13 @@ same initial parameters (``seed`` 0, checked equal) on the same global batches
   `hetjax.sharding.param_shardings` from the model's logical names under FSDP's parameter rules
   (so the layout is hetjax's: checked on the initial arrays of both sides), and the loop builds
   its own `NamedSharding` objects from those specs; the optimizer state follows its parameters
-  by `optax.tree_map_params`. No activation constraints: the plain step leaves the
-  activations' layout to XLA's sharding propagation, as hand-written code usually does.
+  by `optax.tree_map_params`. Activations: with ``--plain_constraints`` (the default) the plain
+  step traces the model under the strategy's compute rules
+  (`hetjax.sharding.activation_rules`), so the model's own logical constraints hold as they do
+  in hetjax (a hand-written Flax loop with logical axis rules): the like-for-like comparison;
+  ``--noplain_constraints`` leaves the activations' layout to XLA's sharding propagation, as
+  hand-written code without rules does (FSDP then contracts over the sharded embedding
+  dimension and sums partial products across devices: another computation).
 
 Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M parameters) and ``25m`` (d_model 512,
 8 heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the
@@ -38,34 +43,12 @@ Goals: float32 losses within 1e-6 relative (bit-identical expected for data para
 bfloat16 within 1e-2, hetjax / plain step time ≤ 1.03 (wall and CPU).
 
 **Launched** (``--launched``, the default; ``--nolaunched`` skips it, ``--nointerleaved`` skips
-the part above): ``experiments/train.py --config=gpt`` (2 layers, d_model 64, 4 heads, mlp 256,
-``seq_len`` 64: 132,352 parameters; 160 rows a step) under ``python -m hetjax.launch --workers 4
---devices-per-worker 1``, ``--mesh=1x1 --mode=shares``, every worker an emulated host of
-``--host_row_s`` (default 10 ms) a row and no fixed cost (`hetjax.emulation.build_host` with a
-given cost), padded by sleep to it times its slowdown:
-
-* **shares**: ``--slowdown=static:1,1,1,3``, ``--policy=uniform`` then ``--policy=lbbsp``, the
-  same seed, 30 steps (quick 20), no evaluation (steady throughput counts the steps' hooks, and
-  the final evaluation would land in the last step). ``tokens/s``: ``summary.json``'s
-  ``steady_tokens_per_s`` (measured: the warm-up step and steps a compile held up left out).
-  The balanced ideal is computed from the hosts' model: ``run.json``'s ``host_row_s`` (and
-  ``host_fixed_s`` where recorded, else 0) and the trace's factors fᵢ, tokens a step /
-  (fixed_s + X × row_s / Σ 1/fᵢ) = 160 × 64 / (160 × 10 ms / 3.33) = 21,333 tokens/s; 160 rows
-  split 48, 48, 48, 16 balance exactly (whole rows, multiples of the automatic bucket, 2).
-  Beside it, the *limit*: the ideal step plus the run's measured time outside compute (the
-  mean iteration less the slowest host's busy time: batch, all-reduce, update), which no
-  share policy removes. Losses: every step's, LB-BSP against uniform (shares change who
-  computes which rows, never which rows form the batch).
-* **goodput**: one uniform run of 200 steps (quick 60) on 4 equal emulated hosts
-  (``static:1,1,1,1``, the same cost a row), asynchronous checkpoints every 50 (quick 20), the
-  config's evaluation (every 100 steps and after the last, 2 batches), its own empty
-  compilation cache (a job's first launch); `hetjax.report.goodput` of its run directory.
-
-Goals: LB-BSP tokens/s ≥ 0.95 × the balanced ideal; LB-BSP's losses uniform's within 1e-5
-relative; goodput ≥ 0.9. Telemetry also gives each run's overruns (worker-steps whose real
-compute outran its host: the emulation did not hold), barrier idle fraction and mean
-iteration. LB-BSP keeps shares whose predicted gain is within its dead band (10%,
-`hetjax.balance`), so shares set from a noisy first step may stay a few percent off balance.
+the part above; `experiments/_lm_launched.py` says what it runs): the gpt under ``python -m
+hetjax.launch``, 4 workers, uniform and LB-BSP shares under one 3x slow emulated host (30 steps,
+quick 20) against the balanced ideal, and goodput of a 200-step run (quick 60) with
+asynchronous checkpoints every 50 (quick 20), launched once with an empty compilation cache and
+once again with the warm one. Goals: LB-BSP tokens/s ≥ 0.95 × the balanced ideal with
+uniform's losses (1e-5); goodput ≥ 0.9.
 
 Example::
 
@@ -77,14 +60,9 @@ Example::
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import textwrap
 import time
 
 if not __package__:
@@ -98,12 +76,12 @@ from absl import flags
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from experiments import _analysis, _harness
-from hetjax import ConfigError, emulation, models, report
+from experiments import _harness, _lm_launched
+from hetjax import ConfigError, models
 from hetjax.models import gpt
 from hetjax.planner import collective_bytes
 from hetjax.runtime import enable_compilation_cache, peak_flops
-from hetjax.sharding import abstract_model, make_mesh, param_shardings
+from hetjax.sharding import abstract_model, activation_rules, make_mesh, param_shardings
 from hetjax.train import Strategy, Trainer, compiled_flops, training_steps
 
 DEVICES = 4
@@ -134,6 +112,9 @@ LOSS_RTOL = {'float32': 1e-6, 'bfloat16': 1e-2}
 _SIZES = flags.DEFINE_list('sizes', None, f'sizes, of {list(SIZES)} (default 3m,25m; quick 3m)')
 _STRATEGIES = flags.DEFINE_list('strategies', list(STRATEGIES), f'of {list(STRATEGIES)}')
 _DTYPES = flags.DEFINE_list('dtypes', list(DTYPES), f'compute dtypes, of {list(DTYPES)}')
+_PLAIN_CONSTRAINTS = flags.DEFINE_bool(
+    'plain_constraints', True, 'the plain step keeps the model\'s activation constraints under '
+    'the strategy\'s compute rules (False: XLA propagates the activations\' layout)')
 FLAGS = _harness.define_flags('only 3m, R=3 rounds of N=2 steps; launched: 20-step shares '
                                'runs, a 60-step goodput run with checkpoints every 20')
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'timed rounds R (default 5, quick 3)')
@@ -156,11 +137,14 @@ class PlainLM:
     specs: a `PartitionSpec` per parameter (a pure dict, as `nnx.to_pure_dict` gives).
     global_batch: rows per step.
     seed: initialises the parameters and selects the data.
+    compute_rules: logical rules the model's activation constraints follow while the step is
+      traced (`hetjax.sharding.activation_rules`); None: no constraints.
   """
 
   def __init__(self, task, optimizer: optax.GradientTransformation, mesh: Mesh, specs,
-               global_batch: int, seed: int = SEED):
+               global_batch: int, seed: int = SEED, compute_rules=None):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
+    self.mesh, self.compute_rules = mesh, compute_rules
     replicated = NamedSharding(mesh, PartitionSpec())
     self.param_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
                                         is_leaf=lambda x: isinstance(x, PartitionSpec))
@@ -196,7 +180,11 @@ class PlainLM:
     def mean_loss(p):
       return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
 
-    loss, grads = jax.value_and_grad(mean_loss)(params)
+    if self.compute_rules is None:
+      loss, grads = jax.value_and_grad(mean_loss)(params)
+    else:
+      with activation_rules(self.mesh, self.compute_rules):
+        loss, grads = jax.value_and_grad(mean_loss)(params)
     updates, opt_state = self.optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
@@ -219,7 +207,9 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
   trainer = Trainer(task, optimizer, global_batch, mesh, STRATEGIES[strategy].rules(), SEED)
   specs = (_fsdp_specs(task, mesh) if strategy == 'fsdp' else
            jax.tree.map(lambda _: PartitionSpec(), trainer.state_shardings.params))
-  plain = PlainLM(task, optimizer, mesh, specs, global_batch)
+  constraints = _PLAIN_CONSTRAINTS.value
+  plain = PlainLM(task, optimizer, mesh, specs, global_batch,
+                  compute_rules=STRATEGIES[strategy].rules().compute if constraints else None)
 
   state = trainer.init_state()
   params, opt_state = plain.init()
@@ -289,7 +279,8 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
         'compile_s': compile_s, 'flops_per_step': flops, 'analytic_flops_per_step': analytic,
         'final_loss': float(losses[-1]), 'global_batch': global_batch,
         'seq_len': args['seq_len'], 'rounds': rounds, 'steps_per_block': steps,
-        'collectives': collective_bytes(compiled).to_json(), 'source': 'measured'})
+        'collectives': collective_bytes(compiled).to_json(), 'source': 'measured',
+        'plain_constraints': constraints})
   het, ref = rows
   het['ratio_wall'] = het['step_s'] / ref['step_s']
   het['ratio_cpu'] = het['cpu_step_s'] / ref['cpu_step_s']
@@ -311,7 +302,9 @@ def _table(rows: list[dict]) -> str:
         f'{r["compile_s"]:>9.2f} {counts["all_gather"]:>4} {counts["reduce_scatter"]:>4} '
         f'{counts["all_reduce"]:>4} {ratio:>11}')
   lines.append('all measured (wall clock and process CPU time), none modelled; AG/RS/AR: '
-               'all-gathers, reduce-scatters, all-reduces in the compiled step')
+               'all-gathers, reduce-scatters, all-reduces in the compiled step; plain: ' + (
+                   'with the model\'s activation constraints' if rows and
+                   rows[0]['plain_constraints'] else 'no activation constraints'))
   return '\n'.join(lines)
 
 
@@ -335,25 +328,6 @@ def _goals(rows: list[dict]) -> list[str]:
   return lines
 
 
-# The launched part: experiments/train.py's gpt under `python -m hetjax.launch`, 4 workers of
-# one CPU device each, mode shares, each worker an emulated host of known speed.
-TRAIN = pathlib.Path(__file__).resolve().with_name('train.py')
-ROOT = TRAIN.parents[1]
-LAUNCH_WORKERS = 4
-LAUNCH_MODEL = {'layers': 2, 'd_model': 64, 'heads': 4, 'mlp': 256, 'seq_len': 64}
-# 160 rows: under static:1,1,1,3 the balanced shares 48, 48, 48, 16 are whole rows (and
-# multiples of the automatic bucket, 2), so the continuous ideal is reachable exactly.
-LAUNCH_BATCH = 160
-SLOWDOWN = 'static:1,1,1,3'
-EQUAL_HOSTS = 'static:1,1,1,1'
-POLICIES = ('uniform', 'lbbsp')
-GOAL_OF_IDEAL = 0.95
-# Shares change who computes which rows, never which rows form the batch (hetjax's global
-# batch depends on the step only), so the losses differ by float32 reduction order alone.
-GOAL_LOSS_RTOL = 1e-5
-GOAL_GOODPUT = 0.9
-LAUNCH_TIMEOUT_S = 900
-
 _INTERLEAVED = flags.DEFINE_bool('interleaved', True, 'the in-process hetjax-vs-plain part')
 _LAUNCHED = flags.DEFINE_bool(
     'launched', True, 'the launched part: uniform vs LB-BSP shares of gpt on 4 emulated hosts '
@@ -365,228 +339,6 @@ _GOODPUT_STEPS = flags.DEFINE_integer('goodput_steps', None,
 _CHECKPOINT_EVERY = flags.DEFINE_integer('checkpoint_every', None,
                                          'the goodput run\'s checkpoints (default 50, quick 20)')
 _HOST_ROW_S = flags.DEFINE_float('host_row_s', 0.01, 'seconds per row of an emulated host')
-
-
-def _gpt_args(steps: int, workdir: pathlib.Path, host_row_s: float, *extra: str) -> list[str]:
-  sets = [f'model.args.{k}={v}' for k, v in LAUNCH_MODEL.items()] + [
-      f'global_batch={LAUNCH_BATCH}', f'host_row_s={host_row_s}']
-  return ['--config=gpt', *[a for s in sets for a in ('--set', s)], '--mesh=1x1',
-          '--mode=shares', f'--steps={steps}', f'--workdir={workdir}', '--overwrite', *extra]
-
-
-def _launch_gpt(workdir: pathlib.Path, args: list[str], cache: pathlib.Path) -> float:
-  """Runs ``experiments/train.py ARGS`` on `LAUNCH_WORKERS` local workers of one device each
-  (``python -m hetjax.launch``), ``cache`` their compilation cache; returns the job's wall
-  seconds. Its output goes to ``WORKDIR.log``.
-
-  Raises:
-    RuntimeError: the job failed or timed out (the message names the log).
-  """
-  command = [sys.executable, '-m', 'hetjax.launch', '--workers', str(LAUNCH_WORKERS),
-             '--devices-per-worker', '1', '--timeout', str(LAUNCH_TIMEOUT_S), '--',
-             sys.executable, str(TRAIN), *args]
-  env = dict(os.environ, HETJAX_COMPILATION_CACHE=str(cache))
-  log_path = workdir.with_name(workdir.name + '.log')
-  start = time.perf_counter()
-  with open(log_path, 'w') as log:
-    try:
-      result = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              timeout=LAUNCH_TIMEOUT_S + 60)
-    except subprocess.TimeoutExpired:
-      raise RuntimeError(f'{workdir.name}: timed out (see {log_path})') from None
-  if result.returncode:
-    raise RuntimeError(f'{workdir.name}: the launched job exited {result.returncode} '
-                       f'(see {log_path})')
-  return time.perf_counter() - start
-
-
-def _losses(workdir: pathlib.Path) -> dict[int, float]:
-  """Every step's loss in ``metrics.jsonl`` (steps whose loss was not recorded left out)."""
-  rows = [json.loads(line) for line in (workdir / report.METRICS_FILE).read_text().splitlines()
-          if line.strip()]
-  return {int(r['step']): float(r['loss']) for r in rows
-          if r.get('loss') is not None and math.isfinite(r['loss'])}
-
-
-def _hosts(workdir: pathlib.Path) -> dict:
-  """The emulated hosts' measured record: overruns (compute past the host's time) over all
-  worker-steps, and over the steady steps (after the first, no compile waited for or beside)
-  the mean iteration (the slowest worker's step), the mean time outside the slowest host's busy
-  time (batch, all-reduce, update, dispatch: what no share policy balances away) and the
-  workers' mean idle fraction at the barrier. Means, as steady throughput is total over total."""
-  t = report.load_telemetry(workdir)
-  busy = t.compute_s + t.dilation_s
-  steady = np.ones(len(t.steps), bool)
-  steady[0] = False
-  steady &= (t.compile_s.max(axis=1) == 0) & t.sampled.all(axis=1)
-  rows = np.flatnonzero(steady) if steady.any() else np.arange(len(t.steps))
-  outside = t.step_s[rows].max(axis=1) - busy[rows].max(axis=1)
-  late = t.overrun_s > 0
-  return {'overruns': int(late.sum()), 'worker_steps': int(late.size),
-          'max_overrun_s': float(t.overrun_s.max()),
-          'outside_compute_s': float(outside.mean()),
-          'idle_fraction': float((t.wait_s[rows] / t.step_s[rows]).mean()),
-          'iteration_s': float(t.step_s[rows].max(axis=1).mean()),
-          'last_shares': [int(x) for x in t.share[-1]]}
-
-
-def _ideal(workdir: pathlib.Path) -> dict:
-  """The balanced ideal of the run's hosts, computed from their model: ``run.json``'s
-  ``host_row_s`` (``host_fixed_s`` where recorded; a given ``host_row_s`` has no fixed cost,
-  `hetjax.emulation.build_host`) and `SLOWDOWN`'s factors: one step of perfectly balanced
-  shares takes fixed_s + X × row_s / Σ 1/fᵢ (`experiments._analysis.balanced_time_s`), with no
-  time outside compute."""
-  info = json.loads((workdir / 'run.json').read_text())
-  row_s, fixed_s = float(info['host_row_s']), float(info.get('host_fixed_s') or 0.0)
-  factors = emulation.parse_trace(SLOWDOWN, LAUNCH_WORKERS).factors(0)
-  step_s = _analysis.balanced_time_s(LAUNCH_BATCH, factors, row_s, fixed_s)
-  return {'host_row_s': row_s, 'host_fixed_s': fixed_s, 'ideal_step_s': step_s,
-          'ideal_tokens_per_s': LAUNCH_BATCH * LAUNCH_MODEL['seq_len'] / step_s}
-
-
-def _shares_rows(root: pathlib.Path, steps: int, host_row_s: float) -> list[dict]:
-  """Uniform and LB-BSP shares of one batch on the 4 hosts (`SLOWDOWN`), the same seed and
-  one compilation cache (the second job loads what the first compiled: steady throughput
-  leaves compiling steps out either way). No evaluation: the one after the last step would
-  fall inside the last step's interval, which steady throughput counts (the config
-  checkpoints every 100 steps, so only after the last one, outside the steps)."""
-  rows = []
-  with _harness.compilation_cache() as cache:
-    for policy in POLICIES:
-      workdir = root / f'shares_{policy}'
-      wall = _launch_gpt(workdir, _gpt_args(
-          steps, workdir, host_row_s, f'--policy={policy}', f'--slowdown={SLOWDOWN}', '--set',
-          'eval.enabled=False'), cache)
-      summary = json.loads((workdir / 'summary.json').read_text())
-      info = json.loads((workdir / 'run.json').read_text())
-      rows.append({
-          'part': 'launched', 'run': 'shares', 'policy': policy,
-          'policy_name': info['policy'], 'workers': LAUNCH_WORKERS,
-          'slowdown': SLOWDOWN, 'global_batch': LAUNCH_BATCH,
-          'seq_len': LAUNCH_MODEL['seq_len'], 'steps': steps,
-          'tokens_per_s': float(summary['steady_tokens_per_s']),
-          'steady_steps': summary['steady_steps'], 'final_loss': summary.get('final_loss'),
-          'job_wall_s': wall, **_hosts(workdir), **_ideal(workdir),
-          'losses': _losses(workdir)})
-  uniform = rows[0]
-  reference = dict(uniform['losses'])
-  for r in rows:
-    common = sorted(set(r['losses']) & set(reference))
-    if not common:
-      raise RuntimeError(f'{r["policy"]}: no step has a loss in both runs\' metrics.jsonl')
-    mine = np.array([r['losses'][s] for s in common])
-    ref = np.array([reference[s] for s in common])
-    r['loss_steps_compared'] = len(common)
-    r['loss_max_rel_diff_vs_uniform'] = float(np.max(np.abs(mine - ref) / np.abs(ref)))
-    r['uniform_tokens_per_s'] = uniform['tokens_per_s']
-    r['speedup_vs_uniform'] = r['tokens_per_s'] / uniform['tokens_per_s']
-    r['ratio_of_ideal'] = r['tokens_per_s'] / r['ideal_tokens_per_s']
-    # The ideal plus this run's measured time outside compute, which balancing cannot remove:
-    # what is left of the gap to it is the shares' imbalance (and the hosts' overruns).
-    r['limit_tokens_per_s'] = LAUNCH_BATCH * LAUNCH_MODEL['seq_len'] / (
-        r['ideal_step_s'] + r['outside_compute_s'])
-    r['ratio_of_limit'] = r['tokens_per_s'] / r['limit_tokens_per_s']
-    r['losses'] = [r['losses'][s] for s in common]
-    r['measured'] = ['tokens_per_s', 'loss_max_rel_diff_vs_uniform', 'overruns',
-                     'outside_compute_s', 'idle_fraction', 'iteration_s', 'last_shares',
-                     'job_wall_s']
-    r['computed_from_host_model'] = ['ideal_step_s', 'ideal_tokens_per_s', 'ratio_of_ideal',
-                                     'limit_tokens_per_s (with the measured outside time)',
-                                     'ratio_of_limit']
-  return rows
-
-
-def _goodput_row(root: pathlib.Path, steps: int, every: int, host_row_s: float) -> dict:
-  """One uniform run of ``steps`` on 4 equal emulated hosts (`EQUAL_HOSTS`, the same cost per
-  row) with asynchronous checkpoints every ``every`` steps and the config's evaluation, its
-  own fresh compilation cache (a job's first launch); `hetjax.report.goodput` of it."""
-  workdir = root / 'goodput'
-  with _harness.compilation_cache() as cache:
-    wall = _launch_gpt(workdir, _gpt_args(
-        steps, workdir, host_row_s, '--policy=uniform', f'--slowdown={EQUAL_HOSTS}', '--set',
-        f'checkpoint.every={every}', '--set', 'checkpoint.asynchronous=True'), cache)
-  g = report.goodput(workdir)
-  summary = json.loads((workdir / 'summary.json').read_text())
-  config = json.loads((workdir / 'config.json').read_text())
-  badput = {k: v for k, v in g['badput_s'].items() if v is not None}
-  return {'part': 'launched', 'run': 'goodput', 'policy': 'uniform',
-          'workers': LAUNCH_WORKERS, 'slowdown': EQUAL_HOSTS, 'global_batch': LAUNCH_BATCH,
-          'seq_len': LAUNCH_MODEL['seq_len'], 'steps': steps, 'host_row_s': host_row_s,
-          'checkpoint_every': every, 'checkpoint_asynchronous': True,
-          'eval_every': config['eval']['every'], 'eval_batches': config['eval']['batches'],
-          'goodput': g['goodput'], 'wall_s': g['wall_s'], 'productive_s': g['productive_s'],
-          'badput_s': g['badput_s'], 'largest_badput': max(badput, key=badput.get),
-          'unrecorded': g['unrecorded'], 'tokens_per_s': summary.get('steady_tokens_per_s'),
-          'job_wall_s': wall, 'productive_over_job_wall': g['productive_s'] / wall,
-          'goodput_line': report.format_goodput(g), **_hosts(workdir),
-          'measured': ['goodput', 'wall_s', 'productive_s', 'badput_s', 'tokens_per_s',
-                       'job_wall_s (launch to exit, timed here)', 'productive_over_job_wall']}
-
-
-def _launched_table(rows: list[dict]) -> str:
-  head = (f'{"policy":<8} {"tok/s":>7} {"ideal":>7} {"of ideal":>8} {"of limit":>8} '
-          f'{"vs unif":>7} '
-          f'{"loss diff":>9} {"iter ms":>8} {"outside":>8} {"idle":>5} {"overruns":>9}  '
-          f'last shares')
-  lines = [head, '-' * len(head)]
-  for r in rows:
-    lines.append(
-        f'{r["policy"]:<8} {r["tokens_per_s"]:>7.0f} {r["ideal_tokens_per_s"]:>7.0f} '
-        f'{r["ratio_of_ideal"]:>8.3f} {r["ratio_of_limit"]:>8.3f} {r["speedup_vs_uniform"]:>7.2f} '
-        f'{r["loss_max_rel_diff_vs_uniform"]:>9.1e} {1e3 * r["iteration_s"]:>8.1f} '
-        f'{1e3 * r["outside_compute_s"]:>8.1f} {r["idle_fraction"]:>5.2f} '
-        f'{r["overruns"]:>4}/{r["worker_steps"]:<4}  {r["last_shares"]}')
-  r = rows[0]
-  lines.append(
-      f'gpt {LAUNCH_MODEL}, {LAUNCH_BATCH} rows x {LAUNCH_MODEL["seq_len"]} tokens a step, '
-      f'{r["steps"]} steps, {LAUNCH_WORKERS} workers x 1 CPU device, mode shares, hosts '
-      f'{SLOWDOWN} at {1e3 * r["host_row_s"]:g} ms/row + {1e3 * r["host_fixed_s"]:g} ms/step. '
-      'Measured: tok/s (summary.json steady_tokens_per_s), loss diff (per step, vs uniform), '
-      'iter (mean slowest step), outside (mean iteration less the slowest host\'s busy '
-      'time), idle (barrier wait / step), overruns (worker-steps whose compute outran the '
-      'host). Computed from the host model (run.json host_row_s, the trace\'s factors): ideal '
-      '= tokens a step / (fixed_s + X x row_s / sum 1/f_i), and "of ideal"; "of limit": over '
-      'the ideal step plus the run\'s measured outside time')
-  return '\n'.join(lines[:-1] + textwrap.wrap(lines[-1], 100))
-
-
-def _launched_goals(shares: list[dict], good: dict | None) -> list[str]:
-  lines = []
-  lb = next((r for r in shares if r['policy'] == 'lbbsp'), None)
-  if lb is not None:
-    met = 'met' if lb['ratio_of_ideal'] >= GOAL_OF_IDEAL else 'not met'
-    lines.append(f'goal: LB-BSP tokens/s >= {GOAL_OF_IDEAL} x balanced ideal: {met} '
-                 f'({lb["tokens_per_s"]:.0f} / {lb["ideal_tokens_per_s"]:.0f} = '
-                 f'{lb["ratio_of_ideal"]:.3f}; uniform {lb["uniform_tokens_per_s"]:.0f}, '
-                 f'LB-BSP {lb["speedup_vs_uniform"]:.2f}x it)')
-    met = 'met' if lb['loss_max_rel_diff_vs_uniform'] <= GOAL_LOSS_RTOL else 'not met'
-    lines.append(f'goal: LB-BSP losses = uniform\'s within {GOAL_LOSS_RTOL:g} relative: {met} '
-                 f'(max {lb["loss_max_rel_diff_vs_uniform"]:.1e} over '
-                 f'{lb["loss_steps_compared"]} steps)')
-  if good is not None:
-    met = 'met' if (good['goodput'] or 0) >= GOAL_GOODPUT else 'not met'
-    lines.append(f'goal: goodput >= {GOAL_GOODPUT} ({good["steps"]} steps, asynchronous '
-                 f'checkpoints every {good["checkpoint_every"]}, eval every '
-                 f'{good["eval_every"]}): {met} ({good["goodput"]}; largest badput '
-                 f'{good["largest_badput"]})')
-    lines.append(good['goodput_line'])
-    # goodput's wall starts at run.json's started_unix_s, stamped once the programs are built:
-    # the processes' start, JAX's import and initialisation and the build come before it.
-    lines.append(f'goodput run: job {good["job_wall_s"]:.1f} s from launch to exit (goodput\'s '
-                 f'wall {good["wall_s"]:.1f} s); productive / job wall '
-                 f'{good["productive_over_job_wall"]:.3f}; overruns {good["overruns"]}/'
-                 f'{good["worker_steps"]} worker-steps, idle {good["idle_fraction"]:.3f}')
-  return lines
-
-
-def _launched(root: pathlib.Path, steps: int, goodput_steps: int, every: int,
-              host_row_s: float) -> list[dict]:
-  shares = _shares_rows(root, steps, host_row_s)
-  print(_launched_table(shares), flush=True)
-  good = _goodput_row(root, goodput_steps, every, host_row_s)
-  for line in _launched_goals(shares, good):
-    print(line, flush=True)
-  return [*shares, good]
 
 
 def _choices(values: list[str], known, flag: str) -> list[str]:
@@ -643,9 +395,10 @@ def main() -> None:
   if _LAUNCHED.value:
     launched_start = time.perf_counter()
     with _harness.run_directory(FLAGS.keep.value) as root:
-      rows += _launched(root, _LAUNCHED_STEPS.value or (20 if quick else 30),
-                        _GOODPUT_STEPS.value or (60 if quick else 200),
-                        _CHECKPOINT_EVERY.value or (20 if quick else 50), _HOST_ROW_S.value)
+      rows += _lm_launched.run_launched(
+          root, _LAUNCHED_STEPS.value or (20 if quick else 30),
+          _GOODPUT_STEPS.value or (60 if quick else 200),
+          _CHECKPOINT_EVERY.value or (20 if quick else 50), _HOST_ROW_S.value)
     print(f'launched part: {time.perf_counter() - launched_start:.0f} s')
   print(f'{time.perf_counter() - start:.1f} s in all')
   _harness.finish(rows, FLAGS.json.value)
