@@ -289,12 +289,12 @@ def _launched_goals(shares: list[dict], goods: list[dict]) -> list[str]:
 
 
 def run_launched(root: pathlib.Path, steps: int, goodput_steps: int, every: int,
-                 host_row_s: float) -> list[dict]:
-  """The launched part under ``root``: the shares runs (printed as a table) and the goodput
-  runs, with the goals' verdicts; returns their rows."""
+                 host_row_s: float, goodput: bool = True) -> list[dict]:
+  """The launched part under ``root``: the shares runs (printed as a table) and (``goodput``)
+  the goodput runs, with the goals' verdicts; returns their rows."""
   shares = _shares_rows(root, steps, host_row_s)
   print(_launched_table(shares), flush=True)
-  goods = goodput_rows(root, goodput_steps, every, host_row_s)
+  goods = goodput_rows(root, goodput_steps, every, host_row_s) if goodput else []
   for line in _launched_goals(shares, goods):
     print(line, flush=True)
   return [*shares, *goods]

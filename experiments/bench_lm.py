@@ -332,6 +332,8 @@ _INTERLEAVED = flags.DEFINE_bool('interleaved', True, 'the in-process hetjax-vs-
 _LAUNCHED = flags.DEFINE_bool(
     'launched', True, 'the launched part: uniform vs LB-BSP shares of gpt on 4 emulated hosts '
     '(one 3x slow), and a goodput run with checkpoints')
+_GOODPUT = flags.DEFINE_bool('goodput', True, 'the launched part\'s goodput runs (False: only '
+                              'the shares runs)')
 _LAUNCHED_STEPS = flags.DEFINE_integer('launched_steps', None,
                                        'steps of each shares run (default 30, quick 20)')
 _GOODPUT_STEPS = flags.DEFINE_integer('goodput_steps', None,
@@ -398,7 +400,8 @@ def main() -> None:
       rows += _lm_launched.run_launched(
           root, _LAUNCHED_STEPS.value or (20 if quick else 30),
           _GOODPUT_STEPS.value or (60 if quick else 200),
-          _CHECKPOINT_EVERY.value or (20 if quick else 50), _HOST_ROW_S.value)
+          _CHECKPOINT_EVERY.value or (20 if quick else 50), _HOST_ROW_S.value,
+          goodput=_GOODPUT.value)
     print(f'launched part: {time.perf_counter() - launched_start:.0f} s')
   print(f'{time.perf_counter() - start:.1f} s in all')
   _harness.finish(rows, FLAGS.json.value)

@@ -51,9 +51,16 @@ def _run_python(block: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                                               'PYTHONPATH': str(ROOT)})
 
 
+def _marked(block: str):
+  """A block that launches workers (``hetjax.launch``) runs in the suite's one-at-a-time launch
+  group; a block of single-process commands runs beside it, like any in-process test."""
+  launches = 'hetjax.launch' in block
+  return pytest.param(block, marks=[pytest.mark.multiprocess] if launches else [])
+
+
 @pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.parametrize('block', SHELL, ids=[f'sh{i}' for i in range(len(SHELL))])
+@pytest.mark.parametrize('block', [_marked(b) for b in SHELL],
+                         ids=[f'sh{i}' for i in range(len(SHELL))])
 def test_shell_block_runs(block, tmp_path):
   for command in _commands(block):
     args = [sys.executable if a == '.venv/bin/python' else _moved(a, tmp_path)
