@@ -69,19 +69,18 @@ if not __package__:
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import flags
-from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from experiments import _harness, _lm_launched
+from experiments._plain_lm import PlainLM
 from hetjax import ConfigError, models
 from hetjax.models import gpt
 from hetjax.planner import collective_bytes
 from hetjax.runtime import enable_compilation_cache, peak_flops
-from hetjax.sharding import abstract_model, activation_rules, make_mesh, param_shardings
+from hetjax.sharding import abstract_model, make_mesh, param_shardings
 from hetjax.train import Strategy, Trainer, compiled_flops, training_steps
 
 DEVICES = 4
@@ -119,74 +118,6 @@ FLAGS = _harness.define_flags('only 3m, R=3 rounds of N=2 steps; launched: 20-st
                                'runs, a 60-step goodput run with checkpoints every 20')
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'timed rounds R (default 5, quick 3)')
 _STEPS = flags.DEFINE_integer('steps', None, 'steps N per timed block (default 3, quick 2)')
-
-
-class PlainLM:
-  """Hand-written `jax.jit` training of ``task`` with the parameters laid out by ``specs``.
-
-  Example::
-
-    plain = PlainLM(task, optax.adamw(1e-3), mesh, specs, global_batch=8)
-    params, opt_state = plain.init()
-    params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(0))
-
-  Args:
-    task: only ``make_model``, ``loss`` and ``data`` are used.
-    optimizer: an optax transformation.
-    mesh: the devices; the batch's leading axis is split over all of its axes.
-    specs: a `PartitionSpec` per parameter (a pure dict, as `nnx.to_pure_dict` gives).
-    global_batch: rows per step.
-    seed: initialises the parameters and selects the data.
-    compute_rules: logical rules the model's activation constraints follow while the step is
-      traced (`hetjax.sharding.activation_rules`); None: no constraints.
-  """
-
-  def __init__(self, task, optimizer: optax.GradientTransformation, mesh: Mesh, specs,
-               global_batch: int, seed: int = SEED, compute_rules=None):
-    self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
-    self.mesh, self.compute_rules = mesh, compute_rules
-    replicated = NamedSharding(mesh, PartitionSpec())
-    self.param_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
-                                        is_leaf=lambda x: isinstance(x, PartitionSpec))
-    self.graphdef, abstract = nnx.split(nnx.eval_shape(self._make))
-    abstract_opt = jax.eval_shape(optimizer.init, nnx.to_pure_dict(abstract))
-    self.opt_shardings = optax.tree_map_params(
-        optimizer, lambda _, sharding: sharding, abstract_opt, self.param_shardings,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
-    self.batch_sharding = NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
-    self.step = jax.jit(
-        self._step,
-        in_shardings=(self.param_shardings, self.opt_shardings, self.batch_sharding),
-        out_shardings=(self.param_shardings, self.opt_shardings, replicated),
-        donate_argnums=(0, 1))
-
-  def _make(self) -> nnx.Module:
-    with nnx.use_eager_sharding(False):
-      return self.task.make_model(nnx.Rngs(self.seed))
-
-  def init(self):
-    """Parameters and optimizer state, created under `jax.jit` in their layout."""
-    params = jax.jit(lambda: nnx.to_pure_dict(nnx.split(self._make())[1]),
-                     out_shardings=self.param_shardings)()
-    opt_state = jax.jit(self.optimizer.init, out_shardings=self.opt_shardings)(params)
-    return params, opt_state
-
-  def batch_at(self, step: int) -> dict[str, jax.Array]:
-    host = self.task.data.global_batch(self.seed, step, self.global_batch)
-    return jax.device_put(host, self.batch_sharding)
-
-  def _step(self, params, opt_state, batch):
-    def mean_loss(p):
-      return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
-
-    if self.compute_rules is None:
-      loss, grads = jax.value_and_grad(mean_loss)(params)
-    else:
-      with activation_rules(self.mesh, self.compute_rules):
-        loss, grads = jax.value_and_grad(mean_loss)(params)
-    updates, opt_state = self.optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
 
 
 def _fsdp_specs(task, mesh: Mesh):
