@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hetjax needs Python >= 3.11")'
@@ -27,6 +27,19 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) experiments/bench_overhead.py --quick --json runs/bench_overhead.json
+
+# The GPU check (issue 27, experiments/gpu_check.py) on a lent GPU machine, whose Python already
+# has JAX with CUDA and hetjax's dependencies: nothing is installed from the network. pytest and
+# pytest-timeout (its exactness tests) travel as wheels: `make gpu-wheels` where a package
+# registry is reachable, then carry wheels/ along.
+gpu-check:
+	@if [ -d wheels ]; then $(PYTHON) -m pip install --quiet --no-index --find-links wheels \
+	  pytest pytest-timeout; fi
+	PYTHONPATH=. $(PYTHON) experiments/gpu_check.py --platform=gpu --out=runs/gpu_check
+
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --dest wheels \
+	  'pytest<9.2' pytest-timeout
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

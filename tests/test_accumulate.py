@@ -15,6 +15,9 @@ from hetjax import ConfigError, models, run, sharding, train
 from hetjax.core import Work
 from tests.conftest import require_devices
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 SGD = optax.sgd(0.1)
 
 

@@ -13,6 +13,9 @@ from hetjax.core import Work
 from hetjax.pipeline import PipelineTrainer
 from tests.conftest import require_devices
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 SMALL = {'d_model': 16, 'heads': 2, 'layers': 2, 'mlp': 32, 'seq_len': 8}
 
 

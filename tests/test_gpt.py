@@ -25,6 +25,9 @@ from hetjax.sharding import LogicalRules, ShardingRules, abstract_model, make_me
 from hetjax.train import Trainer, training_steps
 from tests.conftest import require_devices
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 SMALL = {'d_model': 32, 'heads': 4, 'layers': 1, 'seq_len': 16}
 ALLOWED = {'vocab', 'embed', 'seq', 'heads', 'head_dim', 'mlp'}
 

@@ -11,6 +11,9 @@ from hetjax.sharding import make_mesh
 from hetjax.train import Hook, MetricsLogger, Strategy, Trainer, training_steps
 from tests.conftest import require_devices
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 
 @pytest.fixture(scope='module')
 def trainer():

@@ -15,6 +15,9 @@ from hetjax._errors import ConfigError
 from hetjax.models import transformer
 from hetjax.sharding import abstract_model
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 SMALL = {'d_model': 32, 'heads': 4, 'layers': 1, 'mlp': 64, 'seq_len': 16}
 ALLOWED = {'vocab', 'embed', 'seq', 'heads', 'head_dim', 'mlp'}
 

@@ -14,6 +14,9 @@ from flax import nnx
 from hetjax.models import wide_deep
 from hetjax.sharding import abstract_model
 
+#: Exactness tests that fit one device: `-m gpu` runs them on an accelerator (issue 27).
+pytestmark = pytest.mark.gpu
+
 SMALL = {'rows': 1000, 'dim': 8, 'fields': 4, 'dense': 8, 'hidden': 32, 'hidden2': 16}
 
 

@@ -1,0 +1,247 @@
+"""The GPU check's language-model part: the `gpt` model of `gpt2_small` (124M parameters,
+sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one device.
+
+* **hetjax vs plain**, for each rematerialisation policy (``none`` and ``save_dots``): hetjax's
+  `Trainer` (data parallel on a 1×1 mesh, driven by `training_steps`) and the hand-written
+  `PlainLM` loop (the model's own activation constraints kept), same model, seed, batches and
+  ``optax.adamw``, interleaved in blocks (`_harness.interleave`, the first side alternating).
+  ``step_s``: the median block / steps; ``tokens_per_s``; ``mfu``: XLA's FLOP count of the
+  compiled step over the step time over the device's bfloat16 peak (measured by a matmul,
+  `hetjax.runtime.peak_flops`); ``loss_max_rel_diff``: every step's loss against the plain
+  loop's.
+* **largest batch**: hetjax's step (the config's ``save_dots``) at doubling batches until the
+  device runs out of memory (or the ladder ends), one step each; beside the largest that ran,
+  the planner's memory estimate for it (`hetjax.planner.profile_submodels` and `search` for this
+  one device: parameters, optimizer state and activations) and what XLA's compiled step says it
+  needs (``memory_analysis``: arguments, outputs and temporaries).
+
+``--quick`` (the suite's CPU run): the same code on a gpt of 1 layer, d_model 32, sequence 32,
+batch 4, one round of one step and a ladder to 8; its numbers only show the code runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import PartitionSpec
+
+from experiments import _harness
+from experiments._plain_lm import PlainLM
+from hetjax import models, planner
+from hetjax.run import load_config
+from hetjax.runtime import peak_flops
+from hetjax.sharding import make_mesh
+from hetjax.train import Strategy, Trainer, compiled_flops, training_steps
+
+SEED = 0
+LR = 3e-4
+GOAL_RATIO = 1.03
+GOAL_MFU = 0.40
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+  """What one run of the part measures: the model's arguments, its batch, the timed rounds and
+  steps a block, and the batch ladder."""
+
+  model: dict
+  batch: int
+  rounds: int
+  steps: int
+  ladder: tuple[int, ...]
+
+
+def sizes(quick: bool) -> Sizes:
+  """GPT-2 small as `gpt2_small` configures it (its data: the stdlib bytes, nothing to read),
+  or (quick) a tiny gpt."""
+  if quick:
+    return Sizes({'vocab_size': 256, 'd_model': 32, 'heads': 2, 'layers': 1, 'mlp': 64,
+                  'seq_len': 32, 'dtype': 'bfloat16', 'param_dtype': 'float32'}, 4, 1, 1,
+                 (4, 8))
+  config = load_config('gpt2_small')
+  args = {**config.model.task_args(), 'data': None}
+  args.pop('remat', None)
+  return Sizes(args, 8, 3, 5, (8, 16, 32, 64, 128, 256))
+
+
+def _task(args: dict, remat: str):
+  return models.make_task('gpt', **args, remat=remat)
+
+
+def _one_device_mesh():
+  return make_mesh((1, 1), devices=jax.devices()[:1])
+
+
+def _compare(args: dict, remat: str, s: Sizes, peak: float) -> list[dict]:
+  """hetjax's Trainer and the plain loop, interleaved, for one remat policy."""
+  task = _task(args, remat)
+  mesh = _one_device_mesh()
+  optimizer = optax.adamw(LR)
+  rules = Strategy.DATA_PARALLEL.rules()
+  trainer = Trainer(task, optimizer, s.batch, mesh, rules, SEED)
+  specs = jax.tree.map(lambda _: PartitionSpec(), trainer.state_shardings.params)
+  plain = PlainLM(task, optimizer, mesh, specs, s.batch, compute_rules=rules.compute)
+
+  start = time.perf_counter()
+  het_compiled = trainer.compile_step()
+  het_compile_s = time.perf_counter() - start
+  state = trainer.init_state()
+  params, opt_state = plain.init()
+  start = time.perf_counter()
+  plain_compiled = plain.step.lower(params, opt_state, plain.batch_at(0)).compile()
+  plain_compile_s = time.perf_counter() - start
+
+  h = {'state': state, 'losses': []}
+  p = {'params': params, 'opt_state': opt_state, 'losses': []}
+
+  def run_hetjax(n: int) -> None:
+    state, until = h['state'], len(h['losses']) + n
+    for info in training_steps(trainer, state, until=until):
+      state = info.state
+      h['losses'].append(info.stats.loss)
+    h['state'] = jax.block_until_ready(state)
+    jax.block_until_ready(h['losses'][-n:])
+
+  def run_plain(n: int) -> None:
+    params, opt_state, first = p['params'], p['opt_state'], len(p['losses'])
+    for step in range(first, first + n):
+      params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(step))
+      p['losses'].append(loss)
+    p['params'], p['opt_state'] = jax.block_until_ready((params, opt_state))
+
+  def timed(side):
+    def block() -> float:
+      start = time.perf_counter()
+      side(s.steps)
+      return time.perf_counter() - start
+    return block
+
+  run_hetjax(1)  # warm-up: the first call's dispatch and allocations
+  run_plain(1)
+  times = _harness.interleave({'hetjax': timed(run_hetjax), 'plain': timed(run_plain)},
+                              s.rounds)
+  het_losses = np.array([float(x) for x in h['losses']])
+  plain_losses = np.array([float(x) for x in p['losses']])
+  diff = float(np.max(np.abs(het_losses - plain_losses) / np.abs(plain_losses)))
+  tokens = s.batch * args['seq_len']
+  rows = []
+  for side, compiled, compile_s in (('hetjax', het_compiled, het_compile_s),
+                                    ('plain', plain_compiled, plain_compile_s)):
+    step_s = statistics.median(times[side]) / s.steps
+    flops = compiled_flops(compiled)
+    rows.append({'part': 'lm', 'kind': 'compare', 'remat': remat, 'side': side,
+                 'batch': s.batch, 'seq_len': args['seq_len'], 'step_s': step_s,
+                 'tokens_per_s': tokens / step_s, 'flops_per_step': flops,
+                 'mfu': flops / step_s / peak, 'compile_s': compile_s,
+                 'loss_max_rel_diff': diff if side == 'hetjax' else 0.0,
+                 'params': sum(x.size for x in jax.tree.leaves(h['state'].params)),
+                 'measured': ['step_s', 'tokens_per_s', 'mfu', 'compile_s',
+                              'loss_max_rel_diff']})
+  rows[0]['ratio'] = rows[0]['step_s'] / rows[1]['step_s']
+  return rows
+
+
+def _out_of_memory(error: Exception) -> bool:
+  text = str(error)
+  return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
+
+
+def _largest_batch(args: dict, s: Sizes) -> dict:
+  """hetjax's step (``save_dots``) at each ladder batch until one does not fit; the planner's
+  and XLA's memory for the largest that ran."""
+  task = _task(args, 'save_dots')
+  mesh = _one_device_mesh()
+  fitted, compiled_bytes, failed = None, None, None
+  for batch in s.ladder:
+    try:
+      trainer = Trainer(task, optax.adamw(LR), batch, mesh, Strategy.DATA_PARALLEL.rules(),
+                        SEED)
+      compiled = trainer.compile_step()
+      state = trainer.init_state()
+      for info in training_steps(trainer, state, until=1):
+        state = info.state
+      jax.block_until_ready(state)
+    except Exception as e:
+      if not _out_of_memory(e):
+        raise
+      failed = {'batch': batch, 'error': str(e).splitlines()[0][:200]}
+      break
+    memory = compiled.memory_analysis()
+    compiled_bytes = None if memory is None else float(
+        memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+    fitted = batch
+    del state, trainer, compiled
+  device = jax.devices()[0]
+  limit = (device.memory_stats() or {}).get('bytes_limit') if hasattr(
+      device, 'memory_stats') else None
+  estimate = _planner_memory(task, fitted) if fitted else None
+  return {'part': 'lm', 'kind': 'largest_batch', 'remat': 'save_dots', 'ladder': list(s.ladder),
+          'largest_batch': fitted, 'first_failed': failed,
+          'device_bytes_limit': limit, 'compiled_bytes': compiled_bytes,
+          'planner_bytes': estimate,
+          'planner_over_compiled': (estimate / compiled_bytes
+                                    if estimate and compiled_bytes else None),
+          'measured': ['largest_batch', 'first_failed', 'compiled_bytes (XLA memory_analysis)',
+                       'device_bytes_limit'],
+          'modelled': ['planner_bytes']}
+
+
+def _planner_memory(task, batch: int) -> float:
+  """The planner's modelled bytes on this one device for ``batch``: the plan `search` picks,
+  its sub-models' memory summed (one device runs them all)."""
+  profiles = planner.profile_submodels(task, batch_size=batch)
+  cluster = planner.measure_cluster(jax.devices()[:1], repeats=2)
+  plan = planner.search(profiles, cluster, batch, memory_cap=float('inf'), micro_batches=1)
+  return float(sum(sub.memory_bytes for sub in plan.submodels))
+
+
+def run(quick: bool) -> list[dict]:
+  """The part's rows: hetjax vs plain per remat policy, then the largest batch."""
+  s = sizes(quick)
+  peak, source = peak_flops(None, 'bfloat16', jax.devices()[0])
+  rows = []
+  for remat in ('none', 'save_dots'):
+    for row in _compare(s.model, remat, s, peak):
+      rows.append({**row, 'peak_flops': peak, 'peak_source': source})
+  rows.append(_largest_batch(s.model, s))
+  return rows
+
+
+def markdown(rows: list[dict]) -> list[str]:
+  """The part's section of ``gpu_check.md``."""
+  compare = [r for r in rows if r['kind'] == 'compare']
+  size = (f'{compare[0]["params"]:,} parameters, sequence {compare[0]["seq_len"]}'
+          if compare else 'no run')
+  lines = [f'### The gpt language model ({size}, bfloat16 over float32): hetjax vs plain', '',
+           '| remat | side | batch | ms/step | tokens/s | MFU | loss diff vs plain | compile s |'
+           ' hetjax / plain |', '|---|---|---|---|---|---|---|---|---|']
+  for r in compare:
+    ratio = f'{r["ratio"]:.3f}' if 'ratio' in r else ''
+    lines.append(f'| {r["remat"]} | {r["side"]} | {r["batch"]} | {1e3 * r["step_s"]:.1f} | '
+                 f'{r["tokens_per_s"]:,.0f} | {r["mfu"]:.3f} | {r["loss_max_rel_diff"]:.1e} | '
+                 f'{r["compile_s"]:.1f} | {ratio} |')
+  het = [r for r in compare if r['side'] == 'hetjax']
+  if het:
+    worst = max(r['ratio'] for r in het)
+    best_mfu = max(r['mfu'] for r in het)
+    lines += ['', f'goal: hetjax step <= {GOAL_RATIO}x plain: '
+              f'{"met" if worst <= GOAL_RATIO else "not met"} (worst {worst:.3f})',
+              f'goal: MFU >= {GOAL_MFU:.0%}: {"met" if best_mfu >= GOAL_MFU else "not met"} '
+              f'(best {best_mfu:.1%}; peak {het[0]["peak_flops"]:.3g} FLOP/s bfloat16, '
+              f'{het[0]["peak_source"]})']
+  for r in rows:
+    if r['kind'] == 'largest_batch':
+      gib = (lambda b: 'n/a' if b is None else f'{b / 2**30:.2f} GiB')  # noqa: E731
+      failed = r['first_failed']
+      lines += ['', f'largest batch that ran (save_dots, ladder {r["ladder"]}): '
+                f'{r["largest_batch"]}' + (f'; {failed["batch"]} ran out of memory'
+                                           if failed else '; the ladder ended first'),
+                f'memory for it: XLA {gib(r["compiled_bytes"])}, planner '
+                f'{gib(r["planner_bytes"])} (modelled), device limit '
+                f'{gib(r["device_bytes_limit"])}']
+  return lines

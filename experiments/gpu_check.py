@@ -1,0 +1,199 @@
+r"""The GPU check: one command that measures what only an accelerator shows, writing one JSON and
+one markdown table (issue 27).
+
+Made for the project's lent GPU machines (one H100 or H200, 16 cores, no network, 15 minutes in
+all): it installs and downloads nothing (``pip install --no-deps -e .`` or ``PYTHONPATH=.``),
+finishes in under 8 minutes on one H100 with compiles, and keeps every part's result if a later
+part fails. Parts (``--parts``, all by default), each timed:
+
+* ``device``: the device, JAX's version, bfloat16 and float32 matmul FLOP/s measured
+  (`hetjax.runtime.measure_peak_flops`, 4096² on an accelerator).
+* ``tests``: the exactness tests that fit one device (``pytest -m gpu``), on the device, with
+  float32 matmuls pinned to full precision (``JAX_DEFAULT_MATMUL_PRECISION=highest``: a GPU
+  computes float32 matmuls in TF32 by default, 10 mantissa bits, and the tests' float32
+  tolerances assume 23); ``--quick`` only collects them.
+* ``lm``: `experiments/_gpu_lm.py`: GPT-2 small (124M, sequence 1024, bfloat16 over float32)
+  in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat;
+  tokens/s and MFU; the largest batch that fits against the planner's memory estimate.
+* ``curve``: `experiments/_gpu_curve.py`: LB-BSP's GPU curve, step time against batch for two
+  models, the fitted ``max(c, a + b·x)`` and its error, the shares beside a half-speed GPU.
+* ``planner``: `experiments/_gpu_planner.py`: the planner's profile of the gpt and wide & deep
+  sub-models on the device, its plan for one device, predicted against measured step time.
+* ``schmp``: `experiments/_gpu_schmp.py`: SchMP Lasso at 10⁵ features, rounds per second on the
+  device against the CPU.
+
+Goals on an H100 or H200 (each part prints its verdicts): hetjax's step ≤ 1.03× the plain
+loop's; MFU of the 124M model in bfloat16 ≥ 40%; the fitted curve within 10% of the measured
+times; the planner's prediction within 25% of the measured step; every exactness test green.
+
+``--platform=cpu --quick`` runs the same code on tiny sizes on a CPU (the test suite does, so the
+check cannot rot before a GPU is lent). What needs several GPUs (multi-device strategies,
+launched workers, pipelines) is not in it: one lent GPU cannot show it.
+
+Example::
+
+  make gpu-check                                   # = the command below, on the GPU machine
+  PYTHONPATH=. python experiments/gpu_check.py --platform=gpu --out=runs/gpu_check
+  .venv/bin/python experiments/gpu_check.py --platform=cpu --quick --out=/tmp/gpu_check
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import pathlib
+import platform as host_platform
+import subprocess
+import sys
+import time
+import traceback
+
+if not __package__:
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+from absl import flags
+
+from experiments import _harness
+from hetjax import ConfigError
+from hetjax.runtime import measure_peak_flops
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PARTS = ('device', 'tests', 'lm', 'curve', 'planner', 'schmp')
+#: The part modules (``run(quick) -> rows``, ``markdown(rows) -> lines``).
+MODULES = {'lm': 'experiments._gpu_lm', 'curve': 'experiments._gpu_curve',
+           'planner': 'experiments._gpu_planner', 'schmp': 'experiments._gpu_schmp'}
+#: ``--platform`` → JAX's platforms: an accelerator's check keeps the CPU backend too (SchMP
+#: compares against it).
+PLATFORMS = {'gpu': 'cuda,cpu', 'tpu': 'tpu,cpu', 'cpu': 'cpu', 'auto': None}
+TESTS_TIMEOUT_S = 240
+
+_OUT = flags.DEFINE_string('out', 'runs/gpu_check', 'writes gpu_check.json and gpu_check.md here')
+_PLATFORM = flags.DEFINE_enum('platform', 'auto', list(PLATFORMS),
+                              'the device to check (auto: JAX\'s default backend)')
+_QUICK = flags.DEFINE_bool('quick', False, 'tiny sizes: for a CPU, to check the code runs')
+_PARTS = flags.DEFINE_list('parts', list(PARTS), f'the parts to run, of {list(PARTS)}')
+
+
+def _device_part(quick: bool) -> list[dict]:
+  device = jax.devices()[0]
+  size = 256 if quick else None
+  rows = [{'part': 'device', 'device': str(device), 'device_kind': device.device_kind,
+           'platform': device.platform, 'devices': jax.device_count(),
+           'jax': jax.__version__, 'python': host_platform.python_version(),
+           'measured': ['bfloat16_flops_per_s', 'float32_flops_per_s']}]
+  for dtype in ('bfloat16', 'float32'):
+    rows[0][f'{dtype}_flops_per_s'] = measure_peak_flops(dtype, device, size=size)
+  return rows
+
+
+def _device_markdown(rows: list[dict]) -> list[str]:
+  r = rows[0]
+  return ['### The device', '',
+          f'{r["device_kind"]} ({r["platform"]}, {r["devices"]} device(s)), JAX {r["jax"]}, '
+          f'Python {r["python"]}; matmul (measured): bfloat16 '
+          f'{r["bfloat16_flops_per_s"] / 1e12:.2f} TFLOP/s, float32 '
+          f'{r["float32_flops_per_s"] / 1e12:.2f} TFLOP/s']
+
+
+def _tests_part(quick: bool) -> list[dict]:
+  """``pytest -m gpu`` on this machine's default device (quick: collected only)."""
+  env = dict(os.environ, JAX_DEFAULT_MATMUL_PRECISION='highest', PYTHONPATH=str(ROOT))
+  platforms = PLATFORMS[_PLATFORM.value]
+  if platforms:
+    env['JAX_PLATFORMS'] = platforms
+  command = [sys.executable, '-m', 'pytest', '-m', 'gpu', '-q', '-p', 'no:cacheprovider',
+             '-p', 'no:randomly', *(['--collect-only'] if quick else [])]
+  start = time.perf_counter()
+  try:
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=TESTS_TIMEOUT_S)
+    tail, code = result.stdout.strip().splitlines()[-1:] or [''], result.returncode
+  except subprocess.TimeoutExpired:
+    tail, code = [f'timed out after {TESTS_TIMEOUT_S} s'], None
+  return [{'part': 'tests', 'command': ' '.join(command[1:]), 'collected_only': quick,
+           'returncode': code, 'summary': tail[0], 'seconds': time.perf_counter() - start,
+           'measured': ['returncode', 'summary']}]
+
+
+def _tests_markdown(rows: list[dict]) -> list[str]:
+  r = rows[0]
+  ok = r['returncode'] == 0
+  what = 'collected' if r['collected_only'] else 'ran'
+  return ['### Exactness tests on the device (`pytest -m gpu`)', '',
+          f'{what}: {r["summary"]} (exit {r["returncode"]}, {r["seconds"]:.0f} s)', '',
+          f'goal: every exactness test green: {"met" if ok else "not met"}'
+          + (' (collected only: --quick)' if r['collected_only'] else '')]
+
+
+def _part(name: str):
+  """``(run, markdown)`` of part ``name``."""
+  if name == 'device':
+    return _device_part, _device_markdown
+  if name == 'tests':
+    return _tests_part, _tests_markdown
+  module = importlib.import_module(MODULES[name])
+  return module.run, module.markdown
+
+
+def _select_platform() -> None:
+  platforms = PLATFORMS[_PLATFORM.value]
+  if platforms:
+    jax.config.update('jax_platforms', platforms)
+  try:
+    backend = jax.default_backend()
+  except RuntimeError as e:
+    raise ConfigError(f'--platform={_PLATFORM.value}: no such device here '
+                      f'({str(e).splitlines()[0]})') from None
+  wanted = {'gpu': 'gpu', 'tpu': 'tpu', 'cpu': 'cpu'}.get(_PLATFORM.value)
+  if wanted and backend != wanted:
+    raise ConfigError(f'--platform={_PLATFORM.value}: JAX\'s default backend is {backend}')
+
+
+def main() -> None:
+  parts = list(_PARTS.value)
+  unknown = [p for p in parts if p not in PARTS]
+  if unknown or not parts:
+    raise ConfigError(f'--parts: unknown {unknown or "(none given)"}; choose from {list(PARTS)}')
+  out = pathlib.Path(_OUT.value)
+  if out.exists() and not out.is_dir():
+    raise ConfigError(f'--out {out} is a file, not a directory')
+  _select_platform()
+  out.mkdir(parents=True, exist_ok=True)
+  quick = _QUICK.value
+  report = {'started': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+            'platform': jax.default_backend(), 'quick': quick, 'parts': {}}
+  lines = [f'## GPU check ({report["started"]}, {jax.devices()[0].device_kind}'
+           f'{", --quick" if quick else ""})', '']
+  failed = []
+  start = time.perf_counter()
+  for name in parts:
+    began = time.perf_counter()
+    try:
+      run, markdown = _part(name)
+      rows = run(quick)
+      entry = {'rows': rows, 'seconds': time.perf_counter() - began}
+      section = markdown(rows)
+    except Exception as e:
+      entry = {'error': f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}',
+               'traceback': traceback.format_exc(), 'seconds': time.perf_counter() - began}
+      section = [f'### {name}', '', f'failed: {entry["error"]}']
+      failed.append(name)
+    report['parts'][name] = entry
+    lines += [*section, '', f'({name}: {entry["seconds"]:.0f} s)', '']
+    print('\n'.join(section), flush=True)
+    print(f'({name}: {entry["seconds"]:.0f} s)\n', flush=True)
+    # Written after every part: a later part that hangs or is killed keeps these.
+    (out / 'gpu_check.json').write_text(json.dumps(report, indent=2, default=str) + '\n')
+    (out / 'gpu_check.md').write_text('\n'.join(lines) + '\n')
+  report['seconds'] = time.perf_counter() - start
+  (out / 'gpu_check.json').write_text(json.dumps(report, indent=2, default=str) + '\n')
+  print(f'gpu check: {report["seconds"]:.0f} s; {out / "gpu_check.json"}, {out / "gpu_check.md"}')
+  if failed:
+    raise RuntimeError(f'part(s) failed: {", ".join(failed)} (see {out / "gpu_check.json"})')
+
+
+if __name__ == '__main__':
+  _harness.run_main('gpu_check.py', main)
