@@ -6,7 +6,8 @@ of ``batch_size`` rows, with every sub-model of a throwaway copy of the model re
 (`jax.eval_shape`): the sub-models see the same shapes as in a real step, but no parameter is
 allocated and nothing is computed.
 
-Each sub-model is then compiled alone for one CPU device, as ``vjp`` with respect to its
+Each sub-model is then compiled alone for one device of JAX's default backend (the GPU where
+there is one: its fusions decide the temporaries), as ``vjp`` with respect to its
 parameters and floating-point inputs, fed a cotangent of its output's shape, returning the output
 and the gradients (so neither half can be pruned). ``cost_analysis()`` gives FLOPs and bytes
 accessed, ``memory_analysis()`` the temporaries: the activations the backward pass keeps, plus
@@ -200,15 +201,16 @@ def _replace(root: nnx.Module, path: tuple, new: nnx.Module) -> None:
 
 def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any,
              cache: dict) -> tuple[float, float, float]:
-  """``(flops, bytes accessed, temp bytes)`` of ``module``'s forward + backward on one CPU."""
+  """``(flops, bytes accessed, temp bytes)`` of ``module``'s forward + backward on one device
+  of the default backend."""
   graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-  cpu = SingleDeviceSharding(jax.devices('cpu')[0])
-  on_cpu = lambda t: jax.tree.map(  # noqa: E731
-      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=cpu), t)
+  device = SingleDeviceSharding(jax.devices()[0])
+  on_device = lambda t: jax.tree.map(  # noqa: E731
+      lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), t)
   inputs, treedef = jax.tree.flatten((args, kwargs))
   inexact = [jnp.issubdtype(x.dtype, jnp.inexact) for x in inputs]
   outputs = [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.inexact)]
-  abstract = on_cpu((params, rest, inputs, outputs))
+  abstract = on_device((params, rest, inputs, outputs))
   key = (graphdef, jax.tree.structure(abstract), tuple(jax.tree.leaves(abstract)))
   if key in cache:
     return cache[key]
