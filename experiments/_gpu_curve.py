@@ -1,6 +1,6 @@
 """LB-BSP's GPU curve: one device's step time against batch size, fitted, and the split it gives.
 
-LB-BSP's GPU mode (`hetjax.balance._gpu`) models a worker's compute time as
+LB-BSP's GPU mode (`hetjax.balance.LBBSPGpu`) models a worker's compute time as
 t(x) = max(c, a + b·x): flat while the device is not saturated, a line beyond. This part
 measures that curve on the default backend's first device for two shipped models, fits it with
 `fit_time_model`, and reports how far the fit is from the measured times (the goal on a GPU:
@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import optax
 
-from hetjax.balance._gpu import TimeModel, finish_time_shares, fit_time_model
+from hetjax.balance import TimeModel, finish_time_shares, fit_time_model
 from hetjax.models import make_task
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer

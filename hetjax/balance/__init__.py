@@ -7,6 +7,7 @@ gives a state and ``update(state, …)`` returns the decision and the next state
 from hetjax.balance._gpu import GpuState as GpuState
 from hetjax.balance._gpu import LBBSPGpu as LBBSPGpu
 from hetjax.balance._gpu import TimeModel as TimeModel
+from hetjax.balance._gpu import finish_time_shares as finish_time_shares
 from hetjax.balance._gpu import fit_time_model as fit_time_model
 from hetjax.balance._lbbsp import LBBSP as LBBSP
 from hetjax.balance._lbbsp import LBBSPState as LBBSPState
@@ -61,6 +62,7 @@ __all__ = [
     'SpeedPredictor',
     'TimeModel',
     'Uniform',
+    'finish_time_shares',
     'fit_time_model',
     'make_policy',
     'observed_speeds',

@@ -82,14 +82,18 @@ def fit_allreduce(mesh: Mesh, axis: str, large_floats: int, repeats: int = 10) -
 
 
 _MATMUL = 256  # n of the n×n×n matmuls timed per device
+_ACCELERATOR_MATMUL = 4096  # the same on a GPU or TPU
 
 
 def device_flops_per_s(devices, repeats: int = 5) -> float:
-  """FLOP/s of one of ``devices``: every device multiplies 256×256 matrices at once (so devices
+  """FLOP/s of one of ``devices``: every device multiplies n×n matrices at once (so devices
   that share cores, like virtual CPU devices, are measured sharing them); FLOPs over the median
-  time. ``devices`` may be this process's (a run's discovery) or the job's (the planner's)."""
+  time. n is 256 on CPUs and 4096 on accelerators (`_ACCELERATOR_MATMUL`: a 256³ product is
+  mostly launch overhead on a GPU, which would price the device orders of magnitude too slow).
+  ``devices`` may be this process's (a run's discovery) or the job's (the planner's)."""
   mesh = Mesh(np.array(list(devices)), ('all',))
-  n, count = _MATMUL, mesh.devices.size
+  count = mesh.devices.size
+  n = _MATMUL if mesh.devices.flat[0].platform == 'cpu' else _ACCELERATOR_MATMUL
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, n, n), jnp.float32), sharding)
   matmul = jax.jit(lambda x: jnp.einsum('bij,bjk->bik', x, x), out_shardings=sharding)
