@@ -66,7 +66,7 @@ def sizes(quick: bool) -> Sizes:
   config = load_config('gpt2_small')
   args = {**config.model.task_args(), 'data': None}
   args.pop('remat', None)
-  return Sizes(args, 8, 3, 5, (8, 16, 32, 64, 128, 256))
+  return Sizes(args, 8, 3, 5, (32, 64, 128, 256))
 
 
 def _task(args: dict, remat: str):

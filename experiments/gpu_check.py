@@ -8,7 +8,7 @@ part fails. Parts (``--parts``, all by default), each timed:
 
 * ``device``: the device, JAX's version, bfloat16 and float32 matmul FLOP/s measured
   (`hetjax.runtime.measure_peak_flops`, 4096² on an accelerator).
-* ``tests``: the exactness tests that fit one device (``pytest -m gpu``), on the device, with
+* ``tests`` (last): the exactness tests that fit one device (``pytest -m gpu``), on the device, with
   float32 matmuls pinned to full precision (``JAX_DEFAULT_MATMUL_PRECISION=highest``: a GPU
   computes float32 matmuls in TF32 by default, 10 mantissa bits, and the tests' float32
   tolerances assume 23); ``--quick`` only collects them.
@@ -61,7 +61,8 @@ from hetjax import ConfigError
 from hetjax.runtime import measure_peak_flops
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PARTS = ('device', 'tests', 'lm', 'curve', 'planner', 'schmp')
+# The exactness tests last: the longest part, and the one a rerun can take alone.
+PARTS = ('device', 'lm', 'curve', 'planner', 'schmp', 'tests')
 #: The part modules (``run(quick) -> rows``, ``markdown(rows) -> lines``).
 MODULES = {'lm': 'experiments._gpu_lm', 'curve': 'experiments._gpu_curve',
            'planner': 'experiments._gpu_planner', 'schmp': 'experiments._gpu_schmp'}

@@ -22,7 +22,7 @@ def test_every_part_runs_on_a_cpu_and_writes_json_and_markdown(tmp_path):
   report = json.loads((tmp_path / 'gpu_check.json').read_text())
   assert report['platform'] == 'cpu' and report['quick']
   parts = report['parts']
-  assert list(parts) == ['device', 'tests', 'lm', 'curve', 'planner', 'schmp']
+  assert list(parts) == ['device', 'lm', 'curve', 'planner', 'schmp', 'tests']
   assert all('error' not in p and p['rows'] for p in parts.values()), parts
   device = parts['device']['rows'][0]
   assert device['bfloat16_flops_per_s'] > 0 and device['float32_flops_per_s'] > 0
