@@ -29,17 +29,19 @@ bench: $(STAMP)
 	$(PY) experiments/bench_overhead.py --quick --json runs/bench_overhead.json
 
 # The GPU check (issue 27, experiments/gpu_check.py) on a lent GPU machine, whose Python already
-# has JAX with CUDA and hetjax's dependencies: nothing is installed from the network. pytest and
-# pytest-timeout (its exactness tests) travel as wheels: `make gpu-wheels` where a package
-# registry is reachable, then carry wheels/ along.
+# has JAX with CUDA and most of hetjax's dependencies: nothing is installed from the network.
+# What it lacks (pytest and pytest-timeout for its exactness tests, tokenizers, tensorboardX)
+# travels as wheels: `make gpu-wheels` where a package registry is reachable, then carry wheels/.
+GPU_WHEELS := 'pytest<9.2' pytest-timeout tokenizers tensorboardX
+
 gpu-check:
 	@if [ -d wheels ]; then $(PYTHON) -m pip install --quiet --no-index --find-links wheels \
-	  pytest pytest-timeout; fi
+	  $(GPU_WHEELS); fi
 	PYTHONPATH=. $(PYTHON) experiments/gpu_check.py --platform=gpu --out=runs/gpu_check
 
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --dest wheels \
-	  'pytest<9.2' pytest-timeout
+	  $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
