@@ -26,12 +26,11 @@ import statistics
 import time
 
 import jax
-import numpy as np
 import optax
 from jax.sharding import PartitionSpec
 
 from experiments import _harness
-from experiments._plain_lm import PlainLM
+from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import models, planner
 from hetjax.run import load_config
 from hetjax.runtime import peak_flops
@@ -87,32 +86,7 @@ def _compare(args: dict, remat: str, s: Sizes, peak: float) -> list[dict]:
   specs = jax.tree.map(lambda _: PartitionSpec(), trainer.state_shardings.params)
   plain = PlainLM(task, optimizer, mesh, specs, s.batch, compute_rules=rules.compute)
 
-  start = time.perf_counter()
-  het_compiled = trainer.compile_step()
-  het_compile_s = time.perf_counter() - start
-  state = trainer.init_state()
-  params, opt_state = plain.init()
-  start = time.perf_counter()
-  plain_compiled = plain.step.lower(params, opt_state, plain.batch_at(0)).compile()
-  plain_compile_s = time.perf_counter() - start
-
-  h = {'state': state, 'losses': []}
-  p = {'params': params, 'opt_state': opt_state, 'losses': []}
-
-  def run_hetjax(n: int) -> None:
-    state, until = h['state'], len(h['losses']) + n
-    for info in training_steps(trainer, state, until=until):
-      state = info.state
-      h['losses'].append(info.stats.loss)
-    h['state'] = jax.block_until_ready(state)
-    jax.block_until_ready(h['losses'][-n:])
-
-  def run_plain(n: int) -> None:
-    params, opt_state, first = p['params'], p['opt_state'], len(p['losses'])
-    for step in range(first, first + n):
-      params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(step))
-      p['losses'].append(loss)
-    p['params'], p['opt_state'] = jax.block_until_ready((params, opt_state))
+  sides = SideBySide(trainer, plain)
 
   def timed(side):
     def block() -> float:
@@ -121,17 +95,16 @@ def _compare(args: dict, remat: str, s: Sizes, peak: float) -> list[dict]:
       return time.perf_counter() - start
     return block
 
-  run_hetjax(1)  # warm-up: the first call's dispatch and allocations
-  run_plain(1)
-  times = _harness.interleave({'hetjax': timed(run_hetjax), 'plain': timed(run_plain)},
-                              s.rounds)
-  het_losses = np.array([float(x) for x in h['losses']])
-  plain_losses = np.array([float(x) for x in p['losses']])
-  diff = float(np.max(np.abs(het_losses - plain_losses) / np.abs(plain_losses)))
+  sides.run_hetjax(1)  # warm-up: the first call's dispatch and allocations
+  sides.run_plain(1)
+  times = _harness.interleave({'hetjax': timed(sides.run_hetjax),
+                               'plain': timed(sides.run_plain)}, s.rounds)
+  diff, _ = sides.loss_difference()
   tokens = s.batch * args['seq_len']
   rows = []
-  for side, compiled, compile_s in (('hetjax', het_compiled, het_compile_s),
-                                    ('plain', plain_compiled, plain_compile_s)):
+  for side, compiled, compile_s in (
+      ('hetjax', sides.hetjax_compiled, sides.hetjax_compile_s),
+      ('plain', sides.plain_compiled, sides.plain_compile_s)):
     step_s = statistics.median(times[side]) / s.steps
     flops = compiled_flops(compiled)
     rows.append({'part': 'lm', 'kind': 'compare', 'remat': remat, 'side': side,
@@ -139,7 +112,7 @@ def _compare(args: dict, remat: str, s: Sizes, peak: float) -> list[dict]:
                  'tokens_per_s': tokens / step_s, 'flops_per_step': flops,
                  'mfu': flops / step_s / peak, 'compile_s': compile_s,
                  'loss_max_rel_diff': diff if side == 'hetjax' else 0.0,
-                 'params': sum(x.size for x in jax.tree.leaves(h['state'].params)),
+                 'params': sum(x.size for x in jax.tree.leaves(sides.state.params)),
                  'measured': ['step_s', 'tokens_per_s', 'mfu', 'compile_s',
                               'loss_max_rel_diff']})
   rows[0]['ratio'] = rows[0]['step_s'] / rows[1]['step_s']

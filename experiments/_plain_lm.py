@@ -1,5 +1,6 @@
 """`PlainLM`: a hand-written `jax.jit` training step of a language model task, the reference
-`bench_lm.py` and `gpu_check.py` time hetjax's `Trainer` against.
+`bench_lm.py` and `gpu_check.py` time hetjax's `Trainer` against, and `SideBySide`, which runs
+the two on the same batches for them.
 
 It uses from hetjax only the task (model factory, per-example loss, data) and, optionally, the
 model's own activation constraints (`hetjax.sharding.activation_rules`): parameters and
@@ -9,13 +10,17 @@ mesh axis, one `jax.jit` of `jax.value_and_grad` of the mean loss and `optax.app
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax.sharding import activation_rules
+from hetjax.train import training_steps
 
 SEED = 0
 
@@ -86,3 +91,61 @@ class PlainLM:
         loss, grads = jax.value_and_grad(mean_loss)(params)
     updates, opt_state = self.optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
+
+
+class SideBySide:
+  """hetjax's ``trainer`` and the ``plain`` loop on the same task, from their own initial
+  states (the same seed), each compiled ahead of time (``*_compiled``, ``*_compile_s``) and run
+  ``n`` steps at a time on the same batches, every step's loss kept, so a benchmark can
+  interleave the two and compare their losses.
+
+  Example::
+
+    sides = SideBySide(trainer, plain)
+    sides.run_hetjax(1), sides.run_plain(1)        # warm-up
+    times = _harness.interleave({'hetjax': ..., 'plain': ...}, rounds)
+    diff, identical = sides.loss_difference()
+  """
+
+  def __init__(self, trainer, plain: PlainLM):
+    self.trainer, self.plain = trainer, plain
+    self.state = trainer.init_state()
+    self.params, self.opt_state = plain.init()
+    start = time.perf_counter()
+    self.hetjax_compiled = trainer.compile_step()
+    self.hetjax_compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    self.plain_compiled = plain.step.lower(self.params, self.opt_state,
+                                           plain.batch_at(0)).compile()
+    self.plain_compile_s = time.perf_counter() - start
+    self.hetjax_losses: list = []
+    self.plain_losses: list = []
+
+  def run_hetjax(self, n: int) -> None:
+    """``n`` more steps of hetjax's loop (`training_steps`), waited for."""
+    state, until = self.state, len(self.hetjax_losses) + n
+    for info in training_steps(self.trainer, state, until=until):
+      state = info.state
+      self.hetjax_losses.append(info.stats.loss)
+    self.state = jax.block_until_ready(state)
+    jax.block_until_ready(self.hetjax_losses[-n:])
+
+  def run_plain(self, n: int) -> None:
+    """``n`` more steps of the plain loop on the same batches, waited for."""
+    params, opt_state, first = self.params, self.opt_state, len(self.plain_losses)
+    for step in range(first, first + n):
+      params, opt_state, loss = self.plain.step(params, opt_state, self.plain.batch_at(step))
+      self.plain_losses.append(loss)
+    self.params, self.opt_state = jax.block_until_ready((params, opt_state))
+    jax.block_until_ready(self.plain_losses[-n:])
+
+  def losses(self) -> tuple[np.ndarray, np.ndarray]:
+    """Every step's loss so far: ``(hetjax, plain)``."""
+    return (np.array([float(x) for x in self.hetjax_losses]),
+            np.array([float(x) for x in self.plain_losses]))
+
+  def loss_difference(self) -> tuple[float, bool]:
+    """The largest relative difference of hetjax's losses from the plain loop's, and whether
+    they are bit-identical."""
+    het, plain = self.losses()
+    return float(np.max(np.abs(het - plain) / np.abs(plain))), bool(np.array_equal(het, plain))

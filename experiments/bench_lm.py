@@ -75,13 +75,13 @@ from absl import flags
 from jax.sharding import Mesh, PartitionSpec
 
 from experiments import _harness, _lm_launched
-from experiments._plain_lm import PlainLM
+from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import ConfigError, models
 from hetjax.models import gpt
 from hetjax.planner import collective_bytes
 from hetjax.runtime import enable_compilation_cache, peak_flops
 from hetjax.sharding import abstract_model, make_mesh, param_shardings
-from hetjax.train import Strategy, Trainer, compiled_flops, training_steps
+from hetjax.train import Strategy, Trainer, compiled_flops
 
 DEVICES = 4
 # name → (gpt make_task keyword arguments, global batch)
@@ -142,41 +142,14 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
   plain = PlainLM(task, optimizer, mesh, specs, global_batch,
                   compute_rules=STRATEGIES[strategy].rules().compute if constraints else None)
 
-  state = trainer.init_state()
-  params, opt_state = plain.init()
-  same = jax.tree.map(lambda a, b: np.array_equal(a, b), state.params, params)
+  sides = SideBySide(trainer, plain)
+  same = jax.tree.map(lambda a, b: np.array_equal(a, b), sides.state.params, sides.params)
   if not all(jax.tree.leaves(same)):
     raise AssertionError(f'{size}: hetjax and plain initial parameters differ')
   laid = jax.tree.map(lambda a, b: a.sharding.is_equivalent_to(b.sharding, a.ndim),
-                      state.params, params)
+                      sides.state.params, sides.params)
   if not all(jax.tree.leaves(laid)):
     raise AssertionError(f'{size} {strategy}: the plain parameters are not laid out as hetjax\'s')
-
-  start = time.perf_counter()
-  het_compiled = trainer.compile_step()
-  het_compile_s = time.perf_counter() - start
-  start = time.perf_counter()
-  plain_compiled = plain.step.lower(params, opt_state, plain.batch_at(0)).compile()
-  plain_compile_s = time.perf_counter() - start
-
-  h = {'state': state, 'losses': []}
-  p = {'params': params, 'opt_state': opt_state, 'losses': []}
-
-  def run_hetjax(n: int) -> None:
-    state, until = h['state'], len(h['losses']) + n
-    for info in training_steps(trainer, state, until=until):
-      state = info.state
-      h['losses'].append(info.stats.loss)
-    h['state'] = jax.block_until_ready(state)
-    jax.block_until_ready(h['losses'][-n:])
-
-  def run_plain(n: int) -> None:
-    params, opt_state, first = p['params'], p['opt_state'], len(p['losses'])
-    for step in range(first, first + n):
-      params, opt_state, loss = plain.step(params, opt_state, plain.batch_at(step))
-      p['losses'].append(loss)
-    p['params'], p['opt_state'] = jax.block_until_ready((params, opt_state))
-    jax.block_until_ready(p['losses'][-n:])
 
   def timed(run):
     def block() -> tuple[float, float]:
@@ -185,19 +158,19 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
       return time.perf_counter() - wall, time.process_time() - cpu
     return block
 
-  run_hetjax(WARMUP_STEPS)
-  run_plain(WARMUP_STEPS)
-  times = _harness.interleave({'hetjax': timed(run_hetjax), 'plain': timed(run_plain)}, rounds)
+  sides.run_hetjax(WARMUP_STEPS)
+  sides.run_plain(WARMUP_STEPS)
+  times = _harness.interleave({'hetjax': timed(sides.run_hetjax),
+                               'plain': timed(sides.run_plain)}, rounds)
 
-  het_losses = np.array([float(x) for x in h['losses']])
-  plain_losses = np.array([float(x) for x in p['losses']])
-  rel = float(np.max(np.abs(het_losses - plain_losses) / np.abs(plain_losses)))
+  het_losses, plain_losses = sides.losses()
+  rel, identical = sides.loss_difference()
   tokens = global_batch * args['seq_len']
   analytic = float(gpt.flops_per_token(args) * tokens)
   rows = []
   for side, compiled, compile_s, losses, diff in (
-      ('hetjax', het_compiled, het_compile_s, het_losses, rel),
-      ('plain', plain_compiled, plain_compile_s, plain_losses, 0.0)):
+      ('hetjax', sides.hetjax_compiled, sides.hetjax_compile_s, het_losses, rel),
+      ('plain', sides.plain_compiled, sides.plain_compile_s, plain_losses, 0.0)):
     step_s = statistics.median(w for w, _ in times[side]) / steps
     cpu_step_s = statistics.median(c for _, c in times[side]) / steps
     flops = compiled_flops(compiled) * DEVICES
@@ -205,8 +178,7 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
         'size': size, 'params': gpt.num_params(args), 'strategy': strategy, 'dtype': dtype,
         'side': side, 'step_s': step_s, 'cpu_step_s': cpu_step_s,
         'tokens_per_s': tokens / step_s, 'mfu': flops / step_s / (DEVICES * peaks[dtype]),
-        'loss_max_rel_diff_vs_plain': diff, 'losses_bit_identical': bool(
-            np.array_equal(het_losses, plain_losses)),
+        'loss_max_rel_diff_vs_plain': diff, 'losses_bit_identical': identical,
         'compile_s': compile_s, 'flops_per_step': flops, 'analytic_flops_per_step': analytic,
         'final_loss': float(losses[-1]), 'global_batch': global_batch,
         'seq_len': args['seq_len'], 'rounds': rounds, 'steps_per_block': steps,
