@@ -4,14 +4,13 @@ A part of ``experiments/gpu_check.py``. For the ``gpt`` and ``wide_deep`` models
 backend and its first device only:
 
 1. **Profile.** `hetjax.planner.profile_submodels` at the step's batch (XLA's analyses of each
-   sub-model compiled alone: FLOPs, bytes). The planner compiles these for the CPU wherever it
-   runs, so JAX's CPU backend must be available beside the GPU (``JAX_PLATFORMS`` unset, or
-   naming ``cpu`` too). Each sub-model's forward + backward is then compiled for the device and
-   timed there, as the model's chain runs it (`_link_seconds`): measured seconds, and the FLOP/s
-   it reached (the profile's FLOPs over that time).
+   sub-model compiled alone for the default backend's device: FLOPs, bytes). Each sub-model's
+   forward + backward is then compiled for the device and timed there, as the model's chain
+   runs it (`_link_seconds`): measured seconds, and the FLOP/s it reached (the profile's FLOPs
+   over that time).
 2. **Plan.** The cluster is this one device as `hetjax.planner.measure_cluster` measures it (a
-   256³ matmul for FLOP/s, a 16 MiB update for bandwidth); `hetjax.planner.search` with
-   `hetjax.planner.CompiledCost` (``hetjax-plan``'s default; on one device every option is
+   matmul for FLOP/s, 256² on a CPU and 4096² on an accelerator; a 16 MiB update for
+   bandwidth); `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s default; on one device every option is
    `AnalyticCost`'s) picks the plan and predicts its step time.
 3. **Trained.** `hetjax.planner.compile_plan` builds the plan's trainer, as ``hetjax-train
    --plan`` does (one device: a `hetjax.train.Trainer` on the plan's mesh), and its compiled
