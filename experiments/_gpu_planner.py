@@ -10,8 +10,9 @@ backend and its first device only:
    over that time).
 2. **Plan.** The cluster is this one device as `hetjax.planner.measure_cluster` measures it (a
    matmul for FLOP/s, 256² on a CPU and 4096² on an accelerator; a 16 MiB update for
-   bandwidth); `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s default; on one device every option is
-   `AnalyticCost`'s) picks the plan and predicts its step time.
+   bandwidth); `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s
+   default; on one device every option is `AnalyticCost`'s) picks the plan and predicts its
+   step time.
 3. **Trained.** `hetjax.planner.compile_plan` builds the plan's trainer, as ``hetjax-train
    --plan`` does (one device: a `hetjax.train.Trainer` on the plan's mesh), and its compiled
    step runs from a state filled from the host on batches placed beforehand (the host's data
