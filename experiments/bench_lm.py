@@ -96,16 +96,14 @@ LR = 1e-3
 SEED = 0
 WARMUP_STEPS = 1
 GOAL_RATIO = 1.03
-# Why losses may differ at all. float32: the two programs compute the same sums, and only a
-# different order of reduction changes a loss, by ulps that the updates then carry forward: data
-# parallel compiles to the same program on both sides (bit-identical losses); under FSDP the
-# plain step, without activation constraints, contracts over the sharded embedding dimension on
-# each device and all-reduces the partial sums, which hetjax's batch-sharded activations do not
-# (8.9e-7 after 7 steps at 3m). bfloat16: every matmul rounds its inputs to 8 mantissa bits, so
-# a different order of reduction (partial sums across devices, as above) or a different fusion
-# (hetjax's sharding constraints on bfloat16 activations move converts: at 3m data parallel its
-# step has 36 more converts and 10 more fusions than the plain one) rounds differently, by about
-# 2^-8 relative per rounding rather than 2^-24, and the updates carry that forward too.
+# Why losses may differ at all. With --plain_constraints (the default) both sides trace the
+# model under the same activation rules and compile the same collectives: the losses were
+# bit-identical in float32 and bfloat16, data parallel and FSDP, at 3m and 25m. Without them
+# (--noplain_constraints) the plain FSDP step contracts over the sharded embedding dimension on
+# each device and all-reduces the partial sums, another order of reduction (float32: 8.9e-7
+# after 7 steps at 3m, 1.5e-5 at 25m), and in bfloat16, where every matmul rounds its inputs to
+# 8 mantissa bits, a different reduction order or fusion (the constraints move converts) rounds
+# differently, by about 2^-8 relative per rounding rather than 2^-24, carried by the updates.
 LOSS_RTOL = {'float32': 1e-6, 'bfloat16': 1e-2}
 
 _SIZES = flags.DEFINE_list('sizes', None, f'sizes, of {list(SIZES)} (default 3m,25m; quick 3m)')
