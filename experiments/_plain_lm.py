@@ -1,6 +1,6 @@
-"""`PlainLM`: a hand-written `jax.jit` training step of a language model task, the reference
-`bench_lm.py` and `gpu_check.py` time hetjax's `Trainer` against, and `SideBySide`, which runs
-the two on the same batches for them.
+"""`PlainLM`: a hand-written `jax.jit` training step of a task, the reference `bench_lm.py`,
+`bench_overhead.py` and `gpu_check.py` time hetjax's `Trainer` against, and `SideBySide`, which
+runs the two on the same batches for them.
 
 It uses from hetjax only the task (model factory, per-example loss, data) and, optionally, the
 model's own activation constraints (`hetjax.sharding.activation_rules`): parameters and
@@ -38,7 +38,8 @@ class PlainLM:
     task: only ``make_model``, ``loss`` and ``data`` are used.
     optimizer: an optax transformation.
     mesh: the devices; the batch's leading axis is split over all of its axes.
-    specs: a `PartitionSpec` per parameter (a pure dict, as `nnx.to_pure_dict` gives).
+    specs: a `PartitionSpec` per parameter (a pure dict, as `nnx.to_pure_dict` gives); None:
+      every parameter replicated (plain data parallelism).
     global_batch: rows per step.
     seed: initialises the parameters and selects the data.
     compute_rules: logical rules the model's activation constraints follow while the step is
@@ -50,10 +51,13 @@ class PlainLM:
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
     self.mesh, self.compute_rules = mesh, compute_rules
     replicated = NamedSharding(mesh, PartitionSpec())
-    self.param_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
-                                        is_leaf=lambda x: isinstance(x, PartitionSpec))
     self.graphdef, abstract = nnx.split(nnx.eval_shape(self._make))
-    abstract_opt = jax.eval_shape(optimizer.init, nnx.to_pure_dict(abstract))
+    abstract_params = nnx.to_pure_dict(abstract)
+    self.param_shardings = (
+        jax.tree.map(lambda _: replicated, abstract_params) if specs is None else
+        jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
+                     is_leaf=lambda x: isinstance(x, PartitionSpec)))
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
     self.opt_shardings = optax.tree_map_params(
         optimizer, lambda _, sharding: sharding, abstract_opt, self.param_shardings,
         transform_non_params=lambda _: replicated,

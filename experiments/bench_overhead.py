@@ -3,9 +3,9 @@ r"""How much slower is a hetjax train step than a hand-written `jax.jit` data-pa
 Both sides train the same model from the same initial parameters on the same mesh (8 devices,
 ``8x1`` over ``('data', 'model')``) with ``optax.adam(1e-3)`` on the same global batches. hetjax
 runs `Trainer` under `Strategy.DATA_PARALLEL` driven by the real loop, `training_steps` (host batch
-creation and `put_batch` included); the reference is `experiments/_plain_step.py`. After a warm-up
-that compiles both, R rounds each time one block of N steps per side, the side that goes first
-alternating by round; a block ends at `jax.block_until_ready` of its last state. The ratio is
+creation and `put_batch` included); the reference is `PlainLM` (`experiments/_plain_lm.py`) with
+every parameter replicated. After a warm-up that compiles both, R rounds each time one block of N
+steps per side, the side that goes first alternating by round; a block ends at `jax.block_until_ready` of its last state. The ratio is
 median(hetjax block) / median(plain block); the goal is ≤ 1.03. Both sides' losses at the last
 step must agree to 1e-5 relative, which proves the two time the same computation.
 
@@ -31,7 +31,7 @@ from absl import flags
 
 import hetjax
 from experiments import _harness
-from experiments._plain_step import PlainDataParallel
+from experiments._plain_lm import PlainLM
 from hetjax import models
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy, Trainer, training_steps
@@ -60,7 +60,7 @@ def _bench(name: str, rounds: int, steps: int) -> dict:
   mesh = make_mesh((jax.device_count(), 1))
   opt = optax.adam(1e-3)
   trainer = Trainer(task, opt, global_batch, mesh, Strategy.DATA_PARALLEL.rules())
-  plain = PlainDataParallel(task, opt, mesh, global_batch)
+  plain = PlainLM(task, opt, mesh, None, global_batch)  # every parameter replicated
 
   state = trainer.init_state()
   params, opt_state = plain.init()
