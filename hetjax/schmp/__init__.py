@@ -4,9 +4,10 @@ parameter blocks, run as one SPMD program over every device of the job.
 `App` is the model (its data, the update of a round, the objective); `SchmpProgram` runs an
 app's rounds in the one loop (`hetjax.train.training_steps`) as a `StepProgram`, and a scheduler
 — a policy value like every other (`init`, ``update(state, stats) -> (Schedule, state)``) —
-decides each round's blocks: `StaticRotation` (matrix factorisation, LDA), or for the
-coordinate-descent apps (`CoordinateApp`: Lasso, L1 logistic regression) `DynamicScheduler`
-(SchMP's priorities and dependency check) and the baselines `Shotgun` and `Cyclic`.
+decides each round's blocks: `StaticRotation` (SGD and CCD++ matrix factorisation, LDA), or
+for the coordinate-descent apps (`CoordinateApp`: Lasso, L1 logistic regression, and the linear
+SVM by dual coordinate descent, whose coordinates are examples) `DynamicScheduler` (SchMP's
+priorities and dependency check) and the baselines `Shotgun` and `Cyclic`.
 """
 
 from hetjax.schmp._app import App as App

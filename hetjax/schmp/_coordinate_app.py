@@ -1,7 +1,12 @@
-"""`CoordinateApp`: what the coordinate-descent apps (Lasso, L1 logistic regression) share.
+"""`CoordinateApp`: what the coordinate-descent apps (Lasso, L1 logistic regression, the SVM's
+dual) share, and `PrimalCoordinateApp`: the round of the two whose coordinates are features.
 
-Both keep β (d coefficients, one schedulable block each) replicated on every device and one
-float per row sharded with the rows (Lasso: the residual y − Xβ; logistic regression: the
+Every coordinate app keeps its data's rows split evenly over the devices, picks coordinates
+with the schedulers below, and avoids picking dependent ones by a correlation: of columns for
+the primal apps, of rows for the SVM's dual (`CoordinateApp.correlations`, from the unit
+vectors of the blocks, `block_vectors`). The primal apps (Lasso, L1 logistic regression) keep
+β (d coefficients, one schedulable block each) replicated on every device and one float per
+row sharded with the rows (Lasso: the residual y − Xβ; logistic regression: the
 margin Xβ), so that a round needs only the picked columns of each device's own rows and one
 `lax.psum` of two numbers per picked coordinate. The round is the same for both: for the
 picked coordinates J,
@@ -19,15 +24,15 @@ picked coordinates J,
      |Δβⱼ| of the step each coordinate would take now (`RoundInfo.priority`): the dynamic
      scheduler's weights.
 
-They also share the data (a `SparseDesign`, its rows split evenly over the devices), the
-column correlations the dynamic scheduler asks for, and the scheduler by name:
+Every coordinate app shares the data (a `SparseDesign`, its rows split evenly over the
+devices), the correlations the dynamic scheduler asks for, and the scheduler by name:
 
 * ``'schmp'``: `DynamicScheduler` (priorities + dependency check);
 * ``'shotgun'``: `Shotgun` (P uniform coordinates, no check);
 * ``'cyclic'``: `Cyclic` (one coordinate a round, in order: sequential coordinate descent).
 
-A subclass writes step 1's partial sums and step 3's update, the objective (on the devices
-and, in float64, on the host) and the scikit-learn reference.
+A primal subclass writes step 1's partial sums and step 3's update, the objective (on the
+devices and, in float64, on the host) and the scikit-learn reference.
 
 Example::
 
@@ -115,11 +120,14 @@ def coordinate_step(beta: jax.Array, grad: jax.Array, curv: jax.Array, lam: floa
 
 
 class CoordinateApp:
-  """The shared part of a coordinate-descent `App` (module docstring).
+  """The shared part of a coordinate-descent `App` (module docstring): the data and its rows
+  over the devices, the schedulers, the correlations, the scikit-learn reference.
+
+  A subclass says what its blocks are (`blocks`, `block_vectors`) and writes the round, the
+  objective and the reference solve.
 
   Attributes:
     design: the data.
-    lam: λ, the L1 penalty's weight (> 0).
     scheduler: its `CoordinateScheduler`'s name.
     options: the dynamic scheduler's settings.
     pad_rows: whether rows that do not divide over the devices are padded with zero rows.
@@ -127,18 +135,21 @@ class CoordinateApp:
   """
 
   name: str
-  row_state: str  # the name of the per-row parameter
 
-  def __init__(self, design: SparseDesign, lam: float, scheduler: str,
-               options: DynamicOptions, pad_rows: bool, config: dict):
-    self.scheduler = check_arguments(self.name, scheduler, lam)
-    self.design, self.lam, self.options, self.pad_rows = design, float(lam), options, pad_rows
-    self.config = config
+  def __init__(self, design: SparseDesign, scheduler: str, options: DynamicOptions,
+               pad_rows: bool, config: dict):
+    self.scheduler = parse_choice(CoordinateScheduler, scheduler, 'scheduler').value
+    self.design, self.options, self.pad_rows, self.config = design, options, pad_rows, config
     self._reference: np.ndarray | None = None
 
   @property
   def blocks(self) -> int:
-    return self.design.features
+    raise NotImplementedError
+
+  def block_vectors(self) -> np.ndarray:
+    """float32[blocks, m]: the vector of each block whose |cosine| with another block's says
+    how much updating them at once interferes (columns of X for the primal, rows for the dual)."""
+    raise NotImplementedError
 
   # -- data and layout ---------------------------------------------------------------------------
 
@@ -154,6 +165,90 @@ class CoordinateApp:
     if not pad:
       return {'x': self.design.x, 'y': self.design.y}
     return {'x': np.pad(self.design.x, ((0, pad), (0, 0))), 'y': np.pad(self.design.y, (0, pad))}
+
+  def correlations(self, blocks: np.ndarray) -> np.ndarray:
+    """|corr| of the blocks ``blocks`` pairwise (float32[c, c]; 0 for an all-zero vector),
+    from unit-norm `block_vectors` kept row-major (a gather of c contiguous rows and one
+    c × m × c product: about 0.1 ms for 64 candidates of 512 rows, where gathering X's
+    columns took 0.4)."""
+    vectors = self._unit_vectors[np.asarray(blocks)]
+    return np.abs(vectors @ vectors.T)
+
+  @functools.cached_property
+  def _unit_vectors(self) -> np.ndarray:
+    """float32[blocks, m]: `block_vectors` scaled to unit norm (a zero one stays zero)."""
+    vectors = np.ascontiguousarray(self.block_vectors())
+    norms = np.sqrt(np.einsum('dn,dn->d', vectors, vectors, dtype=np.float64))
+    return (vectors / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
+
+  # -- scheduling --------------------------------------------------------------------------------
+
+  @property
+  def reports_priority(self) -> bool:
+    """Whether a round reports every coordinate's current priority: SchMP's scheduler with
+    ``priority='current'`` (one more collective a round)."""
+    return (self.scheduler == CoordinateScheduler.SCHMP.value
+            and self.options.priority == Priority.CURRENT.value)
+
+  def policy(self, schedule_size: int, seed: int) -> Any:
+    """The scheduler named by ``scheduler`` for a program of ``schedule_size`` slots."""
+    which = CoordinateScheduler(self.scheduler)
+    if which is CoordinateScheduler.SCHMP:
+      return DynamicScheduler(self.blocks, schedule_size, self.correlations, seed=seed,
+                              **self.options.settings())
+    if which is CoordinateScheduler.SHOTGUN:
+      return Shotgun(self.blocks, schedule_size, seed=seed)
+    return Cyclic(self.blocks, schedule_size)
+
+  def default_schedule_size(self, devices: int) -> int:
+    """1 for ``cyclic``; else STRADS's 32 (at most the blocks), whatever the device count."""
+    del devices
+    if self.scheduler == CoordinateScheduler.CYCLIC.value:
+      return 1
+    return min(self.blocks, DEFAULT_SCHEDULE_SIZE)
+
+  # -- the reference ---------------------------------------------------------------------------
+
+  def reference_coefficients(self) -> np.ndarray:
+    """scikit-learn's solution of this problem (float64[d]), solved once."""
+    if self._reference is None:
+      self._reference = self._solve_reference()
+    return self._reference
+
+  def reference_objective(self) -> float:
+    """This app's objective at scikit-learn's solution."""
+    return self.objective_at(self.reference_coefficients())
+
+  def objective_at(self, beta: np.ndarray) -> float:
+    """The objective at the coefficients ``beta``, in float64 on the host."""
+    raise NotImplementedError
+
+  def _solve_reference(self) -> np.ndarray:
+    raise NotImplementedError
+
+
+class PrimalCoordinateApp(CoordinateApp):
+  """The primal coordinate-descent apps' round (module docstring): β replicated, one float per
+  row sharded with the rows; every device works on every picked coordinate, over its own rows.
+
+  Attributes:
+    lam: λ, the L1 penalty's weight (> 0).
+  """
+
+  row_state: str  # the name of the per-row parameter
+
+  def __init__(self, design: SparseDesign, lam: float, scheduler: str,
+               options: DynamicOptions, pad_rows: bool, config: dict):
+    check_arguments(self.name, scheduler, lam)
+    super().__init__(design, scheduler, options, pad_rows, config)
+    self.lam = float(lam)
+
+  @property
+  def blocks(self) -> int:
+    return self.design.features
+
+  def block_vectors(self) -> np.ndarray:
+    return self.design.x.T
 
   def param_specs(self, axis: str) -> PyTree:
     return {'beta': PartitionSpec(), self.row_state: PartitionSpec(axis)}
@@ -176,13 +271,6 @@ class CoordinateApp:
     would = coordinate_step(beta, every[0], every[1], self.lam) - beta
     return params, {'delta': delta, 'priority': jnp.abs(would)}
 
-  @property
-  def reports_priority(self) -> bool:
-    """Whether a round reports every coordinate's current priority: SchMP's scheduler with
-    ``priority='current'`` (one more psum, of d partial sums, a round)."""
-    return (self.scheduler == CoordinateScheduler.SCHMP.value
-            and self.options.priority == Priority.CURRENT.value)
-
   def partial_sums(self, state: jax.Array, y: jax.Array, x: jax.Array) -> jax.Array:
     """[2, slots]: this device's rows' share of gⱼ and hⱼ for the columns ``x`` ([rows,
     slots]) at the per-row ``state``."""
@@ -190,59 +278,6 @@ class CoordinateApp:
 
   def moved(self, state: jax.Array, x: jax.Array, delta: jax.Array) -> jax.Array:
     """The per-row state after β_J moved by ``delta``."""
-    raise NotImplementedError
-
-  def correlations(self, blocks: np.ndarray) -> np.ndarray:
-    """|corr| of the columns ``blocks`` pairwise (float32[c, c]; 0 for a constant column),
-    from unit-norm columns kept row-major (a gather of c contiguous rows and one c × n × c
-    product: about 0.1 ms for 64 candidates of 512 rows, where gathering X's columns took 0.4)."""
-    cols = self._unit_columns[np.asarray(blocks)]
-    return np.abs(cols @ cols.T)
-
-  @functools.cached_property
-  def _unit_columns(self) -> np.ndarray:
-    """float32[d, n]: X's columns scaled to unit norm (a zero column stays zero)."""
-    columns = np.ascontiguousarray(self.design.x.T)
-    norms = np.sqrt(np.einsum('dn,dn->d', columns, columns, dtype=np.float64))
-    return (columns / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
-
-  # -- scheduling --------------------------------------------------------------------------------
-
-  def policy(self, schedule_size: int, seed: int) -> Any:
-    """The scheduler named by ``scheduler`` for a program of ``schedule_size`` slots."""
-    which = CoordinateScheduler(self.scheduler)
-    if which is CoordinateScheduler.SCHMP:
-      return DynamicScheduler(self.blocks, schedule_size, self.correlations, seed=seed,
-                              **self.options.settings())
-    if which is CoordinateScheduler.SHOTGUN:
-      return Shotgun(self.blocks, schedule_size, seed=seed)
-    return Cyclic(self.blocks, schedule_size)
-
-  def default_schedule_size(self, devices: int) -> int:
-    """1 for ``cyclic``; else STRADS's 32 (at most d), whatever the device count: every device
-    works on every picked coordinate, over its own rows."""
-    del devices
-    if self.scheduler == CoordinateScheduler.CYCLIC.value:
-      return 1
-    return min(self.blocks, DEFAULT_SCHEDULE_SIZE)
-
-  # -- the reference ---------------------------------------------------------------------------
-
-  def reference_coefficients(self) -> np.ndarray:
-    """scikit-learn's solution of this problem (float64[d]), solved once."""
-    if self._reference is None:
-      self._reference = self._solve_reference()
-    return self._reference
-
-  def reference_objective(self) -> float:
-    """This app's objective at scikit-learn's solution."""
-    return self.objective_at(self.reference_coefficients())
-
-  def objective_at(self, beta: np.ndarray) -> float:
-    """The objective at ``beta``, in float64 on the host."""
-    raise NotImplementedError
-
-  def _solve_reference(self) -> np.ndarray:
     raise NotImplementedError
 
 

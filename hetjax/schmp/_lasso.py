@@ -1,8 +1,8 @@
 """`Lasso`: ½‖y − Xβ‖² + λ‖β‖₁ by scheduled parallel coordinate descent, as STRADS does it.
 
 The rows (samples) are split over the devices and each device keeps the residual r = y − Xβ of
-its rows (a parameter sharded by rows); β is replicated. A round is `CoordinateApp`'s: for the
-picked coordinates J each device sums, over its rows, gⱼ = −Σᵢ xᵢⱼ rᵢ (the derivative of
+its rows (a parameter sharded by rows); β is replicated. A round is `PrimalCoordinateApp`'s:
+for the picked coordinates J each device sums, over its rows, gⱼ = −Σᵢ xᵢⱼ rᵢ (the derivative of
 ½‖r‖² in βⱼ) and hⱼ = Σᵢ xᵢⱼ² (its exact second derivative: the loss is quadratic), one
 `lax.psum` adds them, and every device sets
 
@@ -36,15 +36,15 @@ from jax import lax
 
 from hetjax.data._sparse_design import Response
 from hetjax.schmp._coordinate_app import (
-    CoordinateApp,
     DynamicOptions,
+    PrimalCoordinateApp,
     check_arguments,
     default_lam,
     make_design,
 )
 
 
-class Lasso(CoordinateApp):
+class Lasso(PrimalCoordinateApp):
   """The Lasso app (module docstring); made by `make_lasso`."""
 
   name = 'lasso'

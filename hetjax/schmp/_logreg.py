@@ -2,7 +2,7 @@
 yᵢ = ±1, by scheduled parallel coordinate descent.
 
 The rows are split over the devices and each device keeps the margins m = Xβ of its rows (a
-parameter sharded by rows); β is replicated. A round is `CoordinateApp`'s: for the picked
+parameter sharded by rows); β is replicated. A round is `PrimalCoordinateApp`'s: for the picked
 coordinates J each device sums over its rows
 
   gⱼ = Σᵢ −yᵢ xᵢⱼ σ(−yᵢ mᵢ)     (the loss's derivative in βⱼ)
@@ -52,15 +52,15 @@ from jax import lax
 
 from hetjax.data._sparse_design import Response
 from hetjax.schmp._coordinate_app import (
-    CoordinateApp,
     DynamicOptions,
+    PrimalCoordinateApp,
     check_arguments,
     default_lam,
     make_design,
 )
 
 
-class LogReg(CoordinateApp):
+class LogReg(PrimalCoordinateApp):
   """The L1 logistic regression app (module docstring); made by `make_logreg`."""
 
   name = 'logreg'

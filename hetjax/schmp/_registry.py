@@ -20,6 +20,8 @@ APPS = {
     'logreg': ('hetjax.schmp._logreg', 'make_logreg'),
     'mf': ('hetjax.schmp._mf', 'make_mf'),
     'lda': ('hetjax.schmp._lda', 'make_lda'),
+    'svm': ('hetjax.schmp._svm', 'make_svm'),
+    'cdmf': ('hetjax.schmp._cdmf', 'make_cdmf'),
 }
 
 
