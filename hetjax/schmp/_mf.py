@@ -2,7 +2,9 @@
 
 Ratings R ≈ W Hᵀ are fitted over the observed cells by SGD (`hetjax.schmp._mf_sgd`: the
 update and the regularised loss ½ Σ (r − wᵤ·hᵢ)² + λ/2 (‖W‖² + ‖H‖²) it descends). The run
-logs the training RMSE, √(Σ (r − wᵤ·hᵢ)² / n): lower is better.
+logs the training RMSE, √(Σ (r − wᵤ·hᵢ)² / n), or with ``metric='loss'`` that regularised loss
+(what CD-MF, `hetjax.schmp._cdmf`, reports, so the two compare on one objective): lower is
+better.
 
 ``scheduler='schmp'`` (STRADS's static schedule): users are cut into P row blocks, one per
 device, and items into P column blocks of about equal ratings (`MFLayout`). W block p lives on device p and never
@@ -73,6 +75,13 @@ from hetjax.schmp._static import StaticRotation
 _ORDER_SALT, _W_SALT, _H_SALT = 0x0D3E, 0, 1
 
 
+class MFMetric(enum.Enum):
+  """What an MF app's objective reports (module docstring)."""
+
+  RMSE = 'rmse'  # the training RMSE
+  LOSS = 'loss'  # the regularised loss ½ Σ (r − wᵤ·hᵢ)² + λ/2 (‖W‖² + ‖H‖²), rated rows only
+
+
 class MFScheduler(enum.Enum):
   """How an MF app's rounds pick their ratings (module docstring)."""
 
@@ -95,6 +104,7 @@ class MatrixFactorisation:
     row_shares: users per device, or None for equal blocks.
     mode: the `MFScheduler`.
     config: the arguments it was made with (JSON).
+    metric: the `MFMetric` its objective reports.
   """
 
   ratings: Ratings
@@ -107,6 +117,7 @@ class MatrixFactorisation:
   row_shares: tuple[int, ...] | None
   mode: MFScheduler
   config: dict
+  metric: MFMetric = MFMetric.RMSE
   name: str = 'mf'
 
   @property
@@ -259,7 +270,9 @@ class MatrixFactorisation:
     return {'w': w, 'h': h}, jnp.where(mask, by_block[blocks], 0.0)
 
   def objective(self, params, shard, axis):
-    """The training RMSE over every rating (replicated)."""
+    """The training RMSE over every rating, or the regularised loss (`metric`; replicated):
+    each rating carries its rows' share of the regulariser (``user_reg``, ``item_reg``: 1 / the
+    ratings of its user and item), so summed over the ratings it counts each rated row once."""
     layout, item = self.layout, shard['item']
     if self.rotation:  # column block c of a rating is on device (c − turn) mod P
       h = lax.all_gather(params['h'], axis, tiled=True)
@@ -267,7 +280,12 @@ class MatrixFactorisation:
       item = (column - params['turn']) % layout.devices * layout.col_pad + item
     else:
       h = params['h']
-    error = shard['value'] - jnp.sum(params['w'][shard['user']] * h[item], -1)
+    w, h = params['w'][shard['user']], h[item]
+    error = shard['value'] - jnp.sum(w * h, -1)
+    if self.metric is MFMetric.LOSS:
+      rows = shard['user_reg'] * jnp.sum(w * w, -1) + shard['item_reg'] * jnp.sum(h * h, -1)
+      return lax.psum(jnp.sum(shard['observed'] * (0.5 * error ** 2 + 0.5 * self.lam * rows)),
+                      axis)
     total = lax.psum(jnp.sum(shard['observed'] * error ** 2), axis)
     return jnp.sqrt(total / self.ratings.count)
 
@@ -276,7 +294,8 @@ def make_mf(scheduler: str = 'schmp', *, rank: int = 8, lam: float = 0.05, lr: f
             init_scale: float = 0.1, seed: int = 0, devices: int | None = None,
             row_shares: Sequence[int] | None = None, data: str = 'zipf', users: int = 1000,
             items: int = 500, ratings: int = 20_000, data_rank: int = 4, noise: float = 0.1,
-            exponent: float = 1.0, data_seed: int = 0) -> MatrixFactorisation:
+            exponent: float = 1.0, data_seed: int = 0, metric: str = 'rmse'
+            ) -> MatrixFactorisation:
   """SGD matrix factorisation on `zipf_ratings` (``users`` … ``data_seed``) or on your own
   ratings, run by ``scheduler`` (``'schmp'`` or ``'unscheduled'``).
 
@@ -295,13 +314,16 @@ def make_mf(scheduler: str = 'schmp', *, rank: int = 8, lam: float = 0.05, lr: f
       file, ``users`` … ``data_seed`` keep their defaults (the shipped config names them) and
       the file gives the matrix.
     users, items, ratings, data_rank, noise, exponent, data_seed: the data (`zipf_ratings`).
+    metric: what the objective reports: ``'rmse'`` (the training RMSE) or ``'loss'`` (the
+      regularised loss SGD descends).
 
   Raises:
-    ConfigError: one line: any of these out of range, an unknown scheduler or data, generator
-      arguments with a file, a file that does not read as ratings, fewer users or items than
-      devices, row shares that do not split the users.
+    ConfigError: one line: any of these out of range, an unknown scheduler, metric or data,
+      generator arguments with a file, a file that does not read as ratings, fewer users or
+      items than devices, row shares that do not split the users.
   """
   mode = parse_choice(MFScheduler, scheduler, 'MF scheduler')
+  metric_ = parse_choice(MFMetric, metric, 'MF metric')
   generator = {'users': users, 'items': items, 'ratings': ratings, 'data_rank': data_rank,
                'noise': noise, 'exponent': exponent, 'data_seed': data_seed}
   for what, value in (('rank', rank), ('users', users), ('items', items), ('ratings', ratings),
@@ -328,8 +350,10 @@ def make_mf(scheduler: str = 'schmp', *, rank: int = 8, lam: float = 0.05, lr: f
   source = {'data': os.fspath(data)} if is_data_path(data) else {'data': data, **generator}
   config = dict(rank=rank, lam=lam, lr=lr, init_scale=init_scale, seed=seed, devices=devices,
                 row_shares=None if shares is None else list(shares), **source)
+  if metric_ is not MFMetric.RMSE:  # recorded when not the default: older checkpoints match
+    config['metric'] = metric_.value
   return MatrixFactorisation(ratings_, rank, float(lam), float(lr), float(init_scale), seed,
-                             devices, shares, mode, config)
+                             devices, shares, mode, config, metric_)
 
 
 def _ratings(data: str, generator: dict[str, Any], devices: int,
