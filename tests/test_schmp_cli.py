@@ -13,8 +13,12 @@ from tests.test_train_cli import ROOT, TIMEOUT
 SCHMP = ['schmp.py', '--jax_num_cpu_devices=8']
 
 BAD_INPUT = [
-    ([], ['--app is required: one of lasso, logreg, mf, lda']),
-    (['--app=svm'], ["unknown SchMP app 'svm'; choose one of: lasso, logreg, mf, lda"]),
+    ([], ['--app is required: one of lasso, logreg, mf, lda, svm, cdmf']),
+    (['--app=sgd'], ["unknown SchMP app 'sgd'; choose one of: lasso, logreg, mf, lda, svm, cdmf"]),
+    (['--app=svm', '--set', 'model_args.c=0'], ["app 'svm': c must be > 0, got 0"]),
+    (['--app=svm', '--set', "model_args.data='breast_cancer'"],
+     ["app 'svm': 569 rows do not divide over 8 devices", '--set model_args.pad_rows=True']),
+    (['--app=cdmf', '--set', 'model_args.inner=0'], ['CD-MF needs inner >= 1']),
     (['--app=lasso', '--lam=0'], ["app 'lasso': lam must be > 0, got 0.0"]),
     (['--app=logreg', '--lam=-1'], ["app 'logreg': lam must be > 0, got -1.0"]),
     (['--app=lasso', '--schedule_size=0'], ['schedule_size must be >= 1']),
@@ -55,7 +59,7 @@ def _rows(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
-RESUMED_APPS = ('lasso', 'lda')
+RESUMED_APPS = ('lasso', 'lda', 'svm', 'cdmf')
 
 
 @pytest.fixture(scope='module')
@@ -68,7 +72,10 @@ def resumed_runs(tmp_path_factory):
   cases, dirs = [], {}
   for app in RESUMED_APPS:
     small = {'lasso': ['--set', 'model_args.features=256', '--set', 'model_args.group_size=64'],
-             'lda': ['--set', 'model_args.documents=64', '--set', 'model_args.vocabulary=300']}[app]
+             'lda': ['--set', 'model_args.documents=64', '--set', 'model_args.vocabulary=300'],
+             'svm': ['--set', 'model_args.rows=256'],
+             'cdmf': ['--set', 'model_args.rank=2', '--set', 'model_args.users=200', '--set',
+                      'model_args.items=100', '--set', 'model_args.ratings=3000']}[app]
     common = ['schmp.py', '--jax_num_cpu_devices=4', f'--app={app}', *small, '--set',
               'objective_every=2', '--set', 'checkpoint_every=6']
     straight, parts = scratch / app / 'straight', scratch / app / 'parts'
