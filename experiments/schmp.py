@@ -8,8 +8,9 @@
 ``--app`` (``lasso``, ``logreg``, ``mf``, ``lda``, ``svm``, ``cdmf``) picks the shipped config of
 the same name (`hetjax.configs`); ``--lam``, ``--scheduler``, ``--schedule_size`` and
 ``--staleness`` are shorthands for ``--set model_args.lam=…``, ``--set scheduler=…`` and so on
-(the SVM's C is ``--set model_args.c=…``), and every flag of train.py works here too (``--steps`` rounds, ``--resume``, ``--set model_args.…``). Each
-round's objective goes to ``metrics.jsonl`` as its ``loss``. Bad input (an unknown app or
+(the SVM's C is ``--set model_args.c=…``), and every flag of train.py works here too
+(``--steps`` rounds, ``--resume``, ``--set model_args.…``). Each round's objective goes to
+``metrics.jsonl`` as its ``loss``. Bad input (an unknown app or
 scheduler, λ ≤ 0, a schedule size of 0, data that does not split over the devices) prints one
 line and exits with 2.
 """
