@@ -7,10 +7,17 @@ baseline, on P devices of this process, as objective-versus-rounds-and-time curv
   reference, Shotgun with SchMP's 32 slots. Target: the scikit-learn optimum + 1e-3 relative.
   Shotgun stops at 10× SchMP's rounds or the design's round budget, whichever is more
   (``rounds_to_target`` None: not reached by then).
+* The SVM (dual coordinate descent): the same as Lasso, its coordinates the examples; the
+  reference LinearSVC's primal objective, Shotgun's its unscheduled parallel dual coordinate
+  descent, stopped at the design's own round cap.
 * LDA and MF: SchMP's static rotation against the unscheduled baseline, the same number of
   sweeps (epochs) each, the objective evaluated once a sweep. Target: the worse of the two
   runs' best values + 1e-3 relative (`common_target`): both reach it, and the time says which
   got there first.
+* CD-MF against SGD-MF, both in SchMP's rotation on the same data from the same start, both
+  reporting the regularised loss (`mf_pair_rows`): SGD-MF for some epochs, CD-MF for some
+  outer iterations (2 × rank sweeps each), the objective once an epoch and once an outer
+  iteration; target as for MF.
 
 Every number in these rows is measured (wall time of rounds on virtual CPU devices).
 """
@@ -46,6 +53,7 @@ class Design:
   app: str
   args: dict[str, Any]
   rounds: int  # SchMP's round cap
+  cap: int | None = None  # Shotgun's round cap (None: `ROUND_CAP` × SchMP's rounds, or more)
 
 
 def designs(quick: bool) -> list[Design]:
@@ -58,13 +66,18 @@ def designs(quick: bool) -> list[Design]:
             Design('one-group', 'lasso', dict(rows=256, features=512, groups=1, group_size=256),
                    3000),
             Design('correlated', 'logreg', dict(rows=256, features=512, groups=8,
-                                                group_size=32), 3000)]
+                                                group_size=32), 3000),
+            Design('one-group', 'svm', dict(rows=256, features=64, groups=1, group_size=32,
+                                            c=0.01), 600, cap=600)]
   return [Design('correlated', 'lasso', dict(rows=512, features=2048, groups=32, group_size=32),
                  8000),
           Design('one-group', 'lasso', dict(rows=512, features=1024, groups=1, group_size=512),
                  8000),
           Design('correlated', 'logreg', dict(rows=512, features=2048, groups=32,
-                                              group_size=32), 8000)]
+                                              group_size=32), 8000),
+          Design('correlated', 'svm', dict(c=0.01), 2000, cap=3000),
+          Design('breast_cancer', 'svm', dict(data='breast_cancer', pad_rows=True, c=0.1), 1500,
+                 cap=3000)]
 
 
 def _row(app: str, design: str, scheduler: str, size: int, workers: int, curve: Curve,
@@ -90,7 +103,8 @@ def coordinate_rows(design: Design, workers: Sequence[int], with_wide_shotgun: b
                       design.rounds, every=every, stop_below=target)
     rows.append(_row(design.app, design.name, 'schmp', SLOTS, p, schmp, target, reference,
                      every))
-    cap = max(ROUND_CAP * (reach(schmp, target)[0] or design.rounds), design.rounds)
+    cap = design.cap or max(ROUND_CAP * (reach(schmp, target)[0] or design.rounds),
+                            design.rounds)
     sizes = [p] + ([SLOTS] if with_wide_shotgun and p == max(workers) else [])
     for size in sizes:
       shotgun = run_curve(make_app(design.app, scheduler='shotgun', **design.args), devices,
@@ -162,3 +176,40 @@ def median_curve(curves: Sequence[Curve]) -> Curve:
       raise RuntimeError('repeats of a seeded SchMP run differ: not deterministic')
   seconds = tuple(float(t) for t in np.median([c.seconds for c in curves], axis=0))
   return dataclasses.replace(first, seconds=seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class MFPair:
+  """CD-MF against SGD-MF on one data set: ``args`` for both apps, SGD-MF's ``epochs``, CD-MF's
+  ``outer`` iterations, on ``workers`` devices."""
+
+  design: str
+  args: dict[str, Any]
+  epochs: int
+  outer: int
+  workers: int
+
+
+def mf_pairs(quick: bool) -> list[MFPair]:
+  """The MF configs' data (1000 × 500, 20,000 ratings) quick; 10⁵ × 10⁴ with 10⁶ ratings full
+  (SGD-MF's lr 0.05 there: 0.1 is its worse step, the MF rows above). P = 4 only: CD-MF's outer
+  iteration is 2 × rank × P rounds."""
+  if quick:
+    return [MFPair('zipf-20k', {}, 40, 60, 4)]
+  return [MFPair('zipf-1m', dict(users=100_000, items=10_000, ratings=1_000_000), 20, 30, 4)]
+
+
+def mf_pair_rows(pair: MFPair) -> list[dict]:
+  """SGD-MF (``'mf'``, lr 0.05 on the big data) and CD-MF (``'cdmf'``) on the same data, blocks
+  and start, both reporting the regularised loss (module docstring)."""
+  p = pair.workers
+  devices = jax.devices()[:p]
+  sgd_args = pair.args | ({'lr': 0.05} if pair.args else {})
+  sgd = make_app('mf', devices=p, metric='loss', **sgd_args)
+  cd = make_app('cdmf', devices=p, **pair.args)
+  per_outer = 2 * cd.rank * cd.inner * p
+  curves = {'mf': run_curve(sgd, devices, p, pair.epochs * p, every=p),
+            'cdmf': run_curve(cd, devices, p, pair.outer * per_outer, every=per_outer)}
+  target = common_target(list(curves.values()), TOLERANCE)
+  return [_row(app, pair.design, 'schmp', p, p, curve, target, None, every)
+          for (app, curve), every in zip(curves.items(), (p, per_outer), strict=True)]

@@ -1,11 +1,13 @@
 r"""Scheduled model parallelism (SchMP) against its parallel baselines, per app and worker count.
 
 Part 1, virtual devices (P ∈ {1, 2, 4, 8} CPU devices of this process; `experiments/_schmp_bench`):
-Lasso on two correlated designs and L1 logistic regression, SchMP's dynamic schedule (32 slots)
-against Shotgun (P coordinates a round; and with 32 slots at the largest P), to the
-scikit-learn optimum + 1e-3 relative; LDA (standard-library docstrings) and MF (Zipf ratings),
+Lasso on two correlated designs, L1 logistic regression and the linear SVM (dual coordinate
+descent: its coordinates are examples), SchMP's dynamic schedule (32 slots) against Shotgun (P
+coordinates a round; and with 32 slots at the largest P), to the scikit-learn optimum + 1e-3
+relative (LinearSVC's objective for the SVM); LDA (standard-library docstrings) and MF (Zipf ratings),
 SchMP's static rotation against unscheduled parallel Gibbs / bulk-synchronous SGD-MF, the same
-sweeps each, to the worse run's best + 1e-3 relative. Part 2, launched workers
+sweeps each, to the worse run's best + 1e-3 relative; CD-MF (CCD++) beside SGD-MF on P = 4, on
+the same data and start, both reporting the regularised loss. Part 2, launched workers
 (`experiments/_schmp_launched`): 4 workers under `hetjax.launch`, one device each, on hosts of
 known speed with one 3× slow (``static:1,1,1,3``): LDA and MF with equal blocks, with blocks
 sized by the hosts' speeds, and the baseline; Lasso with SchMP and Shotgun for the rounds SchMP
@@ -42,7 +44,8 @@ from hetjax import ConfigError
 
 FLAGS = _harness.define_flags('small data and few sweeps: under 5 minutes')
 _WORKERS = flags.DEFINE_list('workers', ['1', '2', '4', '8'], 'virtual device counts P')
-_APPS = flags.DEFINE_list('apps', ['lasso', 'logreg', 'lda', 'mf'], 'the apps to run')
+APPS = ('lasso', 'logreg', 'svm', 'lda', 'mf', 'cdmf')
+_APPS = flags.DEFINE_list('apps', list(APPS), 'the apps to run (cdmf: CD-MF beside SGD-MF)')
 _LAUNCHED = flags.DEFINE_bool('launched', True, 'also run part 2 on launched workers')
 _TIMEOUT = flags.DEFINE_float('timeout', 600, 'seconds before a launched job is stopped')
 
@@ -65,10 +68,10 @@ def main() -> None:
   rows: list[dict] = []
   start = time.perf_counter()
   apps = set(_APPS.value)
-  unknown = apps - {'lasso', 'logreg', 'lda', 'mf'}
+  unknown = apps - set(APPS)
   if unknown:
-    raise ConfigError(f'unknown --apps {",".join(sorted(unknown))}; choose from lasso, logreg, '
-                      'lda, mf')
+    raise ConfigError(f'unknown --apps {",".join(sorted(unknown))}; choose from '
+                      f'{", ".join(APPS)}')
   designs = [d for d in _schmp_bench.designs(quick) if d.app in apps]
   statics = [s for s in _schmp_bench.statics(quick) if s.app in apps]
   for design in designs:
@@ -77,6 +80,11 @@ def main() -> None:
   for static in statics:
     rows += _schmp_bench.static_rows(static, workers, repeats=2)
     print(f'{static.app}: done at {time.perf_counter() - start:.0f} s', flush=True)
+  if 'cdmf' in apps:
+    for pair in _schmp_bench.mf_pairs(quick):
+      if pair.workers in workers:
+        rows += _schmp_bench.mf_pair_rows(pair)
+    print(f'cdmf: done at {time.perf_counter() - start:.0f} s', flush=True)
   if _LAUNCHED.value:
     with _harness.run_directory(FLAGS.keep.value) as root:
       for static in {s.app: s for s in reversed(statics)}.values():  # each app's first

@@ -59,3 +59,26 @@ def test_the_goal_lines_say_met_or_not_with_the_numbers():
   assert 'Shotgun diverged; SchMP converged: met' in lines[2]
   assert lines[3].startswith('lda d P=4: to target 1.00 s vs 2.00 s (met)') and 'no worse' in lines[3]
   assert '(NOT met)' in lines[4] and '(worse)' in lines[4]
+
+
+def test_the_svm_and_cdmf_rows_have_their_goal_lines():
+  rows = [_row('svm', 'schmp', 4, 170, 1.0, final=1.0004, design='one-group'),
+          _row('svm', 'shotgun', 4, 380, 2.0, design='one-group'),
+          _row('cdmf', 'schmp', 4, 3000, 8.0, final=132.0, design='zipf-20k', reference=None,
+               size=4),
+          _row('mf', 'schmp', 4, 160, 1.0, final=136.0, design='zipf-20k', reference=None,
+               size=4)]
+  lines = _schmp_report.goals(rows)
+  assert lines[0] == ('svm one-group P=4: 2.24x fewer rounds: met; SchMP vs scikit-learn '
+                      '4.0e-04')
+  assert lines[1].startswith('cdmf zipf-20k P=4: CD-MF vs SGD-MF to target 8.00 s vs 1.00 s '
+                             '(SGD-MF first), ends 132 vs 136')
+  table = _schmp_report.table(rows)
+  assert 'cdmf' in table and 'svm' in table
+
+
+def test_the_bench_lists_the_new_apps_and_their_designs():
+  assert {d.app for d in _schmp_bench.designs(quick=True)} >= {'svm'}
+  assert all(d.cap for d in _schmp_bench.designs(quick=False) if d.app == 'svm')
+  [pair] = _schmp_bench.mf_pairs(quick=True)
+  assert pair.workers == 4 and pair.args == {}
