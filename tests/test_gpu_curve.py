@@ -1,7 +1,6 @@
-"""gpu_check's LB-BSP curve part: a quick run on one CPU device, and its fit, shares and table
-from hand-made ladders."""
+"""gpu_check's LB-BSP curve part: its fit, shares and table from hand-made ladders (its quick
+run's rows are checked in ``test_gpu_check.py``)."""
 
-import math
 
 import jax
 import numpy as np
@@ -13,29 +12,6 @@ from experiments import _gpu_curve
 def _ladder(sizes, times, stopped=None, stopped_at=None):
   return {'batch_sizes': list(sizes), 'step_s': list(times), 'reps': [3] * len(sizes),
           'first_step_s': [1.0] * len(sizes), 'stopped': stopped, 'stopped_at': stopped_at}
-
-
-def test_quick_run_rows(monkeypatch):
-  # Two sizes, not the quick four: each size is a compile (about 1 to 3 s here), and gpu_check's
-  # own quick test runs the four.
-  monkeypatch.setattr(_gpu_curve, 'QUICK_SIZES', (2, 8))
-  rows = _gpu_curve.run(quick=True)
-  assert [r['model'] for r in rows] == ['mlp', 'gpt']
-  for r in rows:
-    assert r['part'] == 'lbbsp_curve' and r['platform'] == jax.devices()[0].platform
-    assert r['batch_sizes'] == [2, 8] and r['stopped'] is None
-    assert all(t > 0 and math.isfinite(t) for t in r['step_s'])
-    assert math.isfinite(r['fit_max_rel_err']) and math.isfinite(r['fit_mean_rel_err'])
-    assert r['fit_mean_rel_err'] <= r['fit_max_rel_err']
-    assert r['global_batch'] == 8 and sum(r['shares']) == pytest.approx(8)
-    assert min(r['shares']) >= 1 - 1e-9
-    assert r['finish_s'] == pytest.approx(max(r['share_s']))
-    assert not set(r['measured']) & set(r['modelled'])
-    assert set(r['measured']) | set(r['modelled']) <= set(r)
-  lines = _gpu_curve.markdown(rows)
-  assert lines[0] == "### LB-BSP's GPU curve"
-  assert sum(line.startswith('| mlp |') for line in lines) == 2
-  assert lines[-1].startswith('goal: fit within 10% of measured: ')
 
 
 def test_exact_curve_fits_and_splits_by_finish_time():
