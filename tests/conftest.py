@@ -24,6 +24,13 @@ if not os.environ.get(XLA_DEFAULT) and FAST_COMPILE not in os.environ.get('XLA_F
   os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {FAST_COMPILE}'.strip()
 
 
+def default_xla_env() -> dict[str, str]:
+  """This process's environment with XLA at its default level (without `FAST_COMPILE`): for a
+  process that should compile as a user's does."""
+  flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split() if f != FAST_COMPILE)
+  return {**os.environ, XLA_DEFAULT: '1', 'XLA_FLAGS': flags}
+
+
 def at_default_xla(request) -> bool:
   """For a test that times compiled programs (what it decides follows their speed, which the
   suite's `FAST_COMPILE` changes): True in a process at XLA's default level, where the test's
@@ -31,12 +38,11 @@ def at_default_xla(request) -> bool:
   output unless it passed, and returns False."""
   if os.environ.get(XLA_DEFAULT):
     return True
-  flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split() if f != FAST_COMPILE)
-  env = {**os.environ, XLA_DEFAULT: '1', 'XLA_FLAGS': flags}
   result = subprocess.run(
       [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'no:xdist',
        request.node.nodeid.split('@')[0]],
-      cwd=request.config.rootpath, env=env, capture_output=True, text=True, timeout=600)
+      cwd=request.config.rootpath, env=default_xla_env(), capture_output=True, text=True,
+      timeout=600)
   assert result.returncode == 0, result.stdout[-3000:]
   assert result.stdout.splitlines()[-1].startswith('1 passed'), result.stdout[-3000:]
   return False
