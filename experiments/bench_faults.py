@@ -4,7 +4,8 @@ against the same run uninterrupted.
 Every scenario launches ``experiments/train.py`` as 4 workers on hosts of known speed (one
 device each, ``--slowdown static:1,1,1,1``), exact data-parallel training (shares mode, uniform
 BSP shares) of the digits mlp with momentum SGD, checkpoints every `CHECKPOINT_EVERY` steps
-(each complete before the next step: ``checkpoint_async=False``) and metrics at every step,
+(each complete before the next step: ``checkpoint_async=False``, except in ``async-kills``,
+whose saves are written in the background while the next step runs) and metrics at every step,
 under `hetjax.runtime.launch_elastic` (what ``python -m hetjax.launch --max-restarts`` runs).
 Faults come from outside, as an operator or the OOM killer would send them: SIGKILL of a
 random worker at random steps (several in one run), SIGSTOP of a worker, a latest checkpoint
@@ -16,7 +17,7 @@ worker killed twice in a row (left out: the run finishes on 3 workers with ``--m
 Rows (one per fault): ``scenario``, ``fault``, ``worker``, ``at_step``, ``detect_s`` (the fault
 to the launcher seeing it), ``recover_s`` (the fault to the next completed step), ``named``
 (the launcher blamed the worker hit), ``steps_lost`` (steps logged past the checkpoint resumed
-from), ``checkpoint_every``, ``orphans`` (processes of the job alive after the launcher
+from), ``checkpoint_every``, ``checkpoint_async``, ``orphans`` (processes of the job alive after the launcher
 returned), ``final_params_equal_uninterrupted`` (bit for bit; None where the workers changed),
 ``final_params_close_uninterrupted`` (within the strategies' tolerance, rtol 1e-4 and atol
 1e-6: for a run that changed workers, whose sums run in another order),
@@ -57,6 +58,7 @@ TRAIN = pathlib.Path(__file__).with_name('train.py')
 WORKERS = 4
 CHECKPOINT_EVERY = 10
 STALL_TIMEOUT = 10.0
+ASYNC = 'async-kills'  # the scenario whose checkpoints are written in the background
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +71,10 @@ class Fault:
   at_step: int = 0
 
 
-def _command(workdir: pathlib.Path, steps: int) -> list[str]:
+def _command(workdir: pathlib.Path, steps: int, asynchronous: bool) -> list[str]:
   return [sys.executable, str(TRAIN), '--config=mlp', '--mesh=1x1', f'--steps={steps}',
           '--policy=uniform', '--set', f'checkpoint_every={CHECKPOINT_EVERY}',
-          '--set', 'checkpoint_async=False', '--set', 'optimizer=momentum',
+          '--set', f'checkpoint_async={asynchronous}', '--set', 'optimizer=momentum',
           '--set', 'learning_rate=0.05', '--set', 'log_every=1', f'--workdir={workdir}']
 
 
@@ -105,14 +107,14 @@ def _inject(watch: _faults.RunWatch, faults: list[Fault], results: list, out: di
 
 
 def _scenario(root: pathlib.Path, name: str, steps: int, faults: list[Fault],
-              min_workers: int | None = None) -> dict:
+              min_workers: int | None = None, asynchronous: bool = False) -> dict:
   workdir = root / name
   watch, results, out = _faults.RunWatch(workdir), [], {}
   thread = threading.Thread(target=_inject, args=(watch, faults, results, out), daemon=True)
   thread.start()
   with open(root / f'{name}.log', 'w') as log:
     result = runtime.launch_elastic(
-        _command(workdir, steps), WORKERS, max_restarts=len(faults) + 1, min_workers=min_workers,
+        _command(workdir, steps, asynchronous), WORKERS, max_restarts=len(faults) + 1, min_workers=min_workers,
         stall_timeout=STALL_TIMEOUT, timeout=_TIMEOUT.value, slowdown='static:1,1,1,1',
         init_timeout=120, stdout=log, log=lambda line: print(f'  {name}: {line}', flush=True),
         on_result=lambda _, r: results.append(r))
@@ -120,7 +122,8 @@ def _scenario(root: pathlib.Path, name: str, steps: int, faults: list[Fault],
   if result.returncode != 0 or 'error' in out:
     raise RuntimeError(f'{name}: {out.get("error") or result.cause} (see {root / name}.log)')
   return {'workdir': workdir, 'faults': faults, 'results': results, 'out': out,
-          'orphans': _faults.orphans(os.getpid()), 'watch': watch, 'steps': steps}
+          'orphans': _faults.orphans(os.getpid()), 'watch': watch, 'steps': steps,
+          'asynchronous': asynchronous}
 
 
 def _rows(run: dict, baseline: dict) -> list[dict]:
@@ -146,7 +149,8 @@ def _rows(run: dict, baseline: dict) -> list[dict]:
         'cause': launch.cause,
         'steps_lost': None if restart is None or recovered is None else restart['steps_lost'],
         'resumed_from': None if restart is None else restart['resumed_from'],
-        'checkpoint_every': CHECKPOINT_EVERY, 'orphans': run['orphans'],
+        'checkpoint_every': CHECKPOINT_EVERY, 'checkpoint_async': run['asynchronous'],
+        'orphans': run['orphans'],
         'final_params_equal_uninterrupted':
             _faults.states_equal(final, reference) if same_workers else None,
         'final_params_close_uninterrupted': _faults.states_close(final, reference),
@@ -171,6 +175,10 @@ def main() -> None:
       'corrupt': [Fault('corrupt', rng.randrange(WORKERS), rng.randrange(25, steps - 10))],
       'lost-worker': [Fault('kill', WORKERS - 1, rng.randrange(15, steps - 15)),
                       Fault('again', WORKERS - 1)],
+      # Background saves, each killed a step after a checkpoint: while that save may still
+      # be written (the next step's hook waits for it to commit).
+      ASYNC: [Fault('kill', rng.randrange(WORKERS), CHECKPOINT_EVERY * k + 1)
+              for k in ((2, 4) if quick else (2, 5, 8))],
   }
   rows = []
   with _harness.run_directory(FLAGS.keep.value) as root:
@@ -181,7 +189,8 @@ def main() -> None:
                                     (f' at step {f.at_step}' if f.kind != 'again' else '')
                                     for f in faults), flush=True)
       run = _scenario(root, name, steps, faults,
-                      min_workers=WORKERS - 1 if name == 'lost-worker' else None)
+                      min_workers=WORKERS - 1 if name == 'lost-worker' else None,
+                      asynchronous=name == ASYNC)
       rows += _rows(run, baseline)
   columns = ('scenario', 'fault', 'worker', 'at_step', 'detect_s', 'recover_s', 'named',
              'steps_lost', 'orphans', 'final_params_equal_uninterrupted',

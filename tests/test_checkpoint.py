@@ -12,7 +12,7 @@ import pytest
 from hetjax import ConfigError, models
 from hetjax.checkpoint import Checkpointer, check_compatible
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, TrainState, training_steps
+from hetjax.train import Hook, Strategy, Trainer, TrainState, training_steps
 from tests.conftest import require_devices
 
 STEPS, SAVE_AT = 6, 3
@@ -141,3 +141,26 @@ def test_a_corrupt_latest_checkpoint_is_skipped_with_one_warning(tmp_path, capsy
   with pytest.raises(ConfigError, match=r'checkpoint step 2 in .* is unreadable'):
     ckpt.restore(abstract, step=2)
   ckpt.close()
+
+
+def test_a_background_save_is_committed_by_the_next_steps_hook(tmp_path, hybrid):
+  """Orbax writes a checkpoint in the background; the checkpoint hook of the step after a save
+  waits for it to commit, so at most ``every`` steps are ever lost (issue 28). A hook after it
+  sees, at every step, each checkpoint due before that step complete on disk, and the hook
+  waited at step 3, where no save is due (orbax itself waits only when the next save starts).
+  """
+  ckpt = Checkpointer(tmp_path / 'ckpt')  # asynchronous, orbax's default
+  every, seen, waits, step = 2, {}, [], [0]
+  wait = ckpt._manager.wait_until_finished
+  ckpt._manager.wait_until_finished = lambda: (waits.append(step[0]), wait())
+
+  def on_disk(info):
+    step[0] = info.step + 1  # the step whose hooks run next
+    seen[info.step] = {int(p.name) for p in (tmp_path / 'ckpt').iterdir() if p.name.isdigit()}
+
+  _losses(hybrid, hybrid.init_state(), 5, [ckpt.hook({'k': 1}, every), Hook(on_disk)])
+  assert 3 in waits and 1 not in waits, waits
+  for at, steps in seen.items():
+    assert {s for s in (2, 4) if s < at} <= steps, (at, steps)
+  ckpt.close()
+  assert sorted(int(p.name) for p in (tmp_path / 'ckpt').iterdir()) == [2, 4, 5]

@@ -152,12 +152,25 @@ class StepCheckpointer:
 
   def hook(self, meta: Mapping[str, Any], every: int) -> Hook:
     """A loop hook that saves every ``every`` steps and after the last one, the policy's
-    state included."""
-    def save(info: StepInfo) -> None:
-      if info.step not in self._manager.all_steps():
-        self.save(info.state, meta, info.policy_state)
+    state included.
 
-    return Hook(save, every=every, at_end=True)
+    A background save (`Checkpointer`'s default) is written while the next step runs, and that
+    step's hook waits until it is committed: so a job that fails at any later step loses at
+    most ``every`` steps, as with saves that complete before the next step, while the write
+    still overlaps one step's compute.
+    """
+    started: list[int] = []
+
+    def save(info: StepInfo) -> None:
+      if started:  # the step after a save: on disk before the loop goes further
+        self._manager.wait_until_finished()
+        started.clear()
+      due = info.step % every == 0 or info.step == info.until
+      if due and info.step not in self._manager.all_steps():
+        self.save(info.state, meta, info.policy_state)
+        started.append(info.step)
+
+    return Hook(save, every=1)
 
   def wait(self) -> None:
     """Blocks until every started save is on disk."""

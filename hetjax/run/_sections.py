@@ -241,8 +241,8 @@ class BalanceConfig:
   """Per-worker shares of the batch (modes shares and tokens).
 
   Attributes:
-    policy: the share policy: uniform, proportional, lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu,
-      oracle.
+    policy: the share policy: uniform, proportional, lbbsp[-last|-ewma|-ar|-narx|-regime],
+      lbbsp-gpu, oracle.
     shares: fixed per-worker shares instead of a policy, e.g. ``(192, 64)``.
     bucket: shares are multiples of it; 0 picks a divisor of the global batch near 1/16 of a
       uniform share.
@@ -365,9 +365,9 @@ class CheckpointConfig:
 
   Attributes:
     every: steps between checkpoints (a checkpoint is also written at the end).
-    asynchronous: write checkpoints in the background (orbax's asynchronous save); False: a
-      save completes before the next step, so a failure loses at most ``every`` steps (with
-      background saves, also the steps run while the last save was written).
+    asynchronous: write checkpoints in the background (orbax's asynchronous save), overlapped
+      with the next step, which then waits for the save to commit; False: a save completes
+      before the next step. Either way a failure loses at most ``every`` steps.
   """
 
   NAME = 'checkpoint'

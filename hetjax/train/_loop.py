@@ -28,6 +28,7 @@ class StepInfo:
       so a resumed run continues with it. None without a policy.
     next_decision: what the next step will run with (from ``policy_state``).
     time: ``time.perf_counter()`` when the step returned.
+    until: the step the loop stops at (None where no loop made this info).
   """
 
   step: int
@@ -37,6 +38,7 @@ class StepInfo:
   policy_state: Any = None
   next_decision: Any = None
   time: float = 0.0
+  until: int | None = None
 
   @property
   def metrics(self) -> dict[str, jax.Array]:
@@ -105,7 +107,8 @@ def training_steps(
     if policy is not None:
       following, policy_state = policy.update(policy_state, stats)
     step += 1
-    info = StepInfo(step, state, stats, decision, policy_state, following, time.perf_counter())
+    info = StepInfo(step, state, stats, decision, policy_state, following, time.perf_counter(),
+                    until)
     run_hooks(hooks, info, until)
     yield info
     decision = following

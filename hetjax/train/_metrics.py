@@ -53,7 +53,7 @@ class MetricsLogger:
     the steps it ran): device scalars are fetched with the loss, in the same transfer;
   * ``held_up_by_compile: true`` on a step a compile held up (`held_up_by_compile`);
   * ``hooks_s: {name: seconds}``: time spent in hooks wrapped by `timed` (a checkpoint's save)
-    during this step's interval, which its time includes;
+    during this step's interval, which its time includes (calls under 0.1 ms left out);
   * ``start_unix_s`` on the logger's first line: its start on the Unix clock (``time_s`` counts
     from it), so the launches of a resumed or restarted run line up
     (`hetjax.report.goodput`).
@@ -219,8 +219,9 @@ class MetricsLogger:
         row['start_unix_s'] = round(self._start_unix, 3)
       if pending.held_up:
         row['held_up_by_compile'] = True
+      spent = {k: round(v, 4) for k, v in spent.items() if round(v, 4) > 0}  # not no-op calls
       if spent:
-        row['hooks_s'] = {k: round(v, 4) for k, v in spent.items()}
+        row['hooks_s'] = spent
       if show and pending.step == step:
         row |= self._rates(rate)
       if self._file:
