@@ -24,6 +24,9 @@ from hetjax.balance._predictors import LastValueState as LastValueState
 from hetjax.balance._predictors import ShiftDetector as ShiftDetector
 from hetjax.balance._predictors import ShiftState as ShiftState
 from hetjax.balance._predictors import SpeedPredictor as SpeedPredictor
+from hetjax.balance._regime import Regime as Regime
+from hetjax.balance._regime import RegimeState as RegimeState
+from hetjax.balance._regime import expected_makespan as expected_makespan
 from hetjax.balance._registry import PolicyName as PolicyName
 from hetjax.balance._registry import make_policy as make_policy
 from hetjax.balance._simple import Fixed as Fixed
@@ -54,6 +57,8 @@ __all__ = [
     'PolicyName',
     'Proportional',
     'ProportionalState',
+    'Regime',
+    'RegimeState',
     'ShareRules',
     'Shares',
     'SharesState',
@@ -62,6 +67,7 @@ __all__ = [
     'SpeedPredictor',
     'TimeModel',
     'Uniform',
+    'expected_makespan',
     'finish_time_shares',
     'fit_time_model',
     'make_policy',

@@ -17,6 +17,7 @@ from hetjax.balance._lbbsp import LBBSP
 from hetjax.balance._narx import NARX
 from hetjax.balance._policy import BalancePolicy
 from hetjax.balance._predictors import AR, EWMA, LastValue
+from hetjax.balance._regime import Regime
 from hetjax.balance._simple import Oracle, Proportional, Uniform
 from hetjax.core._shares import ShareRules
 from hetjax.emulation import SlowdownTrace
@@ -24,7 +25,8 @@ from hetjax.emulation import SlowdownTrace
 
 class PolicyName(enum.Enum):
   """The policies `make_policy` knows; 'lbbsp' is LB-BSP with its default (EWMA) predictor,
-  'lbbsp-gpu' LB-BSP's GPU mode (a fitted time curve per worker, water-filling, memory caps)."""
+  'lbbsp-gpu' LB-BSP's GPU mode (a fitted time curve per worker, water-filling, memory caps),
+  'lbbsp-regime' LB-BSP on a learned regime-switching model of each worker (`Regime`)."""
 
   UNIFORM = 'uniform'
   PROPORTIONAL = 'proportional'
@@ -34,11 +36,13 @@ class PolicyName(enum.Enum):
   LBBSP_EWMA = 'lbbsp-ewma'
   LBBSP_AR = 'lbbsp-ar'
   LBBSP_NARX = 'lbbsp-narx'
+  LBBSP_REGIME = 'lbbsp-regime'
   LBBSP_GPU = 'lbbsp-gpu'
 
 
 _PREDICTORS = {PolicyName.LBBSP: EWMA, PolicyName.LBBSP_LAST: LastValue,
-               PolicyName.LBBSP_EWMA: EWMA, PolicyName.LBBSP_AR: AR, PolicyName.LBBSP_NARX: NARX}
+               PolicyName.LBBSP_EWMA: EWMA, PolicyName.LBBSP_AR: AR, PolicyName.LBBSP_NARX: NARX,
+               PolicyName.LBBSP_REGIME: Regime}
 
 
 def make_policy(name: str | PolicyName, rules: ShareRules,

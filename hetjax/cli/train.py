@@ -79,7 +79,7 @@ _SHORTHANDS = {
     'plan': flags.DEFINE_string('plan', None, 'a plan JSON (experiments/plan.py --json)'),
     'policy': flags.DEFINE_string(
         'policy', None, 'share policy: uniform (BSP), proportional, '
-        'lbbsp[-last|-ewma|-ar|-narx], lbbsp-gpu, oracle'),
+        'lbbsp[-last|-ewma|-ar|-narx|-regime], lbbsp-gpu, oracle'),
     'shares': flags.DEFINE_list('shares', None, 'fixed per-worker batch shares'),
     'bucket': flags.DEFINE_integer('bucket', None, 'shares are multiples of this (0: automatic)'),
     'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
