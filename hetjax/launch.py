@@ -7,7 +7,10 @@
 ``--devices 2,1,1`` gives each worker its own device count (a 2-device host beside two
 1-device hosts): it sets the number of workers too. ``--servers K`` adds K parameter-server
 processes after the workers (`hetjax.ps`; their lines come out as ``[s{j}]``); ``--network
-link:LATENCY_MS:BANDWIDTH_MB_S`` emulates each worker's link (`hetjax.emulation.parse_links`).
+link:LATENCY_MS:BANDWIDTH_MB_S[:exchange=ring|server]`` emulates each worker's link, one value
+for all or one per worker (`hetjax.emulation.parse_links`): under ``exchange=server`` a worker's
+step is its compute plus its own push and pull, which LB-BSP balances
+(``--network link:1:1000,1000,1000,20:exchange=server``: worker 3 gets fewer rows).
 
   python -m hetjax.launch --workers 4 --servers 1 --network link:2:50 --timeout 600 \\
       -- python experiments/bench_comm.py --role=job ...
@@ -97,8 +100,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--servers', type=int, default=0, metavar='K',
                       help='parameter-server processes after the workers (default 0)')
   parser.add_argument('--network', metavar='SPEC',
-                      help='emulated links: none or link:LATENCY_MS:BANDWIDTH_MB_S, passed on '
-                           'as HETJAX_NETWORK')
+                      help='emulated links: none or link:LATENCY_MS:BANDWIDTH_MB_S'
+                           '[:exchange=ring|server] (one value or one per worker each), passed '
+                           'on as HETJAX_NETWORK')
   parser.add_argument('--max-restarts', type=int, default=0, metavar='N',
                       help='relaunch a failed job up to N times; it resumes from its last '
                            'checkpoint (default 0)')

@@ -64,7 +64,8 @@ def test_servers_checkpoint_with_orbax(bsp_job):
 
 @pytest.mark.parametrize('flags, error', [
     (['--network', 'link:1'], "launch: error: bad links 'link:1'; expected none or "
-     'link:LATENCY_MS:BANDWIDTH_MB_S (one value, or one per worker, each)'),
+     'link:LATENCY_MS:BANDWIDTH_MB_S[:exchange=ring|server] (one value, or one per worker, '
+     'each)'),
     (['--network', 'link:1:1,2,3'], 'launch: error: link bandwidth has 3 values for 2 workers; '
      'give 2 or 1'),
     (['--servers', '-1'], 'launch: error: servers must be between 0 and 1024, got -1'),

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hetjax._errors import ConfigError
 from hetjax.core._policy import Policy
 from hetjax.core._shares import ShareRules, Shares
 from hetjax.core._stats import StepStats
@@ -94,9 +95,25 @@ def observed_speeds(stats: StepStats, previous: np.ndarray | None) -> np.ndarray
   return np.where(good, speeds, fill)
 
 
-def makespan(shares: Sequence[int], speeds: np.ndarray) -> float:
-  """The slowest worker's predicted compute time, max xᵢ / vᵢ: what a BSP step waits for."""
-  return float(np.max(np.asarray(shares, dtype=np.float64) / speeds))
+def makespan(shares: Sequence[int], speeds: np.ndarray, transfer_s: Sequence[float] = ()) -> float:
+  """The slowest worker's predicted time, max xᵢ / vᵢ + tᵢ: what a BSP step waits for, with
+  ``transfer_s`` each worker's own transfer tᵢ (empty: compute only)."""
+  time = np.asarray(shares, dtype=np.float64) / speeds
+  return float(np.max(time + np.asarray(transfer_s, dtype=np.float64) if len(transfer_s) else time))
+
+
+def transfer_of(transfer_s: Sequence[float], workers: int) -> tuple[float, ...]:
+  """Per-worker transfer seconds a policy prices (``LBBSP.transfer_s``), checked: empty (compute
+  only) or ``workers`` finite values >= 0.
+
+  Raises:
+    ConfigError: one line, e.g. 3 transfers for 4 workers.
+  """
+  values = tuple(float(t) for t in transfer_s)
+  if values and (len(values) != workers or not all(np.isfinite(values)) or min(values) < 0):
+    raise ConfigError(f'transfer_s {values} must be one finite value >= 0 per worker '
+                      f'({workers}), or none')
+  return values
 
 
 def load_of(stats: StepStats) -> np.ndarray | None:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.balance._policy import observed_speeds, shares_array, shares_of
+from hetjax.balance._policy import observed_speeds, shares_array, shares_of, transfer_of
 from hetjax.core._shares import ShareRules, Shares
 from hetjax.core._stats import StepStats
 from hetjax.emulation import SlowdownTrace
@@ -126,8 +126,9 @@ class Oracle:
 
   Worker i's step of x rows takes ``(factor_i(t) + delay_i(t)) × (fixed_s + x × row_s_i)``
   seconds: the time a `hetjax.emulation.KnownSpeedHost` pads it to and the virtual clock's
-  model. The oracle reads the slowdown trace (factor and transient delay) and the hosts' costs
-  (base speed 1 / row_s_i and the per-step fixed_s), so it exists only for benchmarks. Its
+  model; then its own transfer ``transfer_s_i``, when given. The oracle reads the slowdown
+  trace (factor and transient delay) and the hosts' costs (base speed 1 / row_s_i and the
+  per-step fixed_s), so it exists only for benchmarks. Its
   shares minimise the slowest worker's time over all valid shares (`min_max_shares`), which
   makes it an upper bound for every causal policy wherever the model holds: on the virtual
   clock exactly, on hosts of known speed up to their overruns. Shares ∝ 1 / factor (the oracle
@@ -139,12 +140,15 @@ class Oracle:
     trace: the slowdowns the run will see.
     row_s: each worker's seconds per row at factor 1 (one value for all, or one per worker).
     fixed_s: seconds per step whatever the rows, at factor 1.
+    transfer_s: each worker's own transfer a step, seconds, which no slowdown stretches
+      (`hetjax.balance.LBBSP`'s); empty: none.
   """
 
   rules: ShareRules
   trace: SlowdownTrace
   row_s: float | tuple[float, ...] = 1.0
   fixed_s: float = 0.0
+  transfer_s: tuple[float, ...] = ()
   name: str = dataclasses.field(default='oracle', init=False)
 
   def __post_init__(self):
@@ -159,11 +163,13 @@ class Oracle:
       raise ConfigError(f'oracle fixed_s {self.fixed_s} must be finite and >= 0')
     object.__setattr__(self, 'row_s', tuple(row.tolist()))
     object.__setattr__(self, 'fixed_s', float(self.fixed_s))
+    object.__setattr__(self, 'transfer_s', transfer_of(self.transfer_s, n))
 
   def planned(self, step: int) -> Shares:
     """The shares of ``step``: the min-max split at its true slowdowns."""
     slow = np.asarray(self.trace.factors(step)) + np.asarray(self.trace.delays(step))
-    return min_max_shares(self.rules, slow * np.array(self.row_s), slow * self.fixed_s)
+    transfer = np.asarray(self.transfer_s or (0.0,) * self.rules.workers)
+    return min_max_shares(self.rules, slow * np.array(self.row_s), slow * self.fixed_s + transfer)
 
   def init(self) -> SharesState:
     return SharesState(shares_array(self.planned(0)))

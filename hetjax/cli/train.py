@@ -36,9 +36,17 @@ scheduler; each replica checkpoints its own parameters under ``checkpoints/repli
       --config=mlp --set mode=pipeline --set sync=sdpipe --slowdown persistent:1:3
 
 A slowdown makes every worker a host of known speed: its step padded by sleep to rows × a
-calibrated per-row cost × its slowdown. ``--resume`` continues the run in ``--workdir`` from its
-last checkpoint, the policy's state (shares, predictor history; a sync policy's windows, epoch
-and group numbers) included; replicas resume from the latest step every one of them saved.
+calibrated per-row cost × its slowdown. A network (``--network``, or the launcher's) emulates
+each worker's link; with ``exchange=server`` each worker pushes and pulls the gradient through
+its own link, and LB-BSP and the oracle balance compute plus that transfer, so a worker on a
+slow link gets fewer rows (`hetjax.emulation.parse_links`, `hetjax.balance.LBBSP`):
+
+  python -m hetjax.launch --workers 4 -- python experiments/train.py --config=mlp --mesh=1x1 \\
+      --policy=lbbsp --network=link:1:1000,1000,1000,20:exchange=server --workdir=runs/links
+
+``--resume`` continues the run in ``--workdir`` from its last checkpoint, the policy's state
+(shares, predictor history; a sync policy's windows, epoch and group numbers) included;
+replicas resume from the latest step every one of them saved.
 
 Under ``launch --max-restarts N`` a restarted run resumes on its own (no ``--resume`` to add;
 ``--overwrite`` is ignored after the first launch): the rows of steps lost with the failed
@@ -84,6 +92,9 @@ _SHORTHANDS = {
     'bucket': flags.DEFINE_integer('bucket', None, 'shares are multiples of this (0: automatic)'),
     'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
     'slowdown': flags.DEFINE_string('slowdown', None, 'emulated slowdown trace, e.g. static:1,3'),
+    'network': flags.DEFINE_string(
+        'network', None, 'emulated links (modes shares and ps), e.g. link:1:100, or one per '
+        'worker: link:1:1000,1000,1000,50:exchange=server'),
     'token_rows': flags.DEFINE_integer('token_rows', None, 'rows per token (tokens mode)'),
     'sync': flags.DEFINE_string('sync', None, 'pipeline replicas\' sync policy: sdpipe, '
                                 'all-reduce, random-pairs or periodic-average'),

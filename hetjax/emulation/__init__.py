@@ -5,7 +5,8 @@ step and which steps a transient straggler hits; a `KnownSpeedHost` pads a real 
 by sleep to the time that host takes, from a per-row cost that `calibrate_row_cost` measures
 (`build_host`: the one builder, with the one `MARGIN`, the cost agreed across workers);
 `Links` (text form: `parse_links`) does the same for transfers, by each worker's link latency
-and bandwidth.
+and bandwidth, the step's gradient crossing them as one ring all-reduce or each worker's own
+push and pull (`Exchange`).
 The virtual clock models the same hosts, by the same `HostModel`. Nothing here imports the rest
 of hetjax but its errors and the α–β link model (`hetjax.core.LinkCost`).
 """
@@ -19,6 +20,7 @@ from ._calibrate import calibrate_row_cost as calibrate_row_cost
 from ._grammar import parse_trace as parse_trace
 from ._host_model import HostModel as HostModel
 from ._hosts import KnownSpeedHost as KnownSpeedHost
+from ._network import Exchange as Exchange
 from ._network import Links as Links
 from ._network import parse_links as parse_links
 from ._subset import SubsetTrace as SubsetTrace
@@ -37,6 +39,7 @@ __all__ = [
     'Calibration',
     'ComposedTrace',
     'CsvTrace',
+    'Exchange',
     'HostModel',
     'KnownSpeedHost',
     'Links',

@@ -489,6 +489,9 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))
+  if links is not None and not config.parallelism.overlap and isinstance(
+      policy, (balance.LBBSP, balance.Oracle)):  # a step is compute plus the worker's exchange
+    policy = dataclasses.replace(policy, transfer_s=links.exchange_s(trainer.all_reduce_bytes))
   return Built(trainer, policy, devices, mode, host,
                measure_speed=lambda state, first: trainer.measure_speed(
                    state, max(first[ctx.worker], inner.local_batch_degree)))

@@ -9,7 +9,11 @@ one emulated hosts make real: worker i at step t computes for
 transient delay, exactly the time a `hetjax.emulation.KnownSpeedHost` pads a real step to: both
 charge `hetjax.emulation.HostModel`), and the step's gradients are combined by a ring all-reduce
 of 2(n − 1)·alpha_s + 2(n − 1)/n · grad_bytes / beta (the one α–β model,
-`hetjax.core.LinkCost`). BSP waits for the slowest worker, so iter_s = max_i compute_i + sync_s. Where a real run and a virtual one both
+`hetjax.core.LinkCost`). BSP waits for the slowest worker, so iter_s = max_i compute_i + sync_s.
+Where each worker moves the gradient through its own link (`hetjax.emulation.Exchange`'s
+server exchange: `ClockCosts.transfer_s`, from `hetjax.emulation.Links.exchange_s`), worker i's
+step is compute_i + transfer_i and iter_s = max_i (compute_i + transfer_i) + sync_s, as a
+padded real step's. Where a real run and a virtual one both
 exist (same policy, trace and calibrated costs) they must agree; a policy cannot tell which clock
 feeds it, because both hand it the same `hetjax.core.StepStats` and carry its state the same way
 (``init``, then ``update`` after every step).
@@ -59,6 +63,8 @@ class ClockCosts:
   beta_bytes_per_s: float = math.inf
   grad_bytes: int = 0
   host_s: float = 0.0  # per-step work no slowdown stretches: batch slicing, dispatch, update
+  # each worker's own transfer a step (server exchange), before the barrier; empty: none
+  transfer_s: tuple[float, ...] = ()
 
   def sync_s(self, workers: int) -> float:
     """The part of a step after the slowest worker's compute: all-reduce plus ``host_s``."""
@@ -73,6 +79,22 @@ class ClockCosts:
     if not self.beta_bytes_per_s > 0:
       raise ConfigError(f'beta_bytes_per_s must be > 0, got {self.beta_bytes_per_s!r}')
     integer(self.grad_bytes, 'grad_bytes')
+    transfer = np.atleast_1d(np.asarray(self.transfer_s, dtype=np.float64))
+    if not (np.all(np.isfinite(transfer)) and np.all(transfer >= 0)):
+      raise ConfigError(f'transfer_s must be finite and >= 0, got {self.transfer_s!r}')
+    object.__setattr__(self, 'transfer_s', tuple(transfer.tolist()))
+
+  def transfers(self, workers: int) -> np.ndarray:
+    """``transfer_s`` as float64[workers] (zeros when empty).
+
+    Raises:
+      ConfigError: transfers given for another number of workers.
+    """
+    if not self.transfer_s:
+      return np.zeros(workers)
+    if len(self.transfer_s) != workers:
+      raise ConfigError(f'transfer_s has {len(self.transfer_s)} values for {workers} workers')
+    return np.asarray(self.transfer_s, dtype=np.float64)
 
   def compute_s(self, shares: np.ndarray, factors: np.ndarray) -> np.ndarray:
     """factors × (fixed_s + per_sample_s × shares); a share of 0 still pays fixed_s × factor.
@@ -108,6 +130,10 @@ class ClockCosts:
     alone exceeds T is left out of the bound (share 0, skipping the step); `simulate_shares` still
     charges it fixed_s·fᵢ.
 
+    Each worker's own transfer tᵢ (`transfer_s`) shifts its line: it covers rows from
+    tᵢ + fixed_s·fᵢ on, and T = (X + fixed_s·Σ 1/c_j + Σ t_j/(f_j c_j)) / Σ 1/(f_j c_j) over the
+    active workers (every worker's compute plus transfer is T).
+
     Example::
 
       >>> round(ClockCosts(per_sample_s=1e-3).balanced_limit_s(400, np.array([1, 1, 1, 3])), 9)
@@ -116,12 +142,14 @@ class ClockCosts:
     x = positive_int(global_batch, 'global_batch')
     factors = np.asarray(factors, dtype=np.float64)
     c = np.broadcast_to(np.asarray(self.per_sample_s, dtype=np.float64), factors.shape)
-    order = np.argsort(factors, kind='stable')
-    f, c = factors[order], c[order]
-    breaks = self.fixed_s * f  # T below which worker j (fastest first) gets no share
-    # With workers 1..k active: Σ_j (T/f_j − fixed)/c_j = X
-    #   ⇒  T = (X + fixed·Σ 1/c_j) / Σ 1/(f_j c_j)
-    level = (x + self.fixed_s * np.cumsum(1.0 / c)) / np.cumsum(1.0 / (f * c))
+    t = self.transfers(len(factors))
+    order = np.lexsort((factors, t + self.fixed_s * factors))
+    f, c, t = factors[order], c[order], t[order]
+    breaks = t + self.fixed_s * f  # T below which worker j (earliest first) gets no share
+    # With workers 1..k active: Σ_j ((T − t_j)/f_j − fixed)/c_j = X
+    #   ⇒  T = (X + fixed·Σ 1/c_j + Σ t_j/(f_j c_j)) / Σ 1/(f_j c_j)
+    level = (x + self.fixed_s * np.cumsum(1.0 / c) + np.cumsum(t / (f * c))) / np.cumsum(
+        1.0 / (f * c))
     fits = level <= np.append(breaks[1:], np.inf)  # the k-active line solves before the next break
     return float(level[np.argmax(fits)]) + self.sync_s(len(f))
 
@@ -140,7 +168,7 @@ class VirtualRun:
   comm_s: np.ndarray
   iter_s: np.ndarray
   balanced_limit_s: np.ndarray
-  idle_fraction: np.ndarray  # (slowest compute − own compute) / iter_s
+  idle_fraction: np.ndarray  # (slowest compute − own compute, transfers included) / iter_s
   history: tuple[StepStats, ...]
   policy_state: Any = None
 
@@ -219,7 +247,7 @@ def simulate_shares(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, glob
   if start >= steps:
     raise ConfigError(f'start {start} leaves no step to run before steps {steps}')
   number(noise_cv, 'noise_cv')
-  comm = cost.sync_s(n)
+  comm, transfer = cost.sync_s(n), cost.transfers(n)
   count = steps - start
   shares = np.empty((count, n), dtype=np.int64)
   compute = np.empty((count, n))
@@ -238,14 +266,17 @@ def simulate_shares(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, glob
     compute[i] = c = cost.compute_s(x, slowdown) * (
         rng.lognormal(-sigma ** 2 / 2, sigma, n) if sigma else 1.0)
     limit[i] = cost.balanced_limit_s(global_batch, slowdown)
-    stats = StepStats(t, rows=tuple(x.tolist()), compute_s=tuple(c.tolist()), sync_s=comm,
-                      iter_s=float(c.max()) + comm, load=tuple(factors.tolist()))
+    after = float((c + transfer).max() - c.max())  # the transfers outlasting the compute
+    stats = StepStats(t, rows=tuple(x.tolist()), compute_s=tuple(c.tolist()),
+                      sync_s=after + comm, iter_s=float(c.max()) + after + comm,
+                      load=tuple(factors.tolist()))
     history.append(stats)
     decided, state = policy.update(state, stats)
-  slowest = compute.max(axis=1)
+  finish = compute + transfer
+  slowest = finish.max(axis=1)
   iter_s = slowest + comm
   arrays = [shares, compute, np.full(count, comm), iter_s, limit,
-            (slowest[:, None] - compute) / iter_s[:, None]]
+            (slowest[:, None] - finish) / iter_s[:, None]]
   for a in arrays:
     a.setflags(write=False)
   return VirtualRun(*arrays, history=tuple(history), policy_state=state)

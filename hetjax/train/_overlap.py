@@ -61,7 +61,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work
 from hetjax.core._host import EmulatedHost
 from hetjax.data import Batch
-from hetjax.emulation import Links
+from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
@@ -147,6 +147,10 @@ class OverlapTrainer:
       bucket_bytes: int | None = None,
       accumulate: int = 1,
   ):
+    if links is not None and links.exchange is not Exchange.RING:
+      raise ConfigError(f'the all-reduce scheduler overlaps ring all-reduces; links '
+                        f'{links.describe()} exchange through a server: drop exchange= or '
+                        'overlap')
     sync = WorkerTrainer(task, optimizer, global_batch, local_shape, rules, seed, bucket, host,
                          accumulate=accumulate)
     if sync.mesh.axis_names[0] != PROC:

@@ -44,7 +44,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import StepStats, Work, WorkerTiming
 from hetjax.core._host import EmulatedHost, known_speed_host
 from hetjax.data import Batch, StepBatch, slice_batch
-from hetjax.emulation import Links
+from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._fused import FusedLayout
@@ -98,9 +98,12 @@ class WorkerTrainer:
       each size is compiled when first needed.
     host: the emulated host this worker runs as (`hetjax.emulation.KnownSpeedHost`): each
       step's compute is padded by sleep to the host's time. None: this machine's own speed.
-    links: the emulated network (`hetjax.emulation.Links`): each step's combine is padded by
-      sleep to a ring all-reduce of `all_reduce_bytes` on the slowest link, from its start
-      (inside ``collective_s``). None: this machine's own transfers.
+    links: the emulated network (`hetjax.emulation.Links`): under the ring exchange each
+      step's combine is padded by sleep to a ring all-reduce of `all_reduce_bytes` on the
+      slowest link, from its start; under the server exchange each worker first sleeps its own
+      push and pull (`Links.exchange_s`), then joins the combine, so the step ends when the
+      slowest compute-plus-transfer does (both inside ``collective_s``). None: this machine's
+      own transfers.
     accumulate: gradient accumulation: each worker computes its rows in micro-batches of at
       most ``ceil(global_batch / (workers × accumulate))`` rows (rounded up to its local
       degree), summed before the combine, so a worker with a larger share runs more of them
@@ -378,13 +381,17 @@ class WorkerTrainer:
     (``compile_s``), computes its partial gradient and waits for it (``compute_s``), pads the
     step to its emulated host's time (``dilation_s``, see `hetjax.emulation.KnownSpeedHost`;
     all of it `partial_gradient`), then joins the combine and optimizer update, waits for it and
-    pads it to the emulated network's time (``collective_s``). Timing needs those waits, so unlike an
-    SPMD step this one syncs.
+    pads it to the emulated network's time (``collective_s``; under the server exchange this
+    worker's own transfer comes first). Timing needs those waits, so unlike an SPMD step this
+    one syncs.
     """
     part = partial_gradient(self, state, work, tuple(int(s) for s in shares))
     combine = time.perf_counter()
+    own = self.links is not None and self.links.exchange is Exchange.SERVER
+    if own:  # its own push and pull, before the sum that waits for everyone's
+      self.links.pad(self.links.exchange_s(self.all_reduce_bytes)[self.worker], 0.0)
     state, head = jax.block_until_ready(self.combine(state, part.packed, **part.head_values()))
-    if self.links is not None:
+    if self.links is not None and not own:
       self.links.pad(self.links.all_reduce_s(range(self.workers), self.all_reduce_bytes),
                      time.perf_counter() - combine)
     end = time.perf_counter()
