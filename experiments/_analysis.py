@@ -67,13 +67,14 @@ def reversals(shares: np.ndarray) -> int:
 
 
 def balanced_time_s(global_batch: int, slowdown: Sequence[float], row_s: float | Sequence[float],
-                    fixed_s: float = 0.0) -> float:
+                    fixed_s: float = 0.0, transfer_s: Sequence[float] = ()) -> float:
   """The balanced iteration time without sync: the T at which each worker, given the rows it
   finishes by T at ``slowdown × (fixed_s + rows × row_s)``, covers the global batch together.
 
   Fixed costs count: a worker slowed by f pays f × fixed_s before its first row, so the limit
   is not X / Σ vᵢ (which ignores them) but (X + fixed_s Σ 1/row_sⱼ) / Σ 1/(fⱼ row_sⱼ) over the
-  workers fast enough to take rows (`hetjax.simulation.ClockCosts.balanced_limit_s`).
+  workers fast enough to take rows (`hetjax.simulation.ClockCosts.balanced_limit_s`). With
+  ``transfer_s`` (each worker's own transfer) every worker's compute plus transfer is T.
 
   Example::
 
@@ -81,7 +82,7 @@ def balanced_time_s(global_batch: int, slowdown: Sequence[float], row_s: float |
     0.156
   """
   costs = simulation.ClockCosts(per_sample_s=row_s if np.ndim(row_s) == 0 else tuple(row_s),
-                                fixed_s=fixed_s)
+                                fixed_s=fixed_s, transfer_s=tuple(transfer_s))
   return costs.balanced_limit_s(global_batch, np.asarray(slowdown, dtype=np.float64))
 
 

@@ -141,10 +141,17 @@ class JobRun:
     """[step, worker] seconds of the host: the real compute and the padding to its time."""
     return self.telemetry.compute_s[idx] + self.telemetry.dilation_s[idx]
 
+  @property
+  def transfer_s(self) -> np.ndarray:
+    """Each worker's declared own transfer a step (``run.json``'s ``transfer_s``, the server
+    exchange's push and pull); zeros when the job had none."""
+    return np.asarray(self.info.get('transfer_s') or np.zeros(len(self.telemetry.workers)))
+
   def sync_s(self, idx: np.ndarray) -> np.ndarray:
-    """Per step, the measured time outside the slowest host's busy time: batch preparation,
-    all-reduce, update and dispatch (what no share policy can balance away)."""
-    return self.iteration_s(idx) - self.busy_s(idx).max(axis=1)
+    """Per step, the measured time outside the slowest host's busy time (plus its declared
+    transfer): batch preparation, all-reduce, update and dispatch (what no share policy can
+    balance away)."""
+    return self.iteration_s(idx) - (self.busy_s(idx) + self.transfer_s).max(axis=1)
 
   def iteration_s(self, idx: np.ndarray, without_compile: bool = False) -> np.ndarray:
     """Per step, the slowest worker's step time (less the time it waited for a compile)."""
@@ -159,12 +166,14 @@ class JobRun:
     """Per step, the measured balanced limit given fixed costs: the hosts' calibrated
     ``fixed_s + rows × row_s`` at each worker's measured slowdown (`_analysis.
     effective_slowdown`: the trace's factor where the host held), balanced exactly
-    (`_analysis.balanced_time_s`), plus the step's measured time outside compute (`sync_s`)."""
+    (`_analysis.balanced_time_s`, each worker's declared transfer included), plus the step's
+    measured time outside compute and transfer (`sync_s`)."""
     row_s, fixed_s = self.info['host_row_s'], self.info['host_fixed_s']
     share = self.telemetry.share[idx]
     slow = _analysis.effective_slowdown(self.busy_s(idx), share, row_s, fixed_s)
     x = share.sum(axis=1)
-    return np.array([_analysis.balanced_time_s(int(x[i]), slow[i], row_s, fixed_s)
+    transfer = tuple(self.transfer_s.tolist()) if self.transfer_s.any() else ()
+    return np.array([_analysis.balanced_time_s(int(x[i]), slow[i], row_s, fixed_s, transfer)
                      for i in range(len(idx))]) + self.sync_s(idx)
 
   def host_line(self) -> str:
@@ -196,10 +205,9 @@ def network(info: Mapping) -> dict:
 def host_time_s(job: JobRun, idx: np.ndarray, per_sample_s: float | Sequence[float]) -> float:
   """The per-step work no slowdown stretches (batch slicing, dispatch, update): the mean of
   iteration − slowest busy time over ``idx``, less the modelled all-reduce, at least 0."""
-  busy = job.busy_s(idx).max(axis=1)
   allreduce = simulation.ClockCosts(per_sample_s, **network(job.info)).allreduce_s(
       job.telemetry.share.shape[1])
-  return max(float((job.iteration_s(idx) - busy).mean()) - allreduce, 0.0)
+  return max(float(job.sync_s(idx).mean()) - allreduce, 0.0)
 
 
 def host_costs(job: JobRun, idx: np.ndarray) -> simulation.ClockCosts:

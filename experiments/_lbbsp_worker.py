@@ -1,6 +1,6 @@
 """One worker of `bench_lbbsp.py`: every policy trained in interleaved blocks within one job.
 
-  python experiments/_lbbsp_worker.py OUT_DIR POLICIES ROUNDS BLOCK  (under hetjax.launch)
+  python experiments/_lbbsp_worker.py OUT_DIR POLICIES ROUNDS BLOCK [EXCHANGE]  (under launch)
 
 Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
 for the job and slowed by the launcher's trace. The policies train in interleaved blocks
@@ -10,6 +10,13 @@ slowdown sequence although their blocks alternate in time; each policy's state c
 from one of its blocks to the next. The oracle knows the hosts' calibrated costs as well as the
 trace (`experiments._bench_launch.make_policy`). The chief writes ``schedule.json`` (which
 global steps belong to which policy) beside ``telemetry.jsonl``.
+
+With EXCHANGE (ratios r₀,r₁,…, one a worker) the workers exchange the gradient through a server
+on emulated links (`hetjax.emulation.Exchange`): worker i's push and pull take rᵢ × a uniform
+share's host time (`exchange_links`), padded by sleep before the combine. ``lbbsp-links`` is
+LB-BSP (EWMA) balancing compute plus those declared transfers, ``lbbsp-ewma`` the same policy
+on compute only; the oracle knows the transfers too. ``run.json`` records the links and each
+worker's transfer (``network``, ``transfer_s``).
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ if __package__ in (None, ''):
 
 from experiments._bench_launch import Shifted, interleaved_blocks, make_policy
 from hetjax import runtime
-from hetjax.emulation import KnownSpeedHost, SlowdownTrace
+from hetjax.emulation import Exchange, KnownSpeedHost, Links, SlowdownTrace
 
 MODEL = {'hidden': 1024, 'width': 512}
 GLOBAL_BATCH = 2048
 BUCKET = 128
+LINKS_POLICY = 'lbbsp-links'  # LB-BSP (EWMA) with the transfers in its objective
+LINK_ALPHA_S = 5e-4  # each message's latency on the exchange's links
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +58,14 @@ class Bench:
     """The calibrated host under the trace seen from a policy's own steps (`Shifted`)."""
     return dataclasses.replace(self.host, trace=Shifted(self.trace, shift))
 
-  def policy(self, name: str):
-    """The policy ``name`` for this job; the oracle knows the hosts' costs."""
-    return make_policy(name, self.rules, self.trace, self.host.row_s, self.host.fixed_s)
+  def policy(self, name: str, transfer_s: tuple[float, ...] = ()):
+    """The policy ``name`` for this job; the oracle knows the hosts' costs, and it and
+    ``lbbsp-links`` each worker's transfer ``transfer_s``."""
+    base = 'lbbsp-ewma' if name == LINKS_POLICY else name
+    policy = make_policy(base, self.rules, self.trace, self.host.row_s, self.host.fixed_s)
+    if transfer_s and name in (LINKS_POLICY, 'oracle'):
+      policy = dataclasses.replace(policy, transfer_s=transfer_s)
+    return policy
 
   def record(self, info) -> None:
     """A `hetjax.train.Hook` function: this worker's timing of the step to the telemetry."""
@@ -84,7 +98,19 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None =
   return Bench(trainer, trace, host, rules, channel, fit, telemetry, state, warmup_compile_s)
 
 
-def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
+def exchange_links(host: KnownSpeedHost, workers: int, nbytes: int, ratios) -> Links:
+  """Links of the server exchange on which worker i's push and pull of ``nbytes`` take
+  ``ratios[i]`` × the host time of a uniform share at factor 1 (`LINK_ALPHA_S` a message)."""
+  from hetjax.core import LinkCost
+
+  uniform_s = host.fixed_s + GLOBAL_BATCH / workers * host.row_s
+  links = [LinkCost.for_time(r * uniform_s, 2, 2 * nbytes, LINK_ALPHA_S) for r in ratios]
+  return Links(tuple(k.alpha_s for k in links), tuple(k.beta_bytes_per_s for k in links),
+               Exchange.SERVER)
+
+
+def main(out_dir: str, policies: list[str], rounds: int, block: int,
+         exchange: tuple[float, ...] = ()) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   runtime.enable_compilation_cache()  # HETJAX_COMPILATION_CACHE: one fresh dir per bench run
   from hetjax.train import Hook
@@ -92,7 +118,11 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
   out = pathlib.Path(out_dir)
   bench = set_up(ctx, out, 'lbbsp')
   trainer, fit = bench.trainer, bench.fit
-  made = {name: bench.policy(name) for name in policies}
+  transfer = ()
+  if exchange:
+    trainer.links = exchange_links(bench.host, ctx.workers, trainer.all_reduce_bytes, exchange)
+    transfer = trainer.links.exchange_s(trainer.all_reduce_bytes)
+  made = {name: bench.policy(name, transfer) for name in policies}
   shares = {name: [] for name in policies}
   try:
     _, schedule = interleaved_blocks(
@@ -111,10 +141,13 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int) -> None:
             'warmup_compile_s': bench.warmup_compile_s,
             'background_compiles': trainer.programs.background_compiles,
             'background_compile_s': trainer.programs.background_compile_s,
-            'piece_steps': trainer.programs.piece_steps, 'shares': shares}
+            'piece_steps': trainer.programs.piece_steps, 'shares': shares,
+            'network': trainer.links.describe() if exchange else None,
+            'transfer_s': list(transfer)}
     (out / 'run.json').write_text(json.dumps(info) + '\n')
     (out / 'schedule.json').write_text(json.dumps(schedule, indent=1) + '\n')
 
 
 if __name__ == '__main__':
-  main(sys.argv[1], sys.argv[2].split(','), int(sys.argv[3]), int(sys.argv[4]))
+  main(sys.argv[1], sys.argv[2].split(','), int(sys.argv[3]), int(sys.argv[4]),
+       tuple(float(r) for r in sys.argv[5].split(',')) if len(sys.argv) > 5 else ())

@@ -29,6 +29,15 @@ Per scenario × policy it reports, from measured telemetry (steps of that policy
 Per scenario it also prints the hosts' calibrated cost and how many worker-steps overran their
 host's time (the real compute took longer than the emulated host: the emulation did not hold).
 
+Communication (``links``, ``both``): the workers exchange the gradient through a server on
+emulated links of one uniform share's host time × ``EXCHANGE`` each (worker 3's push and pull
+as long as its compute; `experiments._lbbsp_worker.exchange_links`), on equal hosts
+(``links``) or with worker 2 at half speed (``both``). They run ``LINK_POLICIES``: uniform,
+compute-only LB-BSP (``lbbsp-ewma``), LB-BSP with each worker's declared transfer in its
+objective (``lbbsp-links``, `hetjax.balance.LBBSP`'s ``transfer_s``) and the oracle (which
+knows the transfers too). Their limit is the balanced time of compute plus transfer (every
+worker's equal), from the host and link models, plus the measured time outside both.
+
 Then the same scenarios (patterns tiled over the workers, `_analysis.tile_trace`) on the virtual
 clock at 64 and 1024 workers: the hosts' calibrated costs, host time from the Uniform blocks of
 the first scenario's run (`experiments._harness.host_costs`). Rows say ``measured`` or
@@ -39,10 +48,12 @@ when the benchmark starts and shared by its scenarios (as a relaunched job would
 the first scenario pays cold compiles and later ones mostly load them.
 
   .venv/bin/python experiments/bench_lbbsp.py --quick --json runs/bench_lbbsp.json
+  .venv/bin/python experiments/bench_lbbsp.py --quick --scenarios=links,both
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 import time
@@ -50,10 +61,12 @@ import time
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+import numpy as np
 from absl import flags
 
 from experiments import _analysis, _harness
 from experiments._bench_launch import launch_workers, make_policy
+from experiments._lbbsp_worker import LINKS_POLICY
 from hetjax import ConfigError, balance, emulation, simulation
 
 WORKERS = 4
@@ -62,7 +75,13 @@ SCENARIOS = {
     'skewed': 'static:1,1.25,2,4',
     'markov': 'markov:3:0.9:seed=1',
     'step': 'step:20:1,1,1,1:1,1,1,3',
+    'links': 'none',
+    'both': 'static:1,1,2,1',
 }
+#: Scenarios on a server exchange: worker i's push and pull take EXCHANGE[i] × a uniform share's
+#: host time.
+EXCHANGE = {'links': (0.1, 0.1, 0.1, 1.0), 'both': (0.1, 0.1, 0.1, 1.0)}
+LINK_POLICIES = ('uniform', 'lbbsp-ewma', LINKS_POLICY, 'oracle')
 STEP_AT = 20  # the step scenario's change: settling is counted from there
 POLICIES = ('uniform', 'proportional', 'lbbsp-last', 'lbbsp-ewma', 'lbbsp-ar', 'lbbsp-narx',
             'oracle')
@@ -78,9 +97,14 @@ _POLICIES = flags.DEFINE_list('policies', list(POLICIES), 'policies to compare')
 
 
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
-            cache: pathlib.Path) -> dict:
-  return launch_workers(out, '_lbbsp_worker.py', [','.join(policies), rounds, block], WORKERS,
-                        timeout=900, slowdown=spec, cache=cache)
+            cache: pathlib.Path, exchange: tuple[float, ...] = ()) -> dict:
+  extra = [','.join(map(str, exchange))] if exchange else []
+  return launch_workers(out, '_lbbsp_worker.py', [','.join(policies), rounds, block, *extra],
+                        WORKERS, timeout=900, slowdown=spec, cache=cache)
+
+
+def _policies(scenario: str, policies) -> tuple[str, ...]:
+  return LINK_POLICIES if scenario in EXCHANGE else tuple(policies)
 
 
 def _after(scenario: str) -> int:
@@ -93,10 +117,17 @@ def virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts, steps
   trace = _analysis.tile_trace(emulation.parse_trace(SCENARIOS[scenario], WORKERS), workers)
   x = VIRTUAL_ROWS_PER_WORKER * workers
   rules = balance.ShareRules(x, workers, VIRTUAL_BUCKET)
+  if scenario in EXCHANGE:  # each worker's own transfer, tiled as the trace is
+    uniform_s = cost.fixed_s + VIRTUAL_ROWS_PER_WORKER * float(np.max(cost.per_sample_s))
+    cost = dataclasses.replace(cost, transfer_s=tuple(
+        EXCHANGE[scenario][i % WORKERS] * uniform_s for i in range(workers)))
   rows = []
-  for name in policies:
+  for name in _policies(scenario, policies):
     start = time.perf_counter()
-    policy = make_policy(name, rules, trace, cost.per_sample_s, cost.fixed_s)
+    policy = make_policy('lbbsp-ewma' if name == LINKS_POLICY else name, rules, trace,
+                         cost.per_sample_s, cost.fixed_s)
+    if cost.transfer_s and name in (LINKS_POLICY, 'oracle'):
+      policy = dataclasses.replace(policy, transfer_s=cost.transfer_s)
     v = simulation.simulate_shares(policy, trace, cost, x, steps)
     settle, reversals = _analysis.settle(v.shares, VIRTUAL_BUCKET, _after(scenario))
     rows.append({'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',
@@ -136,14 +167,18 @@ def run(root: pathlib.Path, rounds: int, block: int, scenarios, policies) -> lis
 
 
 def _scenario(root, scenario, policies, rounds, block, cache) -> list[dict]:
-  info = _launch(root / scenario, SCENARIOS[scenario], policies, rounds, block, cache)
+  info = _launch(root / scenario, SCENARIOS[scenario], _policies(scenario, policies), rounds,
+                 block, cache, EXCHANGE.get(scenario, ()))
   job = _harness.JobRun.load(root / scenario)
   compiles = {k: info[k] for k in ('warmup_compile_s', 'background_compiles',
                                    'background_compile_s', 'piece_steps')}
   print(f'{scenario} (worker 0): piece ladder compiled before step 1 in '
         f'{compiles["warmup_compile_s"]:.1f} s; {compiles["background_compiles"]} sizes compiled '
         f'in the background ({compiles["background_compile_s"]:.1f} s); '
-        f'{compiles["piece_steps"]} steps ran as pieces; {job.host_line()}', flush=True)
+        f'{compiles["piece_steps"]} steps ran as pieces; {job.host_line()}'
+        + (f'; links {info["network"]}, transfers '
+           f'{" ".join(f"{1e3 * t:.1f}" for t in info["transfer_s"])} ms'
+           if info.get('network') else ''), flush=True)
   return [r | compiles for r in _harness.share_policy_rows(job, scenario, _after(scenario))]
 
 
