@@ -16,10 +16,10 @@ learns both the levels and the transition probabilities online from the observed
   blip (an overrun, a scheduler spike): its slot is dropped and the two steps count as stays.
 * **Transitions.** Per worker, counts of regime a → regime b, forgotten with horizon
   ``horizon`` steps. The probability of staying is pooled across workers (empirical Bayes):
-  p_stay = (stays + m·π) / (visits + m), π the pooled stay rate of all workers (with a
-  Laplace prior) and m = ``pooling``: one switching worker teaches the others how long spells
-  last, which matters when a run is 15–30 steps long. A move goes to the other known regimes in
-  proportion to their counts (+1).
+  p_stay = (stays + m·π) / (visits + m), π the pooled stay rate of all workers (with a prior
+  of ``persistence`` worth ``prior`` transitions) and m = ``pooling``: one switching worker
+  teaches the others how long spells last, which matters when a run is 15–30 steps long. A
+  move goes to the other known regimes in proportion to their counts (+1).
 * **Borrowed risk.** A worker seen at one level only is taken to be at its top speed (it has
   never been faster) and may drop, like the others that left their top regime, by their mean
   drop at their pooled rate (shrunk by its own stays). Without this a worker that has not
@@ -125,6 +125,10 @@ class Regime:
     alpha: floor of a level's running-mean weight (how fast a level follows a drift).
     horizon: transition counts are forgotten with weight 1 − 1/horizon per step.
     pooling: weight m, in transitions, of the pooled stay rate in each worker's.
+    persistence: the prior stay rate, before any transition is seen (regimes last: LB-BSP's
+      premise; without it the first few switches make every worker look as likely to flip as
+      not, and the split hedges to uniform).
+    prior: the prior's weight, in transitions.
     decision: `Decision` (or its name): what `predict` returns.
   """
 
@@ -133,18 +137,23 @@ class Regime:
   noise_multiple: float = 3.0
   alpha: float = 0.1
   horizon: float = 100.0
-  pooling: float = 4.0
+  pooling: float = 16.0
+  persistence: float = 0.9
+  prior: float = 4.0
   decision: Decision | str = Decision.MAKESPAN
   name: str = dataclasses.field(default='regime', init=False)
 
   def __post_init__(self):
     object.__setattr__(self, 'decision', parse_choice(Decision, self.decision, 'regime decision'))
     if (self.states < 2 or not self.threshold > 0 or not self.noise_multiple >= 0
-        or not 0 < self.alpha <= 1 or not self.horizon >= 1 or not self.pooling >= 0):
+        or not 0 < self.alpha <= 1 or not self.horizon >= 1 or not self.pooling >= 0
+        or not 0 < self.persistence < 1 or not self.prior > 0):
       raise ConfigError(f'Regime needs states >= 2, threshold > 0, noise_multiple >= 0, '
-                        f'0 < alpha <= 1, horizon >= 1 and pooling >= 0; got states={self.states}, '
-                        f'threshold={self.threshold}, noise_multiple={self.noise_multiple}, '
-                        f'alpha={self.alpha}, horizon={self.horizon}, pooling={self.pooling}')
+                        f'0 < alpha <= 1, horizon >= 1, pooling >= 0, 0 < persistence < 1 and '
+                        f'prior > 0; got states={self.states}, threshold={self.threshold}, '
+                        f'noise_multiple={self.noise_multiple}, alpha={self.alpha}, '
+                        f'horizon={self.horizon}, pooling={self.pooling}, '
+                        f'persistence={self.persistence}, prior={self.prior}')
 
   def init(self, workers: int) -> RegimeState:
     n, k = positive_int(workers, 'predictor workers'), int(self.states)
@@ -218,7 +227,8 @@ class Regime:
     level = state.level.copy()
     visits = state.trans.sum(axis=2)  # [n, k]
     stays = np.einsum('nkk->nk', state.trans)
-    pooled = (stays.sum() + 1.0) / (visits.sum() + 2.0)
+    a = self.prior * self.persistence  # the prior's stays, out of self.prior transitions
+    pooled = (stays.sum() + a) / (visits.sum() + self.prior)
     cur = state.current
     moves = np.where(active, state.trans[rows, cur] + 1.0, 0.0)
     moves[rows, cur] = 0.0
@@ -231,7 +241,7 @@ class Regime:
     left[rows, top] = 0.0
     drop_weight = left.sum()
     drop = (left * (level - level[rows, top][:, None])).sum() / max(drop_weight, 1e-300)
-    top_rate = (top_stays.sum() + 1.0) / (top_visits.sum() + 2.0)
+    top_rate = (top_stays.sum() + a) / (top_visits.sum() + self.prior)
     prior = np.where(alone, top_rate, pooled)
     p_stay = (stays[rows, cur] + self.pooling * prior) / (visits[rows, cur] + self.pooling)
     share_of_move = (1 - p_stay) / np.maximum(total, 1e-300)
