@@ -43,6 +43,11 @@ clock at 64 and 1024 workers: the hosts' calibrated costs, host time from the Un
 the first scenario's run (`experiments._harness.host_costs`). Rows say ``measured`` or
 ``virtual`` (modelled).
 
+Markov also runs on the virtual clock at the measured 4 workers, and at every size it gets a
+``causal-limit`` row: the Bayes-optimal causal policy that knows the chain and the states just
+observed (`experiments._markov_limit`), what no predictor can beat in expectation. The oracle
+also knows the next states; the gap between the two is the price of not seeing a switch coming.
+
 Compiled share sizes are kept in memory and in a persistent compilation cache that is empty
 when the benchmark starts and shared by its scenarios (as a relaunched job would share it), so
 the first scenario pays cold compiles and later ones mostly load them.
@@ -64,7 +69,7 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import flags
 
-from experiments import _analysis, _harness
+from experiments import _analysis, _harness, _markov_limit
 from experiments._bench_launch import launch_workers, make_policy
 from experiments._lbbsp_worker import LINKS_POLICY
 from hetjax import ConfigError, balance, emulation, simulation
@@ -84,7 +89,7 @@ EXCHANGE = {'links': (0.1, 0.1, 0.1, 1.0), 'both': (0.1, 0.1, 0.1, 1.0)}
 LINK_POLICIES = ('uniform', 'lbbsp-ewma', LINKS_POLICY, 'oracle')
 STEP_AT = 20  # the step scenario's change: settling is counted from there
 POLICIES = ('uniform', 'proportional', 'lbbsp-last', 'lbbsp-ewma', 'lbbsp-ar', 'lbbsp-narx',
-            'oracle')
+            'lbbsp-regime', 'oracle')
 SCALE = (64, 1024)
 VIRTUAL_ROWS_PER_WORKER, VIRTUAL_BUCKET = 512, 32
 
@@ -135,6 +140,8 @@ def virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts, steps
                  'idle_fraction': float(v.idle_fraction.mean()), 'compile_overhead_share': None,
                  'settle_iterations': settle, 'reversals_after_settle': reversals,
                  'simulate_s': time.perf_counter() - start})
+  if scenario == 'markov':  # the best any causal policy can do: experiments/_markov_limit.py
+    rows.append(_markov_limit.virtual_row(scenario, trace, rules, cost, steps))
   return _analysis.with_speedups(rows, ideal=True)
 
 
@@ -160,6 +167,8 @@ def run(root: pathlib.Path, rounds: int, block: int, scenarios, policies) -> lis
       rows += _scenario(root, scenario, policies, rounds, block, cache)
   first = _harness.JobRun.load(root / scenarios[0])
   cost = _harness.host_costs(first, first.rows('uniform', skip=1))
+  if 'markov' in scenarios:  # the measured size too, beside the causal limit
+    rows += virtual_rows('markov', WORKERS, cost, rounds * block, policies)
   for n in SCALE:
     for scenario in scenarios:
       rows += virtual_rows(scenario, n, cost, rounds * block, policies)
