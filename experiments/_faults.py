@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from hetjax import checkpoint
 from hetjax.runtime import ENV_LAUNCHER_PID, ENV_WORKER_ID, proc_stat
 
 
@@ -94,7 +95,8 @@ def final_state(checkpoints: pathlib.Path, step: int) -> dict:
   reader = ocp.PyTreeCheckpointer()  # (orbax warns that the item has no metadata file)
   tree = reader.metadata(path).item_metadata.tree
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-  return reader.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+  with checkpoint.draining_event_loops():  # a corrupt file's failed read: no threads left behind
+    return reader.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
 
 
 def states_equal(a, b) -> bool:

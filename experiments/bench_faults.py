@@ -48,12 +48,15 @@ if __package__ in (None, ''):
 from absl import flags
 
 from experiments import _faults, _harness
-from hetjax import runtime
+from hetjax import ConfigError, runtime
 
 FLAGS = _harness.define_flags('2 kills instead of 3 and 60 steps instead of 120: under 5 '
                               'minutes')
 _SEED = flags.DEFINE_integer('seed', 0, 'picks the workers and steps the faults hit')
 _TIMEOUT = flags.DEFINE_float('timeout', 600, 'seconds before a launched job is stopped')
+SCENARIOS = ('kills', 'stop', 'corrupt', 'lost-worker', 'async-kills')
+_SCENARIOS = flags.DEFINE_list('scenarios', list(SCENARIOS),
+                               f'the scenarios to run (after the uninterrupted one), of {SCENARIOS}')
 TRAIN = pathlib.Path(__file__).with_name('train.py')
 WORKERS = 4
 CHECKPOINT_EVERY = 10
@@ -180,6 +183,10 @@ def main() -> None:
       ASYNC: [Fault('kill', rng.randrange(WORKERS), CHECKPOINT_EVERY * k + 1)
               for k in ((2, 4) if quick else (2, 5, 8))],
   }
+  unknown = sorted(set(_SCENARIOS.value) - set(scenarios))
+  if unknown or not _SCENARIOS.value:
+    raise ConfigError(f'--scenarios: unknown {unknown}; choose from {list(scenarios)}')
+  scenarios = {name: faults for name, faults in scenarios.items() if name in _SCENARIOS.value}
   rows = []
   with _harness.run_directory(FLAGS.keep.value) as root:
     print(f'uninterrupted: {steps} steps on {WORKERS} workers', flush=True)

@@ -5,14 +5,16 @@ the arrays (``state``) and one JSON record (``meta``: the run's meta, the step, 
 leaf, the policy state); every restore checks the checksums and skips a bad latest checkpoint
 where it can. `Checkpointer` writes an SPMD `TrainState` in orbax's array format;
 `ArraysCheckpointer` writes states that live on some processes only (a pipeline replica, a
-parameter server, a pipeline's stages) as host arrays.
+parameter server, a pipeline's stages) as host arrays. `draining_event_loops` is for a reader
+of orbax checkpoints of its own: a read that fails leaves no read running behind it.
 """
 
 from hetjax.checkpoint._arrays import ArraysCheckpointer as ArraysCheckpointer
 from hetjax.checkpoint._compat import check_compatible as check_compatible
+from hetjax.checkpoint._drain import draining_event_loops as draining_event_loops
 from hetjax.checkpoint._manager import Checkpointer as Checkpointer
 from hetjax.checkpoint._protocol import CheckpointerProtocol as CheckpointerProtocol
 from hetjax.checkpoint._steps import StepCheckpointer as StepCheckpointer
 
 __all__ = ['ArraysCheckpointer', 'Checkpointer', 'CheckpointerProtocol', 'StepCheckpointer',
-           'check_compatible']
+           'check_compatible', 'draining_event_loops']

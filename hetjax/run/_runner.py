@@ -170,7 +170,10 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
-      hooks.insert(0 if evaluation is None else 1, logger.hook())
+      # After the evaluation (its line carries the result) and the checkpoint: a step is
+      # logged done only once the checkpoint before it is committed, so a failure loses at
+      # most checkpoint.every of the steps logged, background saves included.
+      hooks.insert(1 if evaluation is None else 2, logger.hook())
     if built.measure_speed is not None and start < config.optimizer.steps:
       _probe_speeds(built, state, telemetry, ctx, policy_state)
     if channel is not None:  # reports after the other hooks: a worker stuck in one is named
