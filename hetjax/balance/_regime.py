@@ -35,7 +35,7 @@ learns both the levels and the transition probabilities online from the observed
   (`expected_makespan`, independent workers) and returns the best: the speeds whose split is
   the least risky. On 4 workers flipping 3× with stay 0.9 that is mostly the most likely level;
   on 64 or 1024 workers someone always flips, the slowest level wins and the split is uniform,
-  which is the causal optimum there (last value, EWMA, AR and NARX fall 10% below uniform).
+  which is the causal optimum there (last value, EWMA, AR and NARX are 4–11% slower).
   ``'mean'`` returns E[v], ``'mode'`` the most likely level.
 
 Only observed speeds enter (the exogenous ``load`` is ignored: it is the emulated slowdown
