@@ -89,9 +89,16 @@ class MarkovLimit:
       return balance.expected_makespan(busy, speeds, probs)
 
     n, total = self.rules.workers, self.rules.global_batch // self.rules.bucket
-    if math.comb(total - 1, n - 1) <= _BRUTE_FORCE_SPLITS:
-      best = min(_splits(total, n), key=lambda s: cost(np.asarray(s, dtype=np.float64)))
-      return balance.Shares(tuple(u * self.rules.bucket for u in best), self.rules)
+    if math.comb(total - 1, n - 1) <= _BRUTE_FORCE_SPLITS and n <= 8:
+      # Every split against every next state at once: E[max_i factor_i × busy_i].
+      splits = np.array(list(_splits(total, n)), dtype=np.float64)  # [splits, n]
+      slow_next = np.array(list(itertools.product((0, 1), repeat=n)), dtype=bool)  # [states, n]
+      p_state = np.prod(np.where(slow_next, p_slow, 1.0 - p_slow), axis=1)
+      busy = self.fixed_s + splits * self.rules.bucket * self.row_s
+      factor = np.where(slow_next, t.slow, 1.0)
+      step = (busy[:, None, :] * factor[None]).max(axis=2)  # [splits, states]
+      best = splits[int(np.argmin(step @ p_state))]
+      return balance.Shares(tuple(int(u) * self.rules.bucket for u in best), self.rules)
     # One share per state group (interchangeable workers, convex objective): ternary search.
     group = slow_now & affected
     n_slow = int(group.sum())
