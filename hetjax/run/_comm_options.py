@@ -4,8 +4,9 @@
 shares mode's all-reduce (`hetjax.train.WorkerTrainer`'s ``links``) and the parameter server's
 pushes and pulls (mode ps). In mode shares LB-BSP and the oracle then balance each worker's
 compute plus its exchange (`hetjax.emulation.Links.exchange_s`): the same for every worker
-under a ring all-reduce, its own push and pull under ``exchange=server``. ``overlap`` (with ``bucket_bytes``) runs the shares mode with the
-all-reduce scheduler (`hetjax.train.OverlapTrainer`). Any other mode given one of them is
+under a ring all-reduce, its own push and pull under ``exchange=server``. ``overlap`` (with
+``bucket_bytes``) runs the shares mode with the all-reduce scheduler
+(`hetjax.train.OverlapTrainer`). Any other mode given one of them is
 refused with one line, never silently ignored.
 """
 

@@ -219,7 +219,7 @@ class MetricsLogger:
         row['start_unix_s'] = round(self._start_unix, 3)
       if pending.held_up:
         row['held_up_by_compile'] = True
-      spent = {k: round(v, 4) for k, v in spent.items() if round(v, 4) > 0}  # not no-op calls
+      spent = {k: r for k, v in spent.items() if (r := round(v, 4)) > 0}  # not no-op calls
       if spent:
         row['hooks_s'] = spent
       if show and pending.step == step:
