@@ -13,7 +13,9 @@ time) and ``loss.png``, the training loss with the evaluation loss where the run
 
 The means and the throughput cover the steps after the ``--skip`` warm-up ones that no compile
 held up (none waited for one or ran beside one: the footer names those left out), the figure
-``summary.json`` gives as ``steady_samples_per_s``.
+``summary.json`` gives as ``steady_samples_per_s``. A run too short for any such step (every
+one met a compile) gets its means over all the steps after the warm-up, and no throughput:
+the footer says so.
 
 Bad input (no such directory, a malformed telemetry line, an incomplete steps × workers grid, a
 ``--skip`` that leaves no steps) prints one line ``report: error: …`` and exits with 2.

@@ -95,8 +95,9 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
   if not counted.all():
     ax.plot(steps[~counted], rate[~counted], marker='x', linestyle='none', color='grey',
             label='left out (warm-up, compiling)')
-  ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
-             label=f'steady {summary.samples_per_s:,.1f} samples/s (examples / time)')
+  if summary.samples_per_s is not None:  # None: every step after the warm-up compiled
+    ax.axhline(summary.samples_per_s, linestyle='--', color='#d62728',
+               label=f'steady {summary.samples_per_s:,.1f} samples/s (examples / time)')
   _finish(ax, 'samples/s', f'{_title(t)}throughput, global batch {summary.global_batch:g}'
           f'\n{summary.throughput.describe()}')
   return _save(fig, path)

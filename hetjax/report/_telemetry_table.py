@@ -88,15 +88,17 @@ class WorkerSummary:
 @dataclasses.dataclass(frozen=True)
 class IterationSummary:
   """Whole-run figures over the counted steps: those after the ``skip`` warm-up steps that
-  no compile held up (``throughput`` says which were left out)."""
+  no compile held up (``throughput`` says which were left out), or every step after the
+  warm-up when none is steady (``samples_per_s`` is then None)."""
 
   iteration_s: float
   global_batch: float
   throughput: Throughput
 
   @property
-  def samples_per_s(self) -> float:
-    """Steady throughput: `hetjax.report.steady_throughput`, as in ``summary.json``."""
+  def samples_per_s(self) -> float | None:
+    """Steady throughput: `hetjax.report.steady_throughput`, as in ``summary.json``; None
+    when every step after the warm-up waited for a compile or ran beside one."""
     return self.throughput.samples_per_s
 
   @property
@@ -247,17 +249,20 @@ def summary_fields(run_dir: str | pathlib.Path, skip: int = 1) -> dict[str, Any]
 
 
 def _counted(t: Telemetry, skip: int) -> tuple[np.ndarray, Throughput]:
-  """Row indices of the steps `telemetry_throughput` counts, and its result."""
+  """Row indices of the steps `telemetry_throughput` counts, and its result; every step after
+  the warm-up when none is steady (a run shorter than its compiles: the means then include
+  them, and the throughput has no figure, which `format_table` says)."""
   throughput = telemetry_throughput(t, skip)
   if not throughput.steps:
-    raise ConfigError(f'no steady step to summarise: {throughput.describe()}')
+    return np.arange(skip, len(t.steps)), throughput
   counted = set(throughput.steps)
   return np.array([i for i, s in enumerate(t.steps) if s in counted]), throughput
 
 
 def summarise(t: Telemetry, skip: int = 1) -> list[WorkerSummary]:
   """Per-worker means over the counted steps: those after the first ``skip`` (warm-up) that
-  no compile held up, as in `iteration_summary`.
+  no compile held up, as in `iteration_summary` (every step after the warm-up when none is
+  steady).
 
   Example::
 
@@ -314,7 +319,11 @@ def format_table(workers: Sequence[WorkerSummary], iteration: IterationSummary) 
   widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
   lines = ['  '.join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *body]]
   rule = '-' * len(lines[0])
-  footer = (f'iteration {iteration.iteration_s * 1e3:.2f} ms (slowest worker) | '
-            f'{iteration.samples_per_s:,.1f} samples/s | global batch '
-            f'{iteration.global_batch:g} | {iteration.throughput.describe()}')
+  if iteration.samples_per_s is None:
+    rate = ('no steady samples/s: the means cover every step after the warm-up, compiles '
+            'included; run more steps')
+  else:
+    rate = f'{iteration.samples_per_s:,.1f} samples/s'
+  footer = (f'iteration {iteration.iteration_s * 1e3:.2f} ms (slowest worker) | {rate} | '
+            f'global batch {iteration.global_batch:g} | {iteration.throughput.describe()}')
   return '\n'.join([lines[0], rule, *lines[1:], rule, footer])
