@@ -3,8 +3,8 @@
   python experiments/_tokens_worker.py OUT_DIR POLICIES ROUNDS BLOCK TOKEN_ROWS  (under hetjax.launch)
 
 POLICIES is a comma list of ``uniform`` (BSP, `balance.Uniform`), ``lbbsp`` (LB-BSP, default
-predictor), ``tokens`` (`TokenRules` with the end game) and ``tokens-greedy`` (Fela's plain
-greedy pulling). Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`),
+predictor), ``tokens`` (`TokenRules` with the end game and prefetch), ``tokens-serial`` (the end
+game, each pull after its token) and ``tokens-greedy`` (Fela's plain greedy pulling). Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`),
 calibrated once for the job on token-sized calls and slowed by the launcher's trace, pinned to
 one core (the benchmark launches with ``pin_cores``); every share size is compiled before the
 first step. All train one state through
@@ -33,7 +33,9 @@ from experiments._bench_launch import interleaved_blocks
 from experiments._lbbsp_worker import BUCKET, GLOBAL_BATCH, MODEL, set_up
 from hetjax import runtime
 
-TOKEN_POLICIES = {'tokens': True, 'tokens-greedy': False}  # name: plays the end game
+# name: (plays the end game, prefetches the next token while one computes)
+TOKEN_POLICIES = {'tokens': (True, True), 'tokens-serial': (True, False),
+                  'tokens-greedy': (False, False)}
 
 
 def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows: int) -> None:
@@ -49,9 +51,10 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int, token_rows:
   trainer, channel, fit = bench.trainer, bench.channel, bench.fit
   token_trainers = {
       name: TokenTrainer(trainer.task, trainer.optimizer, GLOBAL_BATCH,
-                         TokenRules(GLOBAL_BATCH, token_rows, trainer.local_batch_degree, endgame),
+                         TokenRules(GLOBAL_BATCH, token_rows, trainer.local_batch_degree, endgame,
+                                    prefetch),
                          channel, rules=trainer.rules, seed=trainer.seed)
-      for name, endgame in TOKEN_POLICIES.items() if name in policies}
+      for name, (endgame, prefetch) in TOKEN_POLICIES.items() if name in policies}
   for token_trainer in token_trainers.values():
     # What a token step runs before its first pull, compiled now (as the piece ladder is for
     # the share policies): else a worker still compiling it in its first token step finds the

@@ -140,6 +140,17 @@ def test_default_token_rows_gives_about_four_tokens_per_worker():
     _programs.default_token_rows(64, 2, 3)
 
 
+@pytest.mark.parametrize('flags, endgame, prefetch', [
+    ([], True, True), (['balance.prefetch=false'], True, False), (['endgame=false'], False, True)])
+def test_mode_tokens_builds_its_rules_from_the_config(flags, endgame, prefetch):
+  from hetjax import run, runtime
+  config = run.override(run.load_config('mlp'), ['mode=tokens', 'mesh=8x1', 'token_rows=64', *flags])
+  built = _programs.build(config, runtime.WorkerContext(0, 1, None), None)
+  rules = built.program.tokens
+  assert (rules.endgame, rules.prefetch, rules.token_rows) == (endgame, prefetch, 64)
+  assert built.policy is rules
+
+
 def test_work_and_stats_are_values():
   stats = StepStats(1, (2, 3), (0.5, 0.25), sync_s=0.1)
   assert stats.wait_s == (0.0, 0.25) and stats.workers == 2 and math.isnan(stats.loss)

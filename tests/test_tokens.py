@@ -130,3 +130,58 @@ def test_takes_token_compares_its_finish_with_the_others(own, others, remaining,
 def test_virtual_tokens_refuse_bad_sizes():
   with pytest.raises(ConfigError, match='token_rows 3 does not divide the global batch 8'):
     simulate_tokens(StaticTrace((1, 1)), ClockCosts(per_sample_s=1e-3), 8, 3, steps=1)
+
+
+def test_prefetch_hides_the_round_trips_of_the_workers_the_end_game_keeps():
+  # 2 equal workers, 4 tokens of 2 ms, 1 ms a pull. Step 0 (speeds unknown) pulls before each
+  # token: two tokens each at 1 + 2 ms, then the empty pull: 7 ms. From step 1 each worker
+  # pulls its next token as the current one starts: tokens at 1-3 and 3-5 ms, the empty pull
+  # (at 3-4 ms) inside the second: 5 ms.
+  cost = ClockCosts(per_sample_s=1e-3)
+  trace = StaticTrace((1, 1))
+  serial = simulate_tokens(trace, cost, 8, 2, steps=2, pull_s=1e-3, endgame=True)
+  ahead = simulate_tokens(trace, cost, 8, 2, steps=2, pull_s=1e-3, endgame=True, prefetch=True)
+  np.testing.assert_allclose(serial.iter_s, [7e-3, 7e-3])
+  np.testing.assert_allclose(ahead.iter_s, [7e-3, 5e-3])
+  assert ahead.shares.tolist() == serial.shares.tolist() == [[4, 4], [4, 4]]
+  # A worker that may leave tokens (3x slow) decides after each token, so it never prefetches:
+  # it takes its first token and leaves the rest, as without prefetch.
+  slow = StaticTrace((1, 1, 1, 3))
+  keeps = simulate_tokens(slow, cost, 400, 25, steps=3, endgame=True, prefetch=True)
+  assert keeps.shares[2].tolist() == [125, 125, 125, 25]
+
+
+def _token_events(prefetch: bool):
+  """One in-process worker's losses and its sequence of pulls, gradient launches and sums."""
+  from hetjax import runtime
+  from hetjax.train._tokens import TokenTrainer
+  kwargs, batch = MODELS['mlp']
+  events = []
+
+  class Logged(runtime.LocalChannel):
+    def increment(self, key, by=1):
+      events.append('pull' if by else 'read')
+      return super().increment(key, by)
+
+  rules = TokenRules(batch, TOKEN_ROWS, prefetch=prefetch)
+  trainer = TokenTrainer(models.make_task('mlp', **kwargs), OPTIMIZER, batch, rules, Logged())
+  gradient, accumulate = trainer.local_gradient, trainer.accumulate
+  trainer.local_gradient = lambda *a: (events.append('grad'), gradient(*a))[1]
+  trainer.accumulate = lambda *a: (events.append('sum'), accumulate(*a))[1]
+  losses, steps = [], []
+  for info in training_steps(trainer, trainer.init_state(), 3, policy=rules):
+    losses.append(float(info.metrics['loss']))
+    steps.append(' '.join(events))
+    events.clear()
+  return losses, steps
+
+
+def test_a_prefetching_worker_pulls_the_next_token_before_it_waits_for_the_current():
+  ahead, ahead_steps = _token_events(prefetch=True)
+  serial, serial_steps = _token_events(prefetch=False)
+  assert ahead == serial  # the same tokens, summed in the same order
+  tail = ' '.join(['grad pull sum'] * 7)  # tokens 2-8, then the empty pull
+  # Step 1 (its own speed unknown) pulls after each token; from step 2, before summing it.
+  assert ahead_steps[0] == serial_steps[0]
+  assert ahead_steps[1] == ahead_steps[2] == f'pull grad pull {tail}'
+  assert serial_steps[2] == 'pull grad pull ' + ' '.join(['grad sum pull'] * 7)

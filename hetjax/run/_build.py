@@ -455,7 +455,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
       channel = runtime.LocalChannel()
     rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers,
                                                            degree)
-    rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame)
+    rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame,
+                             config.balance.prefetch)
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
                                  mesh_shape, strategy.rules(), config.data.seed,
                                  accumulate=config.optimizer.accumulate)

@@ -249,6 +249,8 @@ class BalanceConfig:
     memory_caps: most rows each worker can hold per step (bucket multiples), or None.
     token_rows: rows per token (mode tokens); 0 picks X / (4 × workers) rounded to a divisor.
     endgame: mode tokens: a slow worker leaves the last tokens to faster ones.
+    prefetch: mode tokens, with the end game: a worker it keeps pulls its next token while the
+      current one computes.
   """
 
   NAME = 'balance'
@@ -258,6 +260,7 @@ class BalanceConfig:
   memory_caps: tuple[int, ...] | None = None
   token_rows: int = 0
   endgame: bool = True
+  prefetch: bool = True
 
   def __post_init__(self):
     at_least(self.bucket, 0, f'{self.NAME}.bucket', note=' (0: automatic)')
@@ -422,7 +425,7 @@ FLAT_NAMES = {
     **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
                                        'bucket_bytes', 'compilation_cache')},
     **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
-                                   'endgame')},
+                                   'endgame', 'prefetch')},
     **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',
                                     'sync_overlap')},
     **{f: f'schmp.{f}' for f in ('scheduler', 'schedule_size', 'staleness',

@@ -23,6 +23,10 @@ unconditionally (so its speed is measured every step), and the worker that did t
 in the previous step (an integer every worker knows exactly) never leaves, so every token is
 still computed.
 
+**Prefetch.** With ``prefetch`` (and the end game), a worker the end game keeps pulls its next
+token as the current one starts computing, so its round trips overlap its compute; a worker
+that may leave reads and pulls after each token, as without.
+
 Example::
 
   >>> cost = ClockCosts(per_sample_s=1e-3)
@@ -51,7 +55,7 @@ from hetjax.train._endgame import SURE_TAKE, takes_token
 
 def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, token_rows: int,
                     steps: int, pull_s: float = 0.0, endgame: bool = False,
-                    noise_cv: float = 0.0, seed: int = 0) -> VirtualRun:
+                    noise_cv: float = 0.0, seed: int = 0, prefetch: bool = False) -> VirtualRun:
   """Runs ``steps`` token-scheduled iterations on the virtual clock.
 
   Worked case (2 workers, worker 1 3× slower, 8 rows in tokens of 2, 1 ms per row, 1 ms per
@@ -73,6 +77,9 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     noise_cv: each token's compute is multiplied by an independent log-normal factor with this
       coefficient of variation (as in `simulate_shares`).
     seed: seeds the noise.
+    prefetch: with ``endgame``, once every speed is known, a worker the end game keeps (the
+      leader, or one whose latest token is too short to ever leave) pulls its next token as
+      the current one starts: the round trip overlaps the compute (`hetjax.train.TokenRules`).
 
   Returns:
     a `VirtualRun`: ``shares`` are rows done, ``compute_s`` busy seconds (token compute, pulls
@@ -107,25 +114,32 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     fastest = int(np.argmin(estimate)) if known else 0
     lowest = np.partition(estimate, min(1, n - 1))[:2] if known else None  # min of the others
     own = estimate.copy()  # each worker's latest token time
-    free = [(0.0, w) for w in range(n)]  # (time the worker is next free, worker)
+    # (when the worker next pulls, worker, when it is free to compute, whether that pull is a
+    # prefetch: made as its previous token started, so no end-game read comes before it)
+    free = [(0.0, w, 0.0, False) for w in range(n)]
     done, left = np.empty(n), tokens
     while free:
-      now, w = heapq.heappop(free)
-      if (left and leader is not None and w != leader and shares[t, w]
-          and own[w] >= SURE_TAKE * lowest[int(w == fastest)]):  # may_leave, in O(1)
+      now, w, ready, ahead = heapq.heappop(free)
+      may_leave = (leader is not None and w != leader
+                   and own[w] >= SURE_TAKE * lowest[int(w == fastest)])  # in O(1)
+      if left and not ahead and may_leave and shares[t, w]:
         now += pull_s  # reads how many tokens are left
         if not takes_token(own[w], np.delete(estimate, w), left):
-          done[w] = now
+          done[w] = max(now, ready)
           continue
       if not left:
-        done[w] = now + pull_s  # the pull that finds the queue empty
+        done[w] = max(now + pull_s, ready)  # the pull that finds the queue empty
         continue
       seconds = float(token_s[w] * noise[tokens - left])
       busy[t, w] += seconds
       shares[t, w] += rows
       left -= 1
-      own[w] = seconds + pull_s
-      heapq.heappush(free, (now + pull_s + seconds, w))
+      start = max(now + pull_s, ready)
+      own[w] = start + seconds - max(now, ready)
+      if prefetch and leader is not None and not may_leave:
+        heapq.heappush(free, (start, w, start + seconds, True))  # pulls as this token starts
+      else:
+        heapq.heappush(free, (start + seconds, w, start + seconds, False))
     iter_s[t] = done.max() + comm
     idle[t] = (done.max() - done) / iter_s[t]
     limit[t] = cost.balanced_limit_s(x, factors)

@@ -43,6 +43,12 @@ a step unconditionally, so its speed is measured every step, and the worker that
 tokens in the previous step (an exact integer every worker knows) never leaves, so every token
 is still computed; the combine then checks that the rows done add up to the global batch.
 
+**Prefetch.** Once every speed is known, a worker the end game keeps (the leader, or one whose
+token time is too short to ever leave, `may_leave`) pulls its next token right after launching
+the current one's gradient, so the round trip runs while the device computes
+(``TokenRules.prefetch``, on by default); a worker that may leave still decides after each
+token. A prefetched token is always computed, so the queue's exactly-once holds.
+
 Example (run in every worker)::
 
   rules = TokenRules(global_batch=2048, token_rows=128)
@@ -93,6 +99,8 @@ class TokenRules:
       (`WorkerTrainer.local_batch_degree`); `TokenTrainer` checks it.
     endgame: a slow worker leaves the last tokens to faster ones (see the module docstring);
       False is Fela's plain greedy pulling.
+    prefetch: under the end game, a worker it keeps pulls its next token while the current
+      one computes (the round trip off the critical path; see the module docstring).
 
   Raises:
     ConfigError: one line, when ``token_rows`` is not a positive divisor of X or not a multiple
@@ -103,6 +111,7 @@ class TokenRules:
   token_rows: int
   local_batch_degree: int = 1
   endgame: bool = True
+  prefetch: bool = True
 
   def __post_init__(self):
     x, rows, degree = self.global_batch, self.token_rows, self.local_batch_degree
@@ -148,6 +157,13 @@ class TokenRules:
     known = bool(np.isfinite(per_token).all())
     state = {'per_token_s': per_token, 'leader': int(np.argmax(rows)) if known else -1}
     return state, state  # exact integers in, the same leader on every worker
+
+  def prefetching(self, decision: dict[str, Any] | None, worker: int) -> tuple[float, bool]:
+    """``worker``'s seconds per token from the latest step, and whether it may pull its next
+    token while one computes: with ``prefetch`` once every speed is known (`TokenTrainer`
+    prefetches only while the end game keeps the worker, so greedy pulling never does)."""
+    known = self.endgame and self.prefetch and decision is not None and decision['leader'] != -1
+    return (float(decision['per_token_s'][worker]) if known else 0.0), known
 
   def others(self, decision: dict[str, Any] | None, worker: int) -> np.ndarray | None:
     """The other workers' seconds per token, or None if ``worker`` must never leave tokens."""
@@ -222,31 +238,58 @@ class TokenTrainer(WorkerTrainer):
       self.programs.wait()
     self._warm = True
 
-  def _pull(self, state: TrainState, work: Work, others: np.ndarray | None) -> _Pulled:
-    """Pulls and computes tokens until the queue is empty or the end game says leave."""
+  def _pull(self, state: TrainState, work: Work, others: np.ndarray | None,
+            own_s: float = 0.0, prefetch: bool = False) -> _Pulled:
+    """Pulls and computes tokens until the queue is empty or the end game says leave.
+
+    With ``prefetch`` a worker the end game keeps (``others`` None: the leader; or a token time
+    ``own_s`` too short to ever leave, `may_leave`) pulls its next token and places its rows
+    while the current one computes, so both are off its critical path; a worker that may leave decides
+    after each token, as without. A prefetched token is always computed: none is lost.
+    """
     rules, key, step = self.tokens, f'tokens/{work.step}', work.step
     packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s = (
         None, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    own_s, overhead, left = 0.0, 0.0, 0
-    while True:
-      if done and others is not None and may_leave(own_s, others + overhead):
-        reading = time.perf_counter()
-        remaining = rules.tokens - self.channel.increment(key, 0)
-        pulls, pull_s = pulls + 1, pull_s + time.perf_counter() - reading
-        if not takes_token(own_s, others + overhead, remaining):
-          left = max(remaining, 0)
-          break
-      pulled = time.perf_counter()
-      token = self.channel.increment(key) - 1
+    overhead, left, token, batch = 0.0, 0, None, None
+
+    def pull() -> int:
+      nonlocal pulls, pull_s
+      pulling = time.perf_counter()
+      got = self.channel.increment(key) - 1
+      pulls, pull_s = pulls + 1, pull_s + time.perf_counter() - pulling
+      return got
+
+    def place(token: int):
+      nonlocal data_s
       placing = time.perf_counter()
-      pulls, pull_s = pulls + 1, pull_s + placing - pulled
+      rows = rules.rows(token)
+      placed = jax.block_until_ready(self.place(take_rows(work.batch, rows.start, rows.stop)))
+      data_s += time.perf_counter() - placing
+      return placed
+
+    while True:
+      started = time.perf_counter()
+      if token is None:
+        if done and others is not None and may_leave(own_s, others + overhead):
+          reading = time.perf_counter()
+          remaining = rules.tokens - self.channel.increment(key, 0)
+          pulls, pull_s = pulls + 1, pull_s + time.perf_counter() - reading
+          if not takes_token(own_s, others + overhead, remaining):
+            left = max(remaining, 0)
+            break
+        started = time.perf_counter()
+        token = pull()
       if token >= rules.tokens:
         break
-      batch = jax.block_until_ready(
-          self.place(take_rows(work.batch, rules.rows(token).start, rules.rows(token).stop)))
+      if batch is None:
+        batch = place(token)
       computing = time.perf_counter()
-      data_s += computing - placing
-      grad = jax.block_until_ready(self.local_gradient(state, batch))
+      grad = self.local_gradient(state, batch)  # dispatched: it runs while this thread pulls
+      token, batch = None, None
+      if prefetch and (others is None or not may_leave(own_s, others + overhead)):
+        token = pull()
+        batch = place(token) if token < rules.tokens else None
+      grad = jax.block_until_ready(grad)
       compile_s += self.last_compile_s
       seconds = time.perf_counter() - computing - self.last_compile_s
       # The host's clock runs over the step, not per call: a token whose compute ran past its
@@ -257,7 +300,7 @@ class TokenTrainer(WorkerTrainer):
       compute_s, slept = compute_s + seconds, slept + sleep
       packed = grad if packed is None else self.accumulate(packed, grad)
       done += 1
-      own_s = time.perf_counter() - pulled - self.last_compile_s
+      own_s = time.perf_counter() - started - self.last_compile_s
       overhead = own_s - seconds - sleep  # the pull and placing the rows
     return _Pulled(packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s,
                    left)
@@ -278,7 +321,8 @@ class TokenTrainer(WorkerTrainer):
       self._warm_up(state, work.batch)
     start = time.perf_counter()
     compiling = self.programs.compiling
-    got = self._pull(state, work, self.tokens.others(decision, self.worker))
+    got = self._pull(state, work, self.tokens.others(decision, self.worker),
+                     *self.tokens.prefetching(decision, self.worker))
     sampled = not (compiling or self.programs.compiling)
     rows = got.done * self.tokens.token_rows
     load = host_load(self.host, work.step)
