@@ -2,8 +2,10 @@
 compiled for the suite's speed (`FAST_COMPILE`)."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jax
 import pytest
@@ -22,6 +24,27 @@ FAST_COMPILE = '--xla_backend_optimization_level=0'
 XLA_DEFAULT = 'HETJAX_TEST_XLA_DEFAULT'
 if not os.environ.get(XLA_DEFAULT) and FAST_COMPILE not in os.environ.get('XLA_FLAGS', ''):
   os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {FAST_COMPILE}'.strip()
+
+
+#: One persistent compilation cache for the whole run, empty at its start (as on a fresh
+#: clone), shared by the test processes and every process they start: a program compiled once
+#: (the same model, shapes and mesh in another test) is read back, not compiled again. The run
+#: that made it (pytest-xdist's controller, or a plain pytest) removes it at its end; the suite
+#: never reads or writes ``~/.cache/hetjax``. In this process it is on from the start; a
+#: launched ``train.py`` uses it unless its config turns the cache off
+#: (`hetjax.runtime.enable_compilation_cache` reads ``HETJAX_COMPILATION_CACHE``).
+SUITE_CACHE = 'HETJAX_COMPILATION_CACHE'
+_OWN_CACHE = SUITE_CACHE not in os.environ
+if _OWN_CACHE:
+  os.environ[SUITE_CACHE] = tempfile.mkdtemp(prefix='hetjax-suite-cache-')
+jax.config.update('jax_compilation_cache_dir', os.environ[SUITE_CACHE])
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+
+
+def pytest_unconfigure(config):
+  if _OWN_CACHE and not os.environ.get('PYTEST_XDIST_WORKER'):
+    shutil.rmtree(os.environ[SUITE_CACHE], ignore_errors=True)
 
 
 def default_xla_env() -> dict[str, str]:
