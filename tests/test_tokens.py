@@ -134,15 +134,15 @@ def test_virtual_tokens_refuse_bad_sizes():
 
 def test_prefetch_hides_the_round_trips_of_the_workers_the_end_game_keeps():
   # 2 equal workers, 4 tokens of 2 ms, 1 ms a pull. Step 0 (speeds unknown) pulls before each
-  # token: two tokens each at 1 + 2 ms, then the empty pull: 7 ms. From step 1 each worker
-  # pulls its next token as the current one starts: tokens at 1-3 and 3-5 ms, the empty pull
-  # (at 3-4 ms) inside the second: 5 ms.
+  # token: two tokens each at 1 + 2 ms, then the empty pull: 7 ms. From step 1 a worker pulls
+  # its next token as the current one starts, from its second token of the step on: tokens at
+  # 1-3 and 4-6 ms, the empty pull (at 4-5 ms) inside the second: 6 ms.
   cost = ClockCosts(per_sample_s=1e-3)
   trace = StaticTrace((1, 1))
   serial = simulate_tokens(trace, cost, 8, 2, steps=2, pull_s=1e-3, endgame=True)
   ahead = simulate_tokens(trace, cost, 8, 2, steps=2, pull_s=1e-3, endgame=True, prefetch=True)
   np.testing.assert_allclose(serial.iter_s, [7e-3, 7e-3])
-  np.testing.assert_allclose(ahead.iter_s, [7e-3, 5e-3])
+  np.testing.assert_allclose(ahead.iter_s, [7e-3, 6e-3])
   assert ahead.shares.tolist() == serial.shares.tolist() == [[4, 4], [4, 4]]
   # A worker that may leave tokens (3x slow) decides after each token, so it never prefetches:
   # it takes its first token and leaves the rest, as without prefetch.
@@ -181,7 +181,8 @@ def test_a_prefetching_worker_pulls_the_next_token_before_it_waits_for_the_curre
   serial, serial_steps = _token_events(prefetch=False)
   assert ahead == serial  # the same tokens, summed in the same order
   tail = ' '.join(['grad pull sum'] * 7)  # tokens 2-8, then the empty pull
-  # Step 1 (its own speed unknown) pulls after each token; from step 2, before summing it.
+  # Step 1 (its own speed unknown) pulls after each token; from step 2, from the second token
+  # on, before summing it (the first token's gradient has nothing to be summed with).
   assert ahead_steps[0] == serial_steps[0]
   assert ahead_steps[1] == ahead_steps[2] == f'pull grad pull {tail}'
   assert serial_steps[2] == 'pull grad pull ' + ' '.join(['grad sum pull'] * 7)

@@ -23,9 +23,10 @@ unconditionally (so its speed is measured every step), and the worker that did t
 in the previous step (an integer every worker knows exactly) never leaves, so every token is
 still computed.
 
-**Prefetch.** With ``prefetch`` (and the end game), a worker the end game keeps pulls its next
-token as the current one starts computing, so its round trips overlap its compute; a worker
-that may leave reads and pulls after each token, as without.
+**Prefetch.** With ``prefetch`` (and the end game), from its second token of a step on, a
+worker the end game keeps pulls its next token as the current one starts computing, so its
+round trips overlap its compute; a worker that may leave reads and pulls after each token, as
+without.
 
 Example::
 
@@ -79,7 +80,8 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
     seed: seeds the noise.
     prefetch: with ``endgame``, once every speed is known, a worker the end game keeps (the
       leader, or one whose latest token is too short to ever leave) pulls its next token as
-      the current one starts: the round trip overlaps the compute (`hetjax.train.TokenRules`).
+      the current one starts, from its second token of the step on: the round trip overlaps
+      the compute (`hetjax.train.TokenRules`).
 
   Returns:
     a `VirtualRun`: ``shares`` are rows done, ``compute_s`` busy seconds (token compute, pulls
@@ -131,12 +133,13 @@ def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, t
         done[w] = max(now + pull_s, ready)  # the pull that finds the queue empty
         continue
       seconds = float(token_s[w] * noise[tokens - left])
+      first = not shares[t, w]  # its speed this step is not measured yet: no prefetch
       busy[t, w] += seconds
       shares[t, w] += rows
       left -= 1
       start = max(now + pull_s, ready)
       own[w] = start + seconds - max(now, ready)
-      if prefetch and leader is not None and not may_leave:
+      if prefetch and leader is not None and not first and not may_leave:
         heapq.heappush(free, (start, w, start + seconds, True))  # pulls as this token starts
       else:
         heapq.heappush(free, (start + seconds, w, start + seconds, False))

@@ -44,10 +44,12 @@ tokens in the previous step (an exact integer every worker knows) never leaves, 
 is still computed; the combine then checks that the rows done add up to the global batch.
 
 **Prefetch.** Once every speed is known, a worker the end game keeps (the leader, or one whose
-token time is too short to ever leave, `may_leave`) pulls its next token right after launching
-the current one's gradient, so the round trip runs while the device computes
-(``TokenRules.prefetch``, on by default); a worker that may leave still decides after each
-token. A prefetched token is always computed, so the queue's exactly-once holds.
+token time is too short to ever leave, `may_leave`) pulls its next token and places its rows
+right after launching the current one's gradient, so both run while the device computes
+(``TokenRules.prefetch``, on by default). It starts with its second token of a step, once that
+step's speed is measured: under changing speeds a host that has just turned slow would
+otherwise commit to two tokens on its old speed. A worker that may leave still decides after
+each token. A prefetched token is always computed, so the queue's exactly-once holds.
 
 Example (run in every worker)::
 
@@ -242,10 +244,12 @@ class TokenTrainer(WorkerTrainer):
             own_s: float = 0.0, prefetch: bool = False) -> _Pulled:
     """Pulls and computes tokens until the queue is empty or the end game says leave.
 
-    With ``prefetch`` a worker the end game keeps (``others`` None: the leader; or a token time
-    ``own_s`` too short to ever leave, `may_leave`) pulls its next token and places its rows
-    while the current one computes, so both are off its critical path; a worker that may leave decides
-    after each token, as without. A prefetched token is always computed: none is lost.
+    With ``prefetch``, from its second token of the step on (once its speed this step is
+    measured: a host that has just slowed down must not commit to two tokens at once), a worker
+    the end game keeps (``others`` None: the leader; or a token time ``own_s`` too short to ever
+    leave, `may_leave`) pulls its next token and places its rows while the current one
+    computes, so both are off its critical path; a worker that may leave decides after each
+    token, as without. A prefetched token is always computed: none is lost.
     """
     rules, key, step = self.tokens, f'tokens/{work.step}', work.step
     packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s = (
@@ -286,7 +290,7 @@ class TokenTrainer(WorkerTrainer):
       computing = time.perf_counter()
       grad = self.local_gradient(state, batch)  # dispatched: it runs while this thread pulls
       token, batch = None, None
-      if prefetch and (others is None or not may_leave(own_s, others + overhead)):
+      if prefetch and done and (others is None or not may_leave(own_s, others + overhead)):
         token = pull()
         batch = place(token) if token < rules.tokens else None
       grad = jax.block_until_ready(grad)
