@@ -81,6 +81,20 @@ def positive_number(value: object, what: str) -> float:
   return float(value)
 
 
+def fraction(value: object, what: str) -> float:
+  """``value`` as a float in (0, 1], or a `ConfigError` naming ``what``.
+
+  Example::
+
+    >>> fraction(0, 'parallelism.overlap_scale')
+    Traceback (most recent call last):
+    hetjax._errors.ConfigError: parallelism.overlap_scale must be in (0, 1], got 0
+  """
+  if not _is_finite(value) or not 0 < value <= 1:
+    raise ConfigError(f'{what} must be in (0, 1], got {value!r}')
+  return float(value)
+
+
 def positive_seconds(value: object, what: str) -> float:
   """``value`` as a finite float > 0 (a duration), or a `ConfigError` naming ``what``."""
   if not _is_finite(value) or value <= 0:

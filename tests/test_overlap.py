@@ -107,6 +107,30 @@ def test_one_worker_overlap_is_the_synchronous_step_bucketed_or_not(task):
                one, jax.device_get(sync_state.params))
 
 
+def test_a_shrunk_estimate_follows_its_recurrence(task):
+  # α = 0.5: w̃ = opt(w, 0.5 · g), so even one worker's overlap is another trajectory than the
+  # synchronous step's, the one `_reference` computes on one device.
+  steps = 4
+  program = OverlapTrainer(task, OPTIMIZER, BATCH, estimate_scale=0.5)
+  init = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(program.init_state().train.params))]
+  state, _ = _run(program, steps)
+  got = jax.device_get(program.flush(state).train.params)
+  program.close()
+  want = _reference(init, steps, (BATCH,), scale=0.5)
+  for got_leaf, want_leaf in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(got_leaf, want_leaf, rtol=1e-5, atol=1e-6)
+  one = _reference(init, steps, (BATCH,))
+  assert not all(np.allclose(a, b, rtol=1e-5, atol=1e-6)
+                 for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(want), strict=True))
+
+
+@pytest.mark.parametrize('scale', [0, 1.5, -1, True, float('nan')])
+def test_the_estimate_scale_is_a_fraction(task, scale):
+  with pytest.raises(ConfigError, match=r"^the all-reduce scheduler's estimate_scale must be in "
+                                        r'\(0, 1\], got '):
+    OverlapTrainer(task, OPTIMIZER, BATCH, estimate_scale=scale)
+
+
 def test_overlap_state_is_its_abstract_state(task):
   program = OverlapTrainer(task, OPTIMIZER, BATCH)
   got = jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), program.init_state())
@@ -176,9 +200,9 @@ def _mlp():
   return task, nnx.graphdef(model), jax.tree.structure(nnx.to_pure_dict(nnx.state(model)))
 
 
-def _reference(init, steps, shares):
+def _reference(init, steps, shares, scale=1.0):
   """The overlap's recurrence on one device: each worker i computes its partial gradient at its
-  own w̃ᵢ; w̃ᵢ ← opt(w, gᵢ · X / xᵢ); w ← opt(w, Σᵢ gᵢ)."""
+  own w̃ᵢ; w̃ᵢ ← opt(w, α · gᵢ · X / xᵢ) (α: ``scale``); w ← opt(w, Σᵢ gᵢ)."""
   task, graphdef, treedef = _mlp()
   params = jax.tree.unflatten(treedef, [jnp.asarray(x, jnp.float32) for x in init])
 
@@ -190,7 +214,7 @@ def _reference(init, steps, shares):
   def step(params, opt_state, tilde, batches):
     grads = [jax.grad(lambda q, b=b: jnp.sum(task.loss(nnx.merge(graphdef, q), b)) / BATCH)(w)
              for w, b in zip(tilde, batches, strict=True)]
-    tilde = [update(params, opt_state, jax.tree.map(lambda x, r=r: x * BATCH / r, g))[0]
+    tilde = [update(params, opt_state, jax.tree.map(lambda x, r=r: x * scale * BATCH / r, g))[0]
              for g, r in zip(grads, shares, strict=True)]
     return *update(params, opt_state, jax.tree.map(lambda *g: sum(g), *grads)), tilde
 

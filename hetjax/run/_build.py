@@ -478,7 +478,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                    strategy.rules(), seed=config.data.seed, bucket=bucket,
                                    links=links,
                                    bucket_bytes=config.parallelism.bucket_bytes or None,
-                                   accumulate=config.optimizer.accumulate)
+                                   accumulate=config.optimizer.accumulate,
+                                   estimate_scale=config.parallelism.overlap_scale)
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from hetjax._checks import at_least
+from hetjax._checks import at_least, fraction
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.ps import parse_ps
 from hetjax.sync._policy import parse_sync_name
@@ -219,6 +219,9 @@ class ParallelismConfig:
       all-reduce runs under the next step's gradient; False: the exact synchronous step.
     bucket_bytes: with ``overlap``, the largest gradient bucket each all-reduce carries (0: one
       fused buffer).
+    overlap_scale: with ``overlap``, α in (0, 1]: each worker estimates the next parameters
+      from α × its own gradient (`OverlapTrainer`'s ``estimate_scale``; below 1 helps at large
+      learning rates).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
   """
 
@@ -229,11 +232,13 @@ class ParallelismConfig:
   plan: str | None = None
   overlap: bool = False
   bucket_bytes: int = 0
+  overlap_scale: float = 1.0
   compilation_cache: bool = True
 
   def __post_init__(self):
     parse_choice(Mode, self.mode, 'parallelism.mode')
     at_least(self.bucket_bytes, 0, f'{self.NAME}.bucket_bytes', note=' (0: one fused buffer)')
+    fraction(self.overlap_scale, f'{self.NAME}.overlap_scale')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,7 +428,7 @@ FLAT_NAMES = {
     'optimizer': 'optimizer.name', 'learning_rate': 'optimizer.learning_rate',
     'steps': 'optimizer.steps',
     **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
-                                       'bucket_bytes', 'compilation_cache')},
+                                       'bucket_bytes', 'overlap_scale', 'compilation_cache')},
     **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
                                    'endgame', 'prefetch')},
     **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',

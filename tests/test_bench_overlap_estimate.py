@@ -1,0 +1,30 @@
+"""experiments/bench_overlap_estimate.py: the one-device recurrence of the all-reduce scheduler's
+estimate, on a few steps."""
+
+import numpy as np
+import pytest
+
+from experiments import bench_overlap_estimate as bench
+
+
+@pytest.fixture(scope='module')
+def setup():
+  return bench._setup()
+
+
+def test_the_scheduler_and_the_synchronous_step_share_their_first_step_only(setup):
+  # Step 1's gradient is at w₀ for both (no estimate yet); step 2's is at w̃₁ for the scheduler.
+  sync = bench.curve(setup, 0.3, None, 2, seed=0)
+  own = bench.curve(setup, 0.3, 1.0, 2, seed=0)
+  half = bench.curve(setup, 0.3, 0.5, 2, seed=0)
+  assert sync[0] == own[0] == half[0]
+  assert len({sync[1], own[1], half[1]}) == 3
+
+
+def test_rows_and_table(setup, monkeypatch):
+  monkeypatch.setattr(bench, '_setup', lambda: setup)
+  out = bench.rows(2, (0.3,), 3, (2,))
+  assert [(r['lr'], r['scale'], r['step']) for r in out] == [(0.3, s, 2) for s in bench.SCALES]
+  assert all(np.isfinite(r['loss_vs_sync']) and r['stderr'] >= 0 for r in out)
+  lines = bench.table(out).splitlines()
+  assert lines[0].split()[:2] == ['lr', 'alpha'] and len(lines) == 1 + len(bench.SCALES)
