@@ -239,11 +239,13 @@ def test_links_pad_the_synchronous_all_reduce(launched):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 def test_overlap_hides_the_links_behind_the_next_gradient(launched):
-  # Steady steps (the first two compile): the synchronous step is host + links (80 ms); the
-  # overlap's is the longer of the two (40 ms) plus the update. 0.8 leaves 24 ms of slack.
-  sync = np.median([t['iter_s'] for t in launched['links']['sync'][2:]])
-  overlap = np.median([t['iter_s'] for t in launched['links']['overlap'][2:]])
-  assert overlap < 0.8 * sync, (overlap, sync)
+  # The synchronous step waits the links' 40 ms after its compute (the test above); the
+  # overlap's reduction runs during the next gradient (40 ms of padded compute), so what it
+  # still waits for after its compute is a small part. The exposed wait, not whole steps: the
+  # two programs run one after the other, and a machine loaded in one of those phases and not
+  # the other (2 test processes on 2 cores) slows its steps' compute, not this wait.
+  exposed = np.median([t['collective_s'] for t in launched['links']['overlap'][2:]])
+  assert exposed < 0.25 * launched['links']['modelled_s'], exposed
 
 
 @pytest.mark.multiprocess
