@@ -160,12 +160,11 @@ class TokenRules:
     state = {'per_token_s': per_token, 'leader': int(np.argmax(rows)) if known else -1}
     return state, state  # exact integers in, the same leader on every worker
 
-  def prefetching(self, decision: dict[str, Any] | None, worker: int) -> tuple[float, bool]:
-    """``worker``'s seconds per token from the latest step, and whether it may pull its next
-    token while one computes: with ``prefetch`` once every speed is known (`TokenTrainer`
-    prefetches only while the end game keeps the worker, so greedy pulling never does)."""
-    known = self.endgame and self.prefetch and decision is not None and decision['leader'] != -1
-    return (float(decision['per_token_s'][worker]) if known else 0.0), known
+  def prefetches(self, decision: dict[str, Any] | None) -> bool:
+    """Whether a worker may pull its next token while one computes: with ``prefetch``, under
+    the end game, once every speed is known (`TokenTrainer` then prefetches only while the end
+    game keeps the worker, so greedy pulling never does)."""
+    return self.endgame and self.prefetch and decision is not None and decision['leader'] != -1
 
   def others(self, decision: dict[str, Any] | None, worker: int) -> np.ndarray | None:
     """The other workers' seconds per token, or None if ``worker`` must never leave tokens."""
@@ -241,12 +240,12 @@ class TokenTrainer(WorkerTrainer):
     self._warm = True
 
   def _pull(self, state: TrainState, work: Work, others: np.ndarray | None,
-            own_s: float = 0.0, prefetch: bool = False) -> _Pulled:
+            prefetch: bool = False) -> _Pulled:
     """Pulls and computes tokens until the queue is empty or the end game says leave.
 
     With ``prefetch``, from its second token of the step on (once its speed this step is
     measured: a host that has just slowed down must not commit to two tokens at once), a worker
-    the end game keeps (``others`` None: the leader; or a token time ``own_s`` too short to ever
+    the end game keeps (``others`` None: the leader; or its latest token too short to ever
     leave, `may_leave`) pulls its next token and places its rows while the current one
     computes, so both are off its critical path; a worker that may leave decides after each
     token, as without. A prefetched token is always computed: none is lost.
@@ -254,7 +253,7 @@ class TokenTrainer(WorkerTrainer):
     rules, key, step = self.tokens, f'tokens/{work.step}', work.step
     packed, done, pulls, pull_s, compute_s, slept, late, compile_s, data_s = (
         None, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    overhead, left, token, batch = 0.0, 0, None, None
+    own_s, overhead, left, token, batch = 0.0, 0.0, 0, None, None
 
     def pull() -> int:
       nonlocal pulls, pull_s
@@ -326,7 +325,7 @@ class TokenTrainer(WorkerTrainer):
     start = time.perf_counter()
     compiling = self.programs.compiling
     got = self._pull(state, work, self.tokens.others(decision, self.worker),
-                     *self.tokens.prefetching(decision, self.worker))
+                     self.tokens.prefetches(decision))
     sampled = not (compiling or self.programs.compiling)
     rows = got.done * self.tokens.token_rows
     load = host_load(self.host, work.step)
