@@ -4,19 +4,19 @@
 
 POLICIES is a comma list of ``uniform`` (BSP, `balance.Uniform`), ``lbbsp`` (LB-BSP, default
 predictor), ``tokens`` (`TokenRules` with the end game and prefetch), ``tokens-serial`` (the end
-game, each pull after its token) and ``tokens-greedy`` (Fela's plain greedy pulling). Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`),
-calibrated once for the job on token-sized calls and slowed by the launcher's trace, pinned to
-one core (the benchmark launches with ``pin_cores``); every share size is compiled before the
-first step. All train one state through
-`hetjax.train.training_steps`: the share policies on one bucketed `WorkerTrainer` (the piece
-ladder compiled before the first step), each token policy on a `TokenTrainer` of its own rules
-(the end game is the trainer's), on the same meshes and layout, so the state passes from one
-to the next. They alternate in blocks (`experiments._bench_launch.interleaved_blocks`): policy p's
-k-th step (counting only its own steps) sees slowdown ``trace(k)``, so every policy meets the
-same slowdown sequence although their blocks alternate in time; each policy's state carries
-over from one of its blocks to the next. The chief writes
-``telemetry.jsonl``, ``schedule.json`` (which global steps belong to which policy) and
-``run.json`` (set-up, rows per worker per step, and the measured token pull round trip).
+game, each pull after its token) and ``tokens-greedy`` (Fela's plain greedy pulling). Every worker
+runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once for the job on
+token-sized calls and slowed by the launcher's trace, pinned to one core (the benchmark launches
+with ``pin_cores``); every share size is compiled before the first step. All train one state through
+`hetjax.train.training_steps`: the share policies on one bucketed `WorkerTrainer` (the piece ladder
+compiled before the first step), each token policy on a `TokenTrainer` of its own rules (the end
+game is the trainer's), on the same meshes and layout, so the state passes from one to the next.
+They alternate in blocks (`experiments._bench_launch.interleaved_blocks`): policy p's k-th step
+(counting only its own steps) sees slowdown ``trace(k)``, so every policy meets the same slowdown
+sequence although their blocks alternate in time; each policy's state carries over from one of its
+blocks to the next. The chief writes ``telemetry.jsonl``, ``schedule.json`` (which global steps
+belong to which policy) and ``run.json`` (set-up, rows per worker per step, and the measured token
+pull round trip).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ training, per learning rate and estimate scale α, over several seeds.
 
 `hetjax.train.OverlapTrainer` computes step t + 1's gradient at w̃ = opt(wₜ, α · gᵢ · X / xᵢ),
 worker i's own gradient standing in for the all-reduced one. This script runs that recurrence on
-one device (4 workers of 32 rows, the digits-style mlp of bench_comm, SGD), which
+one device (4 workers of 32 rows, bench_comm's digits mlp, SGD), which
 ``tests/test_overlap.py`` checks equals the launched program after a flush, against the
 synchronous step, for ``--seeds`` data orders. Every figure is a ratio of full-data losses,
 each a mean over a 20-step window centred on the step (one step's loss moves by more than the
@@ -33,7 +33,7 @@ from hetjax import models
 
 _QUICK = flags.DEFINE_bool('quick', False, '2 seeds, 100 steps, learning rate 0.3 only')
 _JSON = flags.DEFINE_string('json', None, 'also write the rows here')
-_SEEDS = flags.DEFINE_integer('seeds', 8, 'data orders per setting (full run)')
+_SEEDS = flags.DEFINE_integer('seeds', 8, 'data orders per setting (full run)', lower_bound=2)
 
 WORKERS, BATCH = 4, 128
 MODEL = {'hidden': 64, 'width': 32}
@@ -83,7 +83,7 @@ def rows(seeds: int, lrs, steps: int, at) -> list[dict]:
         ratio = run[:, window].mean(axis=1) / sync[:, window].mean(axis=1)
         out.append({'lr': lr, 'scale': scale, 'step': step, 'seeds': seeds,
                     'loss_vs_sync': float(ratio.mean()),
-                    'stderr': float(ratio.std(ddof=1) / np.sqrt(seeds)) if seeds > 1 else None,
+                    'stderr': float(ratio.std(ddof=1) / np.sqrt(seeds)),
                     'within_1pct': bool(ratio.mean() <= 1.01)})
   return out
 
@@ -94,7 +94,7 @@ def table(out: list[dict]) -> str:
   for lr, scale in dict.fromkeys((r['lr'], r['scale']) for r in out):
     cells = {r['step']: r for r in out if (r['lr'], r['scale']) == (lr, scale)}
     lines.append(f'{lr:5g} {scale:6g} ' + ' '.join(
-        f'{cells[s]["loss_vs_sync"]:8.3f}±{cells[s]["stderr"] or 0:.3f}' for s in steps))
+        f'{cells[s]["loss_vs_sync"]:8.3f}±{cells[s]["stderr"]:.3f}' for s in steps))
   return '\n'.join(lines)
 
 

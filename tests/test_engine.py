@@ -144,7 +144,8 @@ def test_default_token_rows_gives_about_four_tokens_per_worker():
     ([], True, True), (['balance.prefetch=false'], True, False), (['endgame=false'], False, True)])
 def test_mode_tokens_builds_its_rules_from_the_config(flags, endgame, prefetch):
   from hetjax import run, runtime
-  config = run.override(run.load_config('mlp'), ['mode=tokens', 'mesh=8x1', 'token_rows=64', *flags])
+  config = run.override(run.load_config('mlp'),
+                        ['mode=tokens', 'mesh=8x1', 'token_rows=64', *flags])
   built = _programs.build(config, runtime.WorkerContext(0, 1, None), None)
   rules = built.program.tokens
   assert (rules.endgame, rules.prefetch, rules.token_rows) == (endgame, prefetch, 64)
