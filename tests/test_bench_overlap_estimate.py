@@ -1,10 +1,10 @@
-"""experiments/bench_overlap_estimate.py: the one-device recurrence of the all-reduce scheduler's
-estimate, on a few steps."""
+"""experiments/_overlap_estimate.py, what bench_overlap_estimate.py prints: the one-device
+recurrence of the all-reduce scheduler's estimate, on a few steps."""
 
 import numpy as np
 import pytest
 
-from experiments import bench_overlap_estimate as bench
+from experiments import _overlap_estimate as bench
 
 
 @pytest.fixture(scope='module')
