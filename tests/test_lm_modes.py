@@ -43,9 +43,10 @@ def _records(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
-def _check_observed(workdir, steps):
+def _check_observed(workdir, steps, steady=True):
   """Every step's line has its learning rate and loss (from the second on); evaluations every 2
-  steps; tokens/s and MFU in the summary; event files for TensorBoard."""
+  steps; tokens/s and MFU in the summary (with ``steady`` False they may be None: every step
+  after the warm-up met a compile); event files for TensorBoard."""
   records = _records(workdir)
   assert [r['step'] for r in records] == list(range(1, steps + 1))
   assert all(r['learning_rate'] >= 0 for r in records)
@@ -54,7 +55,8 @@ def _check_observed(workdir, steps):
   assert [r['step'] for r in records if 'eval_loss' in r] == list(range(2, steps + 1, 2))
   summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['final_step'] == steps and math.isfinite(summary['eval_loss'])
-  assert summary['steady_tokens_per_s'] > 0 and 0 < summary['steady_mfu'] < 1
+  if steady or summary['steady_tokens_per_s'] is not None:
+    assert summary['steady_tokens_per_s'] > 0 and 0 < summary['steady_mfu'] < 1
   assert 0 < summary['goodput'] <= 1
   assert list((workdir / 'tensorboard').glob('events.out.tfevents.*'))
   return summary
@@ -72,9 +74,12 @@ def test_lbbsp_shares_train_the_one_device_losses_and_resume(tmp_path):
   lbbsp = ['--mode=shares', '--policy=lbbsp', '--slowdown=static:1,3', '--set', 'host_row_s=0.01']
   result = _launch(workdir, *lbbsp, '--steps=4')
   assert 'gpt: shares' in result.stdout
-  # Six more steps: some of them steady (LB-BSP's new share sizes compile in the background).
+  # Six more steps: LB-BSP's new share sizes compile in the background, and on a loaded machine
+  # every one of them can meet such a compile (a fresh-clone run: steady tokens/s None), so the
+  # steady figures are checked in the other modes' runs, not here.
   _launch(workdir, *lbbsp, '--steps=10', '--resume')
-  summary = _check_observed(workdir, 10)
+  summary = _check_observed(workdir, 10, steady=False)
+  assert {'steady_tokens_per_s', 'steady_mfu'} <= set(summary)
   assert summary['last_shares'][0] > summary['last_shares'][1]  # the fast worker has more rows
 
   require_devices(8)
