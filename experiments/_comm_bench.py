@@ -14,7 +14,11 @@ Measures, per run: ``iter_time_s``, the workers' mean iteration time (the first
 the parameters (the server's after every global batch of pushes; the all-reduce's exact ones,
 on worker 0, after every step), its trailing mean over ``SMOOTH`` global batches, first
 reaches the target — the synchronous scheme's (ps-bsp; allreduce-sync) at two thirds of its
-run; and ``final_loss``, that loss averaged over the last
+run; the time to the target, from the first global batch applied to the one that reaches it
+(a parameter server's on its clock, `curve_seconds`; all-reduce's those steps × the mean
+iteration time); eager pull runs `EAGER_BUDGET` × the global batches, about the baseline's wall
+time; and ``final_loss``, that
+loss averaged over the last
 tenth of the run (`final`; ``last_loss``: at the final parameters alone) (``diverged``: not
 finite, or above the first loss; then reported as None).
 """
@@ -45,6 +49,10 @@ PS_SCHEMES = {  # name -> ps spec; the first is the baseline
     'ps-eager-stale-lr': 'asp,eager,lr=staleness',
 }
 AR_SCHEMES = ('allreduce-sync', 'allreduce-overlap')
+#: Eager pull's runs take this many times the steps: its iteration is about half of
+#: push-then-pull's where communication = compute, so they get about the baseline's wall time
+#: (1.2–1.3× it at ratios 0.5 and 2), time in which to reach the target at their staleness.
+EAGER, EAGER_BUDGET = ('ps-eager', 'ps-eager-stale-lr'), 2
 BASELINE = {'ps': 'ps-asp', 'allreduce': 'allreduce-sync'}
 BSP = {'ps': 'ps-bsp', 'allreduce': 'allreduce-sync'}
 MEASURED = 'measured: launched workers on hosts of known speed'
@@ -98,9 +106,10 @@ def runs(setup: Setup, family: str, scenario: str, ratios) -> list[dict]:
       schemes = [(name, {'overlap': name == 'allreduce-overlap',
                          'network': setup.allreduce_network(ratio)}) for name in AR_SCHEMES]
     for name, extra in schemes:
+      steps = setup.steps * (EAGER_BUDGET if name in EAGER else 1)
       out.append({'id': f'{scenario}-{ratio:g}-{name}', 'scheme': name, 'ratio': ratio,
                   'scenario': scenario, 'hosts': HOSTS[scenario], 'compute_s': setup.compute_s,
-                  'steps': setup.steps, 'global_batch': setup.global_batch, 'lr': setup.lr,
+                  'steps': steps, 'global_batch': setup.global_batch, 'lr': setup.lr,
                   'model': dict(setup.model), **extra})
   return out
 
@@ -110,8 +119,17 @@ def runs(setup: Setup, family: str, scenario: str, ratios) -> list[dict]:
 
 def curve(out: pathlib.Path) -> list[float]:
   """The full-data loss after 1, 2, … global batches of gradients applied."""
-  points = {int(k): float(v) for k, v in json.loads((out / 'final.json').read_text())['curve']}
+  points = {int(p[0]): float(p[1]) for p in json.loads((out / 'final.json').read_text())['curve']}
   return [points[k] for k in sorted(points) if k > 0]
+
+
+def curve_seconds(out: pathlib.Path) -> list[float] | None:
+  """A parameter server's clock at each point of `curve`, from the first (seconds): when each
+  global batch of gradients was applied; None where the points carry no time (all-reduce: its
+  workers step together, so a global batch takes their mean iteration time)."""
+  points = sorted(json.loads((out / 'final.json').read_text())['curve'])
+  times = [p[2] for p in points if p[0] > 0 and len(p) > 2]
+  return [t - times[0] for t in times] if times else None
 
 
 def measured(out: pathlib.Path, run: dict) -> dict:
@@ -125,7 +143,7 @@ def measured(out: pathlib.Path, run: dict) -> dict:
             'workers': WORKERS, 'source': MEASURED, 'iter_time_s': statistics.mean(times),
             'final_loss': final(points),
             'last_loss': json.loads((out / 'final.json').read_text())['final_loss'],
-            'curve': points}
+            'curve_s': curve_seconds(out), 'curve': points}
   if run['scheme'].startswith('ps-'):
     server = json.loads((out / 'server-0.json').read_text())
     staleness = [s for u in server['updates'] for s in u['staleness']]
@@ -166,6 +184,7 @@ def compare(records: list[dict]) -> list[dict]:
     target = smoothed[max(0, 2 * len(smoothed) // 3 - 1)]
     reached = first_below(trailing_mean(r['curve']), target)
     base_reached = first_below(trailing_mean(base['curve']), target)
+    bsp_reached = first_below(smoothed, target)
     diverged = _diverged(r)
     row = {k: v for k, v in r.items() if k != 'curve'}
     row |= {'final_loss': None if diverged else r['final_loss'], 'diverged': diverged,
@@ -174,13 +193,28 @@ def compare(records: list[dict]) -> list[dict]:
             'iter_time_vs_baseline': r['iter_time_s'] / base['iter_time_s'],
             'iterations_to_target_vs_baseline':
                 None if reached is None or not base_reached else reached / base_reached,
-            'time_to_target_vs_baseline':  # iterations x the mean iteration time
-                None if reached is None or not base_reached else
-                reached * r['iter_time_s'] / (base_reached * base['iter_time_s']),
+            'time_to_target_vs_baseline': _time_ratio(r, reached, base, base_reached),
+            'time_to_target_vs_bsp': _time_ratio(r, reached, bsp, bsp_reached),
             'final_loss_vs_bsp': None if diverged or _diverged(bsp)
             else r['final_loss'] / bsp['final_loss'], 'baseline': base['scheme']}
     rows.append(row)
   return rows
+
+
+def _time_to(record: dict, reached: int) -> float:
+  """Seconds from the first global batch applied to the ``reached``-th: on the server's clock
+  (or the virtual clock) where the curve has times, else those steps × the mean iteration
+  time (all-reduce: every worker steps together)."""
+  times = record.get('curve_s')
+  return times[reached - 1] if times else (reached - 1) * record['iter_time_s']
+
+
+def _time_ratio(record: dict, reached: int | None, other: dict, other_reached: int | None
+                ) -> float | None:
+  if reached is None or not other_reached:
+    return None
+  theirs = _time_to(other, other_reached)
+  return _time_to(record, reached) / theirs if theirs > 0 else None
 
 
 def _diverged(record: dict) -> bool:
@@ -190,7 +224,8 @@ def _diverged(record: dict) -> bool:
 
 def table(rows: list[dict]) -> str:
   head = (f'{"scheme":20s} {"scenario":9s} {"comm":>4s} {"n":>5s} {"source":8s} {"iter_s":>7s} '
-          f'{"iter/base":>9s} {"it→tgt":>6s} {"/base":>6s} {"t/base":>6s} {"final":>7s} '
+          f'{"iter/base":>9s} {"it→tgt":>6s} {"/base":>6s} {"t/base":>6s} {"t/bsp":>6s} '
+          f'{"final":>7s} '
           f'{"/bsp":>6s}')
   lines = [head]
   for r in rows:
@@ -200,6 +235,7 @@ def table(rows: list[dict]) -> str:
         f'{_fmt(r["iterations_to_target"], "6d")} '
         f'{_fmt(r["iterations_to_target_vs_baseline"], "6.2f")} '
         f'{_fmt(r["time_to_target_vs_baseline"], "6.2f")} '
+        f'{_fmt(r["time_to_target_vs_bsp"], "6.2f")} '
         f'{"diverged" if r["diverged"] else _fmt(r["final_loss"], "7.3f")} '
         f'{_fmt(r["final_loss_vs_bsp"], "6.3f")}')
   return '\n'.join(lines)
@@ -238,6 +274,14 @@ def goals(rows: list[dict]) -> list[str]:
         verdict = f'{ia} vs {ib} iterations, {fewer:.0%} fewer: {"met" if fewer >= 0.25 else "NOT met"}'
       out.append(f'staleness-aware rate with a 3x straggler, {scheme} vs {plain} (goal >= 25% '
                  f'fewer iterations to the target): {verdict}')
+  for scenario in ('equal', 'straggler'):
+    row = get('ps-eager-stale-lr', scenario)
+    if row:
+      it, t = row['iterations_to_target'], row['time_to_target_vs_bsp']
+      shown = (f'never in {row["iterations_run"]} iterations' if it is None else
+               f'in {it} iterations, {t:.2f}x ps-bsp\'s time')
+      out.append(f'eager pull with the staleness-aware rate reaches the synchronous target '
+                 f'({scenario}): {shown}: {"met" if it is not None else "NOT met"}')
   overlap = get('allreduce-overlap', 'equal')
   long = get('allreduce-overlap', 'equal-long')
   if long:
@@ -269,7 +313,8 @@ def virtual_records(setup: Setup, workers: int, scenario: str, ratio: float, ite
   """The same comparisons on the virtual clock (`hetjax.simulation.simulate_comm`): ``workers``
   workers (``straggler``: the last one 3× slow), the links of ``ratio`` as in the measured
   runs, a noisy least-squares problem (its full-data excess loss is the loss), one ``lr`` for
-  every scheme; ``iterations`` global batches of gradients each."""
+  every scheme; ``iterations`` global batches of gradients each (eager pull `EAGER_BUDGET`
+  times that)."""
   from hetjax.emulation import Links
   from hetjax.simulation import simulate_comm
   compute = [setup.compute_s] * workers
@@ -282,14 +327,15 @@ def virtual_records(setup: Setup, workers: int, scenario: str, ratio: float, ite
     link = ps_link if scheme.startswith('ps-') else ar_link
     links = Links((link.alpha_s,) * workers, (link.beta_bytes_per_s,) * workers)
     asynchronous = scheme.startswith('ps-') and scheme != 'ps-bsp'
-    run = simulate_comm(scheme, compute, links, b, iterations * (workers if asynchronous else 1),
-                        lr)
-    losses = np.asarray(run.losses)
-    per_batch = losses[workers - 1::workers] if asynchronous else losses
-    points = [float(x) for x in per_batch]
+    every = workers if asynchronous else 1
+    budget = iterations * (EAGER_BUDGET if scheme in EAGER else 1)
+    run = simulate_comm(scheme, compute, links, b, budget * every, lr)
+    points = [float(x) for x in run.losses[every - 1::every]]
+    applied = run.update_times[every - 1::every]
     record = {'scheme': scheme, 'scenario': scenario, 'comm_ratio': ratio, 'workers': workers,
               'source': VIRTUAL, 'iter_time_s': run.iter_s, 'final_loss': final(points),
-              'last_loss': points[-1], 'curve': points}
+              'last_loss': points[-1], 'curve': points,
+              'curve_s': [float(t - applied[0]) for t in applied]}
     if scheme.startswith('ps-'):
       record |= {'staleness_mean': float(np.mean(run.staleness)) if len(run.staleness) else 0.0,
                  'refused': run.refused}

@@ -4,8 +4,10 @@
 
 A run is a dict: ``id``, ``scheme`` (``ps-…`` with its ``ps`` spec, or ``allreduce-…``),
 ``network`` (the links' text), ``hosts`` (a slowdown trace), ``compute_s`` (the step time of
-an undisturbed host: each step is padded by sleep to it × the host's factor), ``steps``,
-``global_batch``, ``lr``, ``model`` (the mlp's arguments) and, for the all-reduce scheduler,
+an undisturbed host: each step is padded by sleep to it × the host's factor), ``steps`` (global
+batches of gradients the run applies: all-reduce and bsp workers run that many steps; under asp
+every worker steps until the server's version reaches ``steps`` × workers, so fast workers go
+on while a straggler computes, as they would in a job that trains to a budget), ``global_batch``, ``lr``, ``model`` (the mlp's arguments) and, for the all-reduce scheduler,
 ``overlap`` and ``bucket_bytes``. Workers write ``OUT/ID/worker-W.json`` (each step's
 iteration time, loss and communication), servers ``OUT/ID/server-S.json`` (every update: its
 time, workers, staleness, scale and pushed loss). Every process joins a barrier before each run,
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+import time
 
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -28,6 +31,11 @@ from flax import nnx
 from hetjax import balance, emulation, models, ps, runtime, train
 from hetjax.core import ShareRules
 from hetjax.sharding import abstract_model
+
+
+#: An asp worker's most steps, as a multiple of the run's global batches (a safety cap: with a
+#: 3× straggler a fast worker makes about 1.2 × steps before the version count is reached).
+MAX_STEPS = 4
 
 
 def _host(run: dict, worker: int, workers: int) -> emulation.KnownSpeedHost:
@@ -57,8 +65,9 @@ def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transpo
     every = 1 if config.sync is ps.Sync.BSP else role.workers   # a global batch of gradients
 
     def sample(server):  # one server holds every leaf: the loss of its parameters
-      if server.version % every == 0:
-        curve.append([server.version // every, full(server.layout.merge([server.params]))])
+      if server.version % every == 0:  # [global batches, loss, the server's clock]
+        curve.append([server.version // every, full(server.layout.merge([server.params])),
+                      time.perf_counter()])
 
     def evaluate(server):
       loss = full(server.layout.merge([server.params]))
@@ -72,12 +81,15 @@ def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transpo
   worker = ps.make_worker(task, run['global_batch'], config, role, channel, transport=transport,
                           links=links, host=_host(run, role.index, role.workers), timeout_s=120)
   state, steps = worker.init_state(), []
-  for info in train.training_steps(worker, state, run['steps']):
+  versions = run['steps'] * (1 if config.sync is ps.Sync.BSP else role.workers)
+  for info in train.training_steps(worker, state, MAX_STEPS * run['steps']):
     state, local = info.state, info.stats.local
     steps.append({'iter_s': info.stats.iter_s, 'loss': float(info.stats.loss),
                   'compute_s': local.compute_s + local.dilation_s, 'push_s': local.push_s,
                   'pull_s': local.pull_s, 'wait_s': local.wait_s, 'staleness': local.staleness,
                   'accepted': local.accepted})
+    if max(state.versions) >= versions:   # the run's global batches are in
+      break
   worker.finish(state)
   (out / f'worker-{role.index}.json').write_text(json.dumps({'steps': steps}))
 

@@ -3,9 +3,10 @@ training, per learning rate and estimate scale α, over several seeds.
 
 `hetjax.train.OverlapTrainer` computes step t + 1's gradient at w̃ = opt(wₜ, α · gᵢ · X / xᵢ),
 worker i's own gradient standing in for the all-reduced one. This script runs that recurrence on
-one device (4 workers of 32 rows, bench_comm's digits mlp, SGD), which
-``tests/test_overlap.py`` checks equals the launched program after a flush, against the
-synchronous step, for ``--seeds`` data orders. Every figure is a ratio of full-data losses,
+one device (4 workers of 32 rows, bench_comm's digits mlp, SGD) against the synchronous step,
+for ``--seeds`` data orders. ``tests/test_bench_overlap_estimate.py`` checks the recurrence
+against `OverlapTrainer` itself (one worker, α = 0.5, after a flush), and
+``tests/test_overlap.py`` the trainer's launched workers against the same recurrence. Every figure is a ratio of full-data losses,
 each a mean over a 20-step window centred on the step (one step's loss moves by more than the
 1% goal), averaged over the seeds with its standard error. Nothing is timed.
 

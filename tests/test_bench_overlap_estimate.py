@@ -2,9 +2,12 @@
 recurrence of the all-reduce scheduler's estimate, on a few steps."""
 
 import numpy as np
+import optax
 import pytest
 
 from experiments import _overlap_estimate as bench
+from hetjax.core import Work
+from hetjax.train import OverlapTrainer
 
 
 @pytest.fixture(scope='module')
@@ -28,3 +31,19 @@ def test_rows_and_table(setup, monkeypatch):
   assert all(np.isfinite(r['loss_vs_sync']) and r['stderr'] >= 0 for r in out)
   lines = bench.table(out).splitlines()
   assert lines[0].split()[:2] == ['lr', 'alpha'] and len(lines) == 1 + len(bench.SCALES)
+
+
+def test_the_recurrence_is_the_scheduler_s_own(setup, monkeypatch):
+  # One worker with α = 0.5 (with α = 1 one worker's overlap is the synchronous step): the
+  # bench's recurrence against `OverlapTrainer` itself, in process, after a flush.
+  monkeypatch.setattr(bench, 'WORKERS', 1)
+  task, _, full, _ = setup
+  steps, lr = 3, 0.3
+  want = bench.curve(setup, lr, 0.5, steps, seed=0)
+  program = OverlapTrainer(task, optax.sgd(lr), bench.BATCH, estimate_scale=0.5)
+  state = program.init_state()
+  for step in range(steps):
+    state, _ = program.step(state, Work(step, program.global_batch_at(step)), (bench.BATCH,))
+  params = program.local_view(program.flush(state).train.params)
+  program.close()
+  np.testing.assert_allclose(float(full(params)), want[-1], rtol=1e-5)

@@ -7,7 +7,8 @@ Fela's token pulling; `simulate_sync` runs one pipeline stage's replicas under a
 report is virtual (modelled), never measured. A pipeline schedule's makespan is
 `hetjax.pipeline.time_schedule`.
 
-`simulate_comm` trains a `CommProblem` (`LeastSquares`) by a parameter-server or all-reduce
+`simulate_comm` trains a `CommProblem` (`LeastSquares`, or any task's model as a
+`TaskProblem`) by a parameter-server or all-reduce
 communication `Scheme` on modelled links (`hetjax.emulation.Links`), 1…1024 workers, and
 `iteration_s` is each scheme's closed-form iteration time.
 """
@@ -27,5 +28,7 @@ from hetjax.simulation._comm_problem import CommProblem as CommProblem
 from hetjax.simulation._comm_problem import LeastSquares as LeastSquares
 from hetjax.simulation._comm_schemes import Scheme as Scheme
 from hetjax.simulation._comm_schemes import iteration_s as iteration_s
+from hetjax.simulation._task_problem import TaskProblem as TaskProblem
 
-__all__ += ['CommProblem', 'CommRun', 'LeastSquares', 'Scheme', 'iteration_s', 'simulate_comm']
+__all__ += ['CommProblem', 'CommRun', 'LeastSquares', 'Scheme', 'TaskProblem', 'iteration_s',
+           'simulate_comm']

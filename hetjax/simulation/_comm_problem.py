@@ -42,6 +42,9 @@ class CommProblem(Protocol):
 
   def start(self) -> np.ndarray: ...
 
+  def worker_rows(self, worker: int, workers: int) -> slice:
+    """Worker ``worker``'s slice of a global batch split ``workers`` ways."""
+
   def gradient(self, params: np.ndarray, step: int, rows: slice) -> np.ndarray:
     """The mean gradient over ``rows`` of step ``step``'s global batch, at ``params``."""
 
@@ -102,12 +105,7 @@ class LeastSquares:
     return 0.5 * float(error @ self.hessian @ error)
 
   def worker_rows(self, worker: int, workers: int) -> slice:
-    """Worker ``worker``'s slice of a global batch split ``workers`` ways (they must divide it)."""
-    if self.global_batch % workers:
-      raise ConfigError(f'{workers} workers do not divide the global batch of '
-                        f'{self.global_batch} rows')
-    share = self.global_batch // workers
-    return slice(worker * share, (worker + 1) * share)
+    return equal_rows(self.global_batch, worker, workers)
 
   def gradient(self, params: np.ndarray, step: int, rows: slice) -> np.ndarray:
     x, y = self.data
@@ -123,6 +121,14 @@ class LeastSquares:
     x, y = x[pick], y[pick]
     residual = np.einsum('nmd,nd->nm', x, params) - y
     return np.einsum('nmd,nm->nd', x, residual) / pick.shape[1]
+
+
+def equal_rows(global_batch: int, worker: int, workers: int) -> slice:
+  """Worker ``worker``'s slice of a global batch split ``workers`` ways (they must divide it)."""
+  if global_batch % workers:
+    raise ConfigError(f'{workers} workers do not divide the global batch of {global_batch} rows')
+  share = global_batch // workers
+  return slice(worker * share, (worker + 1) * share)
 
 
 @functools.lru_cache(maxsize=256)
