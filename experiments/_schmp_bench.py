@@ -123,6 +123,13 @@ class Static:
   baseline: str
   args: dict[str, Any]
   sweeps: int
+  more_baselines: tuple[str, ...] = ()   # on virtual devices only (`static_rows`)
+
+
+#: LDA's second baseline: unscheduled Gibbs merged every 1/P sweep, as often as SchMP syncs
+LDA_ROUNDS = ('unscheduled-rounds',)
+#: LDA's baselines run up to this many times SchMP's sweeps to reach its final value
+LONGER = 4
 
 
 def statics(quick: bool) -> list[Static]:
@@ -131,30 +138,35 @@ def statics(quick: bool) -> list[Static]:
   one of the baseline do not have the same best one)."""
   if quick:
     return [Static('lda', 'stdlib-1k', 'unscheduled',
-                   dict(topics=16, documents=1024, vocabulary=3000), 10),
+                   dict(topics=16, documents=1024, vocabulary=3000), 10, LDA_ROUNDS),
             Static('mf', 'zipf-100k', 'unscheduled',
                    dict(users=4000, items=2000, ratings=100_000), 10)]
   big = dict(users=100_000, items=10_000, ratings=1_000_000)
   return [Static('lda', 'stdlib-3k', 'unscheduled',
-                 dict(topics=32, documents=3000, vocabulary=5000), 30),
+                 dict(topics=32, documents=3000, vocabulary=5000), 30, LDA_ROUNDS),
           Static('mf', 'zipf-1m-lr0.05', 'unscheduled', dict(big, lr=0.05), 20),
           Static('mf', 'zipf-1m-lr0.1', 'unscheduled', dict(big, lr=0.1), 20)]
 
 
 def static_rows(static: Static, workers: Sequence[int], repeats: int = 3) -> list[dict]:
-  """SchMP's rotation and the baseline, ``static.sweeps`` sweeps each, at each worker count: a
-  SchMP round is 1/P of a sweep (evaluated every P rounds), a baseline round a whole sweep for
-  LDA and 1/P of an epoch for MF (as the apps define their rounds). Each runs ``repeats``
+  """SchMP's rotation and the baselines, ``static.sweeps`` sweeps each, at each worker count:
+  a SchMP round is 1/P of a sweep (evaluated every P rounds), a baseline round a whole sweep for
+  LDA's ``unscheduled`` and 1/P of one for ``unscheduled-rounds`` and MF's (as the apps define
+  their rounds). Each runs ``repeats``
   times, the two interleaved (A B, B A, …: machine drift hits both alike); the curves are the
-  same every time (seeded), their times the median of the repeats."""
+  same every time (seeded), their times the median of the repeats.
+
+  LDA's baselines then run once more, up to `LONGER` × the sweeps, until they reach SchMP's
+  final value: ``sweeps_to_schmp_final`` (None: not by then; SchMP's own: its sweeps)."""
   rows = []
   for p in workers:
     devices = jax.devices()[:p]
-    runs, shapes = {}, {}
-    for scheduler in ('schmp', static.baseline):
-      app = make_app(static.app, scheduler=scheduler, devices=p, **static.args)
+    runs, shapes, apps = {}, {}, {}
+    for scheduler in ('schmp', static.baseline, *static.more_baselines):
+      app = apps[scheduler] = make_app(static.app, scheduler=scheduler, devices=p,
+                                       **static.args)
       size = app.default_schedule_size(p)
-      per_sweep = p if (scheduler == 'schmp' or static.app == 'mf') else 1
+      per_sweep = 1 if (static.app, scheduler) == ('lda', 'unscheduled') else p
       shapes[scheduler] = size, per_sweep
       runs[scheduler] = (lambda app=app, size=size, per_sweep=per_sweep, devices=devices: run_curve(
           app, devices, size, static.sweeps * per_sweep, every=per_sweep))
@@ -162,8 +174,15 @@ def static_rows(static: Static, workers: Sequence[int], repeats: int = 3) -> lis
     target = common_target(list(curves.values()), TOLERANCE)
     for scheduler, curve in curves.items():
       size, per_sweep = shapes[scheduler]
-      rows.append(_row(static.app, static.design, scheduler, size, p, curve, target, None,
-                       per_sweep) | {'repeats': repeats})
+      row = _row(static.app, static.design, scheduler, size, p, curve, target, None, per_sweep)
+      if static.app == 'lda':
+        final = curves['schmp'].final
+        longer = curve if scheduler == 'schmp' else run_curve(
+            apps[scheduler], devices, size, LONGER * static.sweeps * per_sweep, every=per_sweep,
+            stop_below=final)
+        rounds = reach(longer, final)[0]
+        row['sweeps_to_schmp_final'] = None if rounds is None else rounds // per_sweep
+      rows.append(row | {'repeats': repeats})
   return rows
 
 

@@ -10,11 +10,11 @@ def _fmt(value, spec='') -> str:
 
 
 def table(rows: list[dict]) -> str:
-  head = (f'{"app":<7}{"design":<15}{"scheduler":<12}{"slots":>5}{"P":>3}  {"shares":<9}'
+  head = (f'{"app":<7}{"design":<15}{"scheduler":<19}{"slots":>5}{"P":>3}  {"shares":<9}'
           f'{"rounds":>7}{"time s":>8}{"final":>13}{"reference":>13}{"div":>5}')
   lines = [head, '-' * len(head)]
   for r in rows:
-    lines.append(f'{r["app"]:<7}{r["design"]:<15}{r["scheduler"]:<12}{r["schedule_size"]:>5}'
+    lines.append(f'{r["app"]:<7}{r["design"]:<15}{r["scheduler"]:<19}{r["schedule_size"]:>5}'
                  f'{r["workers"]:>3}  {r.get("shares", "—"):<9}'
                  f'{_fmt(r["rounds_to_target"]):>7}{_fmt(r["time_to_target_s"], ".2f"):>8}'
                  f'{_fmt(r["final_objective"], ".6g"):>13}'
@@ -76,7 +76,19 @@ def goals(rows: list[dict]) -> list[str]:
         continue
       faster = st is not None and (bt is None or st <= bt)
       no_worse = (s['final_objective'] or float('inf')) <= (b['final_objective'] or float('inf'))
-      lines.append(f'{app} {design} P={p}: to target {_fmt(st, ".2f")} s vs {_fmt(bt, ".2f")} s '
-                   f'({"met" if faster else "NOT met"}), ends {s["final_objective"]:.5g} vs '
-                   f'{b["final_objective"]:.5g} ({"no worse" if no_worse else "worse"})')
+      line = (f'{app} {design} P={p}: to target {_fmt(st, ".2f")} s vs {_fmt(bt, ".2f")} s '
+              f'({"met" if faster else "NOT met"}), ends {s["final_objective"]:.5g} vs '
+              f'{b["final_objective"]:.5g} ({"no worse" if no_worse else "worse"})')
+      for name in _schmp_bench.LDA_ROUNDS if app == 'lda' else ():
+        r = pick(app, design, name, p)
+        if r:
+          rt = r['time_to_target_s']
+          ratio = '' if st is None or rt is None else f', {rt / st:.2f}x SchMP\'s'
+          line += f'; {name} {_fmt(rt, ".2f")} s{ratio} (ends {r["final_objective"]:.5g})'
+      if 'sweeps_to_schmp_final' in s:
+        others = [(n, pick(app, design, n, p)) for n in ('unscheduled', *_schmp_bench.LDA_ROUNDS)]
+        line += (f'; sweeps to SchMP\'s final {s["final_objective"]:.5g}: SchMP '
+                 f'{s["sweeps_to_schmp_final"]}, ' + ', '.join(
+                     f'{n} {_fmt(r["sweeps_to_schmp_final"])}' for n, r in others if r))
+      lines.append(line)
   return lines

@@ -6,7 +6,8 @@ descent: its coordinates are examples), SchMP's dynamic schedule (32 slots) agai
 coordinates a round; and with 32 slots at the largest P), to the scikit-learn optimum + 1e-3
 relative (LinearSVC's objective for the SVM); LDA (standard-library docstrings) and MF (Zipf ratings),
 SchMP's static rotation against unscheduled parallel Gibbs / bulk-synchronous SGD-MF, the same
-sweeps each, to the worse run's best + 1e-3 relative; CD-MF (CCD++) beside SGD-MF on P = 4, on
+sweeps each, to the worse run's best + 1e-3 relative (LDA also against ``unscheduled-rounds``,
+unscheduled Gibbs merged every 1/P sweep, as often as SchMP syncs: the stronger baseline); CD-MF (CCD++) beside SGD-MF on P = 4, on
 the same data and start, both reporting the regularised loss. Part 2, launched workers
 (`experiments/_schmp_launched`): 4 workers under `hetjax.launch`, one device each, on hosts of
 known speed with one 3× slow (``static:1,1,1,3``): LDA and MF with equal blocks, with blocks

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import _schmp_bench, _schmp_launched, _schmp_report
+from tests.conftest import require_devices
 
 
 @pytest.mark.parametrize('work, weights', [
@@ -48,8 +49,12 @@ def test_the_goal_lines_say_met_or_not_with_the_numbers():
           _row('lasso', 'schmp', 2, 60), _row('lasso', 'shotgun', 2, 90),
           _row('lasso', 'schmp', 8, 60), _row('lasso', 'shotgun', 8, None, final=None,
                                                 diverged=True),
-          _row('lda', 'schmp', 4, 24, 1.0, final=7.0, design='d', reference=None),
-          _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='d', reference=None),
+          _row('lda', 'schmp', 4, 24, 1.0, final=7.0, design='d', reference=None)
+          | {'sweeps_to_schmp_final': 10},
+          _row('lda', 'unscheduled', 4, 8, 2.0, final=7.2, design='d', reference=None)
+          | {'sweeps_to_schmp_final': None},
+          _row('lda', 'unscheduled-rounds', 4, 30, 1.5, final=7.1, design='d', reference=None)
+          | {'sweeps_to_schmp_final': 12},
           _row('mf', 'schmp', 4, 40, 3.0, final=0.11, design='d', reference=None),
           _row('mf', 'unscheduled', 4, 40, 2.0, final=0.10, design='d', reference=None)]
   lines = _schmp_report.goals(rows)
@@ -58,6 +63,8 @@ def test_the_goal_lines_say_met_or_not_with_the_numbers():
   assert '1.50x fewer rounds: NOT met' in lines[1]
   assert 'Shotgun diverged; SchMP converged: met' in lines[2]
   assert lines[3].startswith('lda d P=4: to target 1.00 s vs 2.00 s (met)') and 'no worse' in lines[3]
+  assert lines[3].endswith("; unscheduled-rounds 1.50 s, 1.50x SchMP's (ends 7.1); sweeps to "
+                           "SchMP's final 7: SchMP 10, unscheduled —, unscheduled-rounds 12")
   assert '(NOT met)' in lines[4] and '(worse)' in lines[4]
 
 
@@ -82,3 +89,18 @@ def test_the_bench_lists_the_new_apps_and_their_designs():
   assert all(d.cap for d in _schmp_bench.designs(quick=False) if d.app == 'svm')
   [pair] = _schmp_bench.mf_pairs(quick=True)
   assert pair.workers == 4 and pair.args == {}
+
+
+def test_lda_static_rows_run_three_schedulers_and_the_longer_baselines():
+  require_devices(2)
+  static = _schmp_bench.Static('lda', 'tiny', 'unscheduled',
+                               dict(topics=4, documents=64, vocabulary=200), 2,
+                               _schmp_bench.LDA_ROUNDS)
+  rows = {r['scheduler']: r for r in _schmp_bench.static_rows(static, [2], repeats=1)}
+  assert set(rows) == {'schmp', 'unscheduled', 'unscheduled-rounds'}
+  assert rows['schmp']['rounds_run'] == 4 and rows['unscheduled']['rounds_run'] == 2
+  assert rows['unscheduled-rounds']['rounds_run'] == 4       # P rounds a sweep, as SchMP's
+  assert rows['schmp']['sweeps_to_schmp_final'] == 2
+  for name in ('unscheduled', 'unscheduled-rounds'):        # reached within 4x, or None
+    got = rows[name]['sweeps_to_schmp_final']
+    assert got is None or 1 <= got <= _schmp_bench.LONGER * 2

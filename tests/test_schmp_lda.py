@@ -59,6 +59,7 @@ def _check_counts(app, params):
 def test_the_layout_places_every_token_once():
   app = make_lda(devices=4, **SMALL)
   assert isinstance(app, App) and app.blocks == 4 and make_lda('unscheduled', **SMALL).blocks == 1
+  assert make_lda('unscheduled-rounds', devices=4, **SMALL).blocks == 4
   lay, corpus = app.layout, app.corpus
   real = lay.mask
   assert np.array_equal(np.sort(lay.token[real]), np.arange(corpus.num_tokens))
@@ -71,7 +72,7 @@ def test_the_layout_places_every_token_once():
   assert tokens_per_shard.max() < 1.3 * tokens_per_shard.min()   # words dealt by frequency
 
 
-@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled'])
+@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled', 'unscheduled-rounds'])
 @pytest.mark.parametrize('devices', [1, 2, 4])
 def test_counts_are_exact_after_every_round(scheduler, devices):
   app = make_app('lda', scheduler=scheduler, devices=devices, **SMALL)
@@ -111,6 +112,24 @@ def test_the_rotation_gives_each_device_each_shard_once_per_p_rounds():
     before = after
 
 
+def test_unscheduled_rounds_sample_each_slot_once_per_p_rounds_on_every_shard():
+  # Round t samples slots [t·w, (t + 1)·w) of every shard group (w = ⌈L / P⌉): every word of
+  # the vocabulary, 1/P of the device's tokens; P rounds touch every slot once.
+  app = make_lda('unscheduled-rounds', devices=4, **SMALL)
+  width = -(-app.layout.slots // 4)
+  program = _program(app)
+  state = program.init_state()
+  before = _host(state.params)
+  for info in training_steps(program, state, 4, policy=app.policy(4, 0)):
+    t, after = info.step - 1, _host(info.state.params)
+    changed = after['z'] != before['z']                      # [device, shard, slot]
+    outside = np.ones(app.layout.slots, bool)
+    outside[t * width:(t + 1) * width] = False
+    assert not changed[:, :, outside].any()
+    assert changed[:, :, ~outside].sum((0, 2)).min() > 0      # every shard's words sampled
+    before = after
+
+
 def test_a_schedule_that_jumps_fetches_its_shards_first():
   app = make_lda(devices=4, **SMALL)
   program = _program(app)
@@ -143,7 +162,7 @@ def _numpy_sweep(n_dk, n_wk, n_k, docs, words, z, uniforms, alpha, beta):
   return z
 
 
-@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled'])
+@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled', 'unscheduled-rounds'])
 def test_a_round_on_one_device_is_a_numpy_gibbs_sweep(scheduler):
   app = make_lda(scheduler, devices=1, alpha=0.3, beta=0.05, **SMALL)
   program = _program(app, seed=5)
@@ -177,7 +196,7 @@ def _numpy_objective(app, params):
   return -(docs + words) / app.corpus.num_tokens
 
 
-@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled'])
+@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled', 'unscheduled-rounds'])
 def test_the_objective_is_the_collapsed_likelihood_and_falls(scheduler):
   app = make_lda(scheduler, devices=2, **SMALL)
   program = _program(app)
@@ -209,7 +228,7 @@ def test_unequal_document_shares_pad_and_give_the_same_start():
     _check_counts(unequal, _host(info.state.params))
 
 
-@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled'])
+@pytest.mark.parametrize('scheduler', ['schmp', 'unscheduled', 'unscheduled-rounds'])
 def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(scheduler):
   """A host of known speed is timed by the tokens of this worker's devices in the round: over
   P rotation rounds each device samples each of its tokens once; the device with more
@@ -218,7 +237,7 @@ def test_round_work_counts_each_devices_tokens_and_times_a_host_by_them(schedule
   per_device = app.layout.mask.sum((1, 2))
   assert per_device.sum() == app.corpus.num_tokens and per_device[0] > per_device[1]
   work = np.array([app.round_work(s) for s in range(2)])
-  if scheduler == 'schmp':
+  if scheduler != 'unscheduled':   # each token once in P rounds
     np.testing.assert_array_equal(work.sum(0), per_device)
   else:
     np.testing.assert_array_equal(work, [per_device, per_device])
@@ -248,7 +267,7 @@ def test_bad_input_is_one_line():
       ({'alpha': 0.0}, 'lda needs alpha > 0 and beta > 0, got alpha=0.0, beta=0.01'),
       ({'beta': -1.0}, 'lda needs alpha > 0 and beta > 0, got alpha=0.1, beta=-1.0'),
       ({'scheduler': 'fancy'}, "unknown lda scheduler 'fancy'; choose one of: schmp, "
-                               'unscheduled'),
+                               'unscheduled, unscheduled-rounds'),
       ({'documents': 63, 'devices': 2}, 'lda: 63 documents do not split evenly over 2 devices'),
       ({'documents': 64, 'doc_shares': (40, 20)},
        r'doc_shares \[40, 20\] must be 2 counts >= 0 that sum to the 64 documents'),

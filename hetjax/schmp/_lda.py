@@ -22,6 +22,13 @@ its own copy — stale for the other devices' changes since the sweep began — 
 merged after the sweep (a psum of each device's changes to n_wk and n_k). A SchMP round is 1/P
 of a sweep, an unscheduled round a whole one; compare them by time or by sweeps.
 
+The stronger baseline, ``scheduler='unscheduled-rounds'``, syncs as often as SchMP does: round
+c samples the c-th of P equal runs of slots of each of the device's shard groups (so 1/P of its
+tokens, words from the whole vocabulary, as a random 1/P would be) against its copy of the
+whole table, and the copies are merged after every round. Its copies are stale by 1/P of a
+sweep, not a whole one; what it still lacks is the schedule: two devices may sample the same
+word in one round, where SchMP's shards never meet.
+
 The objective is the negative collapsed log-likelihood per token, −log p(w, z) / N, summed over
 the devices with psums (lower is better).
 
@@ -60,6 +67,7 @@ class LdaScheduler(enum.Enum):
 
   SCHMP = 'schmp'              # vocabulary shards rotate; each row has one owner at a time
   UNSCHEDULED = 'unscheduled'  # every device samples everything against stale copies
+  UNSCHEDULED_ROUNDS = 'unscheduled-rounds'  # 1/P of every device's tokens, merged each round
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -87,8 +95,9 @@ class Lda:
 
   @property
   def blocks(self) -> int:
-    """SchMP: the vocabulary shards (one per device); unscheduled: one, the whole table."""
-    return self.devices if self.scheduler == LdaScheduler.SCHMP.value else 1
+    """SchMP: the vocabulary shards (one per device); unscheduled-rounds: the P chunks of a
+    device's tokens; unscheduled: one, the whole table."""
+    return 1 if self.scheduler == LdaScheduler.UNSCHEDULED.value else self.devices
 
   @property
   def _schmp(self) -> bool:
@@ -140,6 +149,8 @@ class Lda:
                         f'schedule of {blocks.shape[0]}')
     if self._schmp:
       params, changed = self._rotation_round(params, shard, offset, key, axis)
+    elif self.scheduler == LdaScheduler.UNSCHEDULED_ROUNDS.value:
+      params, changed = self._unscheduled_round(params, shard, key, axis, chunk=offset)
     else:
       params, changed = self._unscheduled_round(params, shard, key, axis)
     return params, jnp.where(mask, changed[blocks], 0.0)
@@ -189,28 +200,41 @@ class Lda:
             'n_k': params['n_k'] + lax.psum(n_k - params['n_k'], axis), 'z': z,
             'rotation': ((offset + 1) % p_count).astype(jnp.int32)}, lax.psum(changed, axis)
 
-  def _unscheduled_round(self, params, data, key, axis):
-    """Every token of the device against its copy of the whole table; copies merged after."""
+  def _unscheduled_round(self, params, data, key, axis, chunk=None):
+    """The device's tokens (every one, or with ``chunk`` = c the c-th of P runs of slots of
+    every shard's group: words of the whole vocabulary) against its copy of the whole table;
+    copies merged after."""
+    p_count, slots = self.devices, self.layout.slots
+    width = slots if chunk is None else -(-slots // p_count)
+    picked = (jnp.arange(slots) if chunk is None else chunk * width + jnp.arange(width))
 
-    def flat(a):
-      return a[0].reshape(-1)
+    def take(a):  # [P shards, width] slots of a [1, P, L] array, flat
+      a = a[0] if chunk is None else jnp.take(a[0], picked, axis=1, mode='clip')
+      return a.reshape(-1)
 
-    before = flat(params['z'])
-    shard = jnp.repeat(jnp.arange(self.devices), self.layout.slots)
+    real = take(data['mask']) & jnp.tile(picked < slots, p_count)
+    before = take(params['z'])
+    shard = jnp.repeat(jnp.arange(p_count), width)
     n_dk, n_wk, n_k, after = self._sample(
-        params['n_dk'], params['n_wk'], params['n_k'], flat(data['doc']), shard,
-        flat(data['row']), before, flat(data['mask']), key, axis)
+        params['n_dk'], params['n_wk'], params['n_k'], take(data['doc']), shard,
+        take(data['row']), before, real, key, axis)
     merged = {name: params[name] + lax.psum(mine - params[name], axis)
               for name, mine in (('n_wk', n_wk), ('n_k', n_k))}
-    changed = lax.psum(jnp.sum(after != before), axis).astype(jnp.float32)[None]
-    return {'n_dk': n_dk, **merged, 'z': after.reshape(params['z'].shape),
-            'rotation': params['rotation']}, changed
+    count = lax.psum(jnp.sum(after != before), axis).astype(jnp.float32)
+    changed = count[None] if chunk is None else jax.nn.one_hot(chunk, p_count) * count
+    z = params['z'][0].at[:, picked].set(after.reshape(p_count, width), mode='drop')[None]
+    return {'n_dk': n_dk, **merged, 'z': z, 'rotation': params['rotation']}, changed
 
   def round_work(self, offset: int) -> np.ndarray:
     """int[P]: the tokens each device samples in a round of ``offset`` (its tokens of shard
-    (p + offset) mod P; the baseline's every round: all of its tokens)."""
+    (p + offset) mod P; unscheduled-rounds: its chunk ``offset``; unscheduled: all of them)."""
     mask, p = self.layout.mask, np.arange(self.devices)
-    return mask[p, (p + offset) % self.devices].sum(-1) if self._schmp else mask.sum((1, 2))
+    if self._schmp:
+      return mask[p, (p + offset) % self.devices].sum(-1)
+    if self.scheduler == LdaScheduler.UNSCHEDULED_ROUNDS.value:
+      width = -(-self.layout.slots // self.devices)
+      return mask[:, :, offset * width:(offset + 1) * width].sum((1, 2))
+    return mask.sum((1, 2))
 
   # -- checks and views ---------------------------------------------------------------------
 
@@ -245,7 +269,8 @@ def make_lda(scheduler: str = 'schmp', *, topics: int = 16, alpha: float = 0.1,
   your own corpus.
 
   Args:
-    scheduler: ``'schmp'`` (rotating vocabulary shards) or ``'unscheduled'`` (the baseline).
+    scheduler: ``'schmp'`` (rotating vocabulary shards), ``'unscheduled'`` (the baseline,
+      merged once a sweep) or ``'unscheduled-rounds'`` (merged every 1/P sweep).
     topics: K >= 2.
     alpha, beta: the symmetric Dirichlet priors on document-topic and topic-word (> 0).
     devices: P, the devices it runs on (default: ``len(doc_shares)``, else every device).
