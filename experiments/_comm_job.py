@@ -3,15 +3,16 @@
   python -m hetjax.launch --workers 4 --servers 1 -- python experiments/_comm_job.py OUT
 
 A run is a dict: ``id``, ``scheme`` (``ps-…`` with its ``ps`` spec, or ``allreduce-…``),
-``network`` (the links' text), ``hosts`` (a slowdown trace), ``compute_s`` (the step time of
-an undisturbed host: each step is padded by sleep to it × the host's factor), ``steps`` (global
+``network`` (the links' text), ``hosts`` (a slowdown trace), ``compute_s`` (the step time of an
+undisturbed host: each step is padded by sleep to it × the host's factor), ``steps`` (global
 batches of gradients the run applies: all-reduce and bsp workers run that many steps; under asp
-every worker steps until the server's version reaches ``steps`` × workers, so fast workers go
-on while a straggler computes, as they would in a job that trains to a budget), ``global_batch``, ``lr``, ``model`` (the mlp's arguments) and, for the all-reduce scheduler,
-``overlap`` and ``bucket_bytes``. Workers write ``OUT/ID/worker-W.json`` (each step's
-iteration time, loss and communication), servers ``OUT/ID/server-S.json`` (every update: its
-time, workers, staleness, scale and pushed loss). Every process joins a barrier before each run,
-so the runs do not overlap.
+every worker steps until the server's version reaches ``steps`` × workers, so fast workers go on
+while a straggler computes, as they would in a job that trains to a budget), ``global_batch``,
+``lr``, ``model`` (the mlp's arguments) and, for the all-reduce scheduler, ``overlap``,
+``estimate`` and ``bucket_bytes``. Workers write ``OUT/ID/worker-W.json`` (each step's iteration
+time, loss and communication), servers ``OUT/ID/server-S.json`` (every update: its time,
+workers, staleness, scale and pushed loss). Every process joins a barrier before each run, so
+the runs do not overlap.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from flax import nnx
 from hetjax import balance, emulation, models, ps, runtime, train
 from hetjax.core import ShareRules
 from hetjax.sharding import abstract_model
-
 
 #: An asp worker's most steps, as a multiple of the run's global batches (a safety cap: with a
 #: 3× straggler a fast worker makes about 1.2 × steps before the version count is reached).
@@ -101,7 +101,8 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
   kwargs = dict(seed=0, host=host, links=links)
   if run.get('overlap'):
     program = train.OverlapTrainer(task, optax.sgd(run['lr']), run['global_batch'],
-                                   bucket_bytes=run.get('bucket_bytes'), **kwargs)
+                                   bucket_bytes=run.get('bucket_bytes'),
+                                   estimate=run.get('estimate', 'own'), **kwargs)
   else:
     program = train.WorkerTrainer(task, optax.sgd(run['lr']), run['global_batch'], **kwargs)
   policy = balance.Uniform(ShareRules(run['global_batch'], ctx.workers))

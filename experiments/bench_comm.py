@@ -9,7 +9,8 @@ server (``--servers 1``) and run, interleaved at each link speed: push-then-pull
 baseline) and bsp, asp with the staleness-aware rate, eager pull with and without it (eager
 runs twice the steps: about the baseline's wall time, `_comm_bench.EAGER_BUDGET`).
 All-reduce jobs run the synchronous fused all-reduce (`hetjax.train.WorkerTrainer`, the
-baseline) and the all-reduce scheduler (`hetjax.train.OverlapTrainer`). Every scheme trains the
+baseline) and the all-reduce scheduler (`hetjax.train.OverlapTrainer`), with its own estimate
+and with ``estimate='int8'`` (``allreduce-overlap-int8``). Every scheme trains the
 digits mlp with SGD at one learning rate (``--lr``, the best of 0.1, 0.3 and 1 for bsp).
 The full run adds the two all-reduce schemes for `LONG_STEPS` steps (equal hosts, ratio 1:
 scenario ``equal-long``), where the loss curve flattens. Virtual part

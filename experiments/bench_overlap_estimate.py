@@ -10,6 +10,11 @@ against `OverlapTrainer` itself (one worker, α = 0.5, after a flush), and
 each a mean over a 20-step window centred on the step (one step's loss moves by more than the
 1% goal), averaged over the seeds with its standard error. Nothing is timed.
 
+Two more rows per learning rate: ``int8``, w̃ from every worker's gradient sent first in 8 bits
+(`OverlapTrainer`'s module docstring), α = 1; and ``floor``, synchronous training at
+η × (1 + 1e-4) against itself, the noise floor of these ratios (at η = 0.3 the trajectory is
+chaotic enough that a change that small moves single seeds' windows by several percent).
+
 Goal (issue 28, item 5): within 1% of synchronous training's loss from step 60 on.
 
   .venv/bin/python experiments/bench_overlap_estimate.py --quick --json runs/overlap_estimate.json

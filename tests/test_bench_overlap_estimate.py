@@ -27,10 +27,20 @@ def test_the_scheduler_and_the_synchronous_step_share_their_first_step_only(setu
 def test_rows_and_table(setup, monkeypatch):
   monkeypatch.setattr(bench, '_setup', lambda: setup)
   out = bench.rows(2, (0.3,), 3, (2,))
-  assert [(r['lr'], r['scale'], r['step']) for r in out] == [(0.3, s, 2) for s in bench.SCALES]
+  assert [(r['lr'], r['estimate'], r['scale'], r['step']) for r in out] == [
+      (0.3, 'own', s, 2) for s in bench.SCALES] + [(0.3, 'int8', 1.0, 2), (0.3, 'floor', 0.0, 2)]
   assert all(np.isfinite(r['loss_vs_sync']) and r['stderr'] >= 0 for r in out)
   lines = bench.table(out).splitlines()
-  assert lines[0].split()[:2] == ['lr', 'alpha'] and len(lines) == 1 + len(bench.SCALES)
+  assert lines[0].split()[:3] == ['lr', 'estimate', 'alpha'] and len(lines) == 3 + len(bench.SCALES)
+
+
+def test_the_int8_estimate_is_the_exact_one_up_to_rounding(setup):
+  # w̃ from every worker's 8-bit gradient: nearly the synchronous trajectory, where each
+  # worker's own gradient is not.
+  sync = bench.curve(setup, 0.3, None, 6, seed=0)
+  int8 = bench.curve(setup, 0.3, 1.0, 6, seed=0, estimate='int8')
+  own = bench.curve(setup, 0.3, 1.0, 6, seed=0)
+  assert np.max(np.abs(int8 / sync - 1)) < 0.1 * np.max(np.abs(own / sync - 1))
 
 
 def test_the_recurrence_is_the_scheduler_s_own(setup, monkeypatch):

@@ -23,6 +23,9 @@ def test_ring_all_reduce_is_two_passes_of_n_minus_one_steps():
   assert link.ring_all_reduce_s(1000, 1) == 0.0
   assert link.send_s(1000) == link.time_s(1, 1000) == 1e-3 + 1000 / 1e6
   assert LinkCost().ring_all_reduce_s(10 ** 9, 8) == 0.0   # the default costs nothing
+  # an all-gather: one ring pass, n − 1 steps, each member's bytes through every link
+  assert link.ring_all_gather_s(250, 4) == pytest.approx(3 * 1e-3 + 750 / 1e6)
+  assert link.ring_all_gather_s(250, 1) == 0.0
 
 
 def test_a_collective_goes_at_its_slowest_link():
@@ -59,6 +62,7 @@ def test_emulated_links_and_the_virtual_clock_price_alike():
   links = Links((1e-3, 2e-3, 1e-3), (1e8, 1e8, 5e7))
   assert links.link(1) == LinkCost(2e-3, 1e8)
   assert links.all_reduce_s(range(3), 10 ** 6) == LinkCost(2e-3, 5e7).ring_all_reduce_s(10 ** 6, 3)
+  assert links.all_gather_s(range(3), 10 ** 6) == LinkCost(2e-3, 5e7).ring_all_gather_s(10 ** 6, 3)
   clock = ClockCosts(per_sample_s=1e-3, alpha_s=2e-3, beta_bytes_per_s=5e7, grad_bytes=10 ** 6)
   assert clock.allreduce_s(3) == links.all_reduce_s(range(3), 10 ** 6)
   assert clock.link == LinkCost(2e-3, 5e7)

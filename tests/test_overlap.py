@@ -26,8 +26,16 @@ from hetjax._errors import ConfigError
 from hetjax.core import Work
 from hetjax.data import slice_batch
 from hetjax.emulation import Links
+from hetjax.run._sections import ParallelismConfig
 from hetjax.runtime import launch_local
-from hetjax.train import OverlapTrainer, Strategy, WorkerTrainer, _background, _fused
+from hetjax.train import (
+  OverlapEstimate,
+  OverlapTrainer,
+  Strategy,
+  WorkerTrainer,
+  _background,
+  _fused,
+)
 from hetjax.train._fused import FusedLayout, bucket_bounds
 from tests.conftest import require_devices
 from tests.workers.common import MODELS, OPTIMIZER, OVERLAP_HOST_S, OVERLAP_SHARES, OVERLAP_STEPS
@@ -124,6 +132,17 @@ def test_a_shrunk_estimate_follows_its_recurrence(task):
                  for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(want), strict=True))
 
 
+def test_the_estimate_is_own_or_int8_and_bad_names_are_one_line(task):
+  with pytest.raises(ConfigError, match=r"^unknown all-reduce scheduler estimate 'int4'; "
+                                        r'choose one of: own, int8$'):
+    OverlapTrainer(task, OPTIMIZER, BATCH, estimate='int4')
+  with pytest.raises(ConfigError, match=r"^unknown parallelism.overlap_estimate 'x'"):
+    ParallelismConfig(overlap_estimate='x')
+  program = OverlapTrainer(task, OPTIMIZER, BATCH, estimate='int8')
+  assert program.estimate is OverlapEstimate.INT8
+  program.close()
+
+
 @pytest.mark.parametrize('scale', [0, 1.5, -1, True, float('nan')])
 def test_the_estimate_scale_is_a_fraction(task, scale):
   with pytest.raises(ConfigError, match=r"^the all-reduce scheduler's estimate_scale must be in "
@@ -200,9 +219,29 @@ def _mlp():
   return task, nnx.graphdef(model), jax.tree.structure(nnx.to_pure_dict(nnx.state(model)))
 
 
-def _reference(init, steps, shares, scale=1.0):
+def _int8_sum(grads):
+  """Σᵢ of each worker's gradient tree in 8 bits: its leaves, in leaf order, flattened and cut
+  into blocks of 256, each scaled by its absmax / 127 and rounded (written out here, apart
+  from the program's `quantize_int8`)."""
+  leaves = [jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(g)]) for g in grads]
+  size = leaves[0].size
+  total = 0.0
+  for flat in leaves:
+    blocks = jnp.pad(flat, (0, -size % 256)).reshape(-1, 256)
+    scale = jnp.max(jnp.abs(blocks), axis=1, keepdims=True) / 127.0
+    total = total + jnp.round(blocks / jnp.where(scale > 0, scale, 1.0)) * scale
+  flat, shapes, out = total.reshape(-1)[:size], [x.shape for x in jax.tree.leaves(grads[0])], []
+  for shape in shapes:
+    n = int(np.prod(shape))
+    out.append(flat[:n].reshape(shape))
+    flat = flat[n:]
+  return jax.tree.unflatten(jax.tree.structure(grads[0]), out)
+
+
+def _reference(init, steps, shares, scale=1.0, int8=False):
   """The overlap's recurrence on one device: each worker i computes its partial gradient at its
-  own w̃ᵢ; w̃ᵢ ← opt(w, α · gᵢ · X / xᵢ) (α: ``scale``); w ← opt(w, Σᵢ gᵢ)."""
+  own w̃ᵢ; w̃ᵢ ← opt(w, α · gᵢ · X / xᵢ) (α: ``scale``), or with ``int8`` every worker's
+  w̃ ← opt(w, α · Σᵢ q(gᵢ)) (q: 8 bits, `_int8_sum`); w ← opt(w, Σᵢ gᵢ)."""
   task, graphdef, treedef = _mlp()
   params = jax.tree.unflatten(treedef, [jnp.asarray(x, jnp.float32) for x in init])
 
@@ -214,8 +253,12 @@ def _reference(init, steps, shares, scale=1.0):
   def step(params, opt_state, tilde, batches):
     grads = [jax.grad(lambda q, b=b: jnp.sum(task.loss(nnx.merge(graphdef, q), b)) / BATCH)(w)
              for w, b in zip(tilde, batches, strict=True)]
-    tilde = [update(params, opt_state, jax.tree.map(lambda x, r=r: x * scale * BATCH / r, g))[0]
-             for g, r in zip(grads, shares, strict=True)]
+    if int8:
+      coarse = jax.tree.map(lambda x: x * scale, _int8_sum(grads))
+      tilde = [update(params, opt_state, coarse)[0]] * len(grads)
+    else:
+      tilde = [update(params, opt_state, jax.tree.map(lambda x, r=r: x * scale * BATCH / r, g))[0]
+               for g, r in zip(grads, shares, strict=True)]
     return *update(params, opt_state, jax.tree.map(lambda *g: sum(g), *grads)), tilde
 
   opt_state, tilde = OPTIMIZER.init(params), [params] * len(shares)
@@ -272,6 +315,37 @@ def test_overlap_trains_as_well_as_the_synchronous_step(launched):
   # synchronous loss (the issue's goal); ending lower is allowed.
   sync, overlap = loss(launched['sync']['params']), loss(launched['overlap']['params'])
   assert overlap <= 1.01 * sync, (overlap, sync)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_the_int8_estimate_follows_its_recurrence_near_the_synchronous_step(launched):
+  got = launched['int8']
+  assert got['reported'] == [0, *range(OVERLAP_STEPS - 1)]
+  want = _reference(launched['init'], OVERLAP_STEPS, OVERLAP_SHARES, int8=True)
+  for got_leaf, want_leaf in zip(got['params'], jax.tree.leaves(want), strict=True):
+    np.testing.assert_allclose(np.asarray(got_leaf), want_leaf, rtol=1e-4, atol=1e-6)
+  # One 8-bit exchange puts w̃ within rounding of the exact parameters: far nearer the
+  # synchronous run than the worker's own estimate gets.
+  sync = [np.asarray(x) for x in launched['sync']['params']]
+
+  def gap(run):
+    return max(float(np.max(np.abs(np.asarray(a) - b)))
+               for a, b in zip(run['params'], sync, strict=True))
+
+  assert gap(got) < 0.1 * gap(launched['overlap']), (gap(got), gap(launched['overlap']))
+  # its bytes: int8 gradients (all but the 1 + 4 × 2 head slots) and a float32 scale a block
+  fused = launched['buckets']['fused_size']
+  assert got['coarse_bytes'] == (fused - 9) + 4 * -(-(fused - 9) // 256)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_the_int8_exchange_waits_its_all_gather_on_the_links(launched):
+  links = launched['links']
+  assert links['gather_s'] == pytest.approx(0.020)   # 2 workers: one ring step of 20 ms
+  for timing in links['int8'][1:]:                  # the first step has nothing to exchange
+    assert timing['collective_s'] >= links['gather_s'], timing
 
 
 @pytest.mark.multiprocess

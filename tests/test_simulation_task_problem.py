@@ -60,7 +60,7 @@ def test_synchronous_sgd_on_the_virtual_clock_is_a_plain_one_device_loop(task):
   want = []
   for step in range(6):
     batch = {k: jnp.asarray(v) for k, v in task.data.global_batch(1, step, BATCH).items()}
-    grads = nnx.grad(lambda m: jnp.mean(task.loss(m, batch)))(model)
+    grads = nnx.grad(lambda m, b=batch: jnp.mean(task.loss(m, b)))(model)
     optimizer.update(model, grads)
     want.append(float(jnp.mean(task.loss(model, {k: jnp.asarray(v)
                                                  for k, v in loss_batch.items()}))))

@@ -91,6 +91,13 @@ class LinkCost:
       return 0.0
     return self.time_s(ring_steps(n), ring_bytes(nbytes, n))
 
+  def ring_all_gather_s(self, nbytes_each: float, n: int) -> float:
+    """A ring all-gather over ``n`` members, each contributing ``nbytes_each``: (n − 1)·α +
+    (n − 1) · bytes_each/β, 0 for fewer than two members."""
+    if n < 2:
+      return 0.0
+    return self.time_s(ring_steps(n, passes=1), (n - 1) * nbytes_each)
+
   @classmethod
   def fit_ring_all_reduce(cls, n: int, small_s: float, large_bytes: float,
                           large_s: float) -> LinkCost:

@@ -109,6 +109,15 @@ class Links:
       return 0.0
     return LinkCost.slowest(links).ring_all_reduce_s(nbytes, len(members))
 
+  def all_gather_s(self, workers: Iterable[int], nbytes_each: int) -> float:
+    """Seconds for a ring all-gather among ``workers``, each contributing ``nbytes_each``:
+    n − 1 steps, each moving one member's bytes through every link, at the slowest's pace."""
+    members = sorted(set(workers))
+    links = [self.link(w) for w in members]
+    if len(members) < 2:
+      return 0.0
+    return LinkCost.slowest(links).ring_all_gather_s(nbytes_each, len(members))
+
   def exchange_s(self, nbytes: int) -> tuple[float, ...]:
     """Each worker's seconds of one step's exchange of an ``nbytes`` gradient, by `exchange`:
     the ring all-reduce over every worker (`all_reduce_s`, the same for all), or its own push

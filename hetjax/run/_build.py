@@ -479,7 +479,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                    links=links,
                                    bucket_bytes=config.parallelism.bucket_bytes or None,
                                    accumulate=config.optimizer.accumulate,
-                                   estimate_scale=config.parallelism.overlap_scale)
+                                   estimate_scale=config.parallelism.overlap_scale,
+                                   estimate=config.parallelism.overlap_estimate)
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,

@@ -21,6 +21,7 @@ from hetjax._checks import at_least, fraction
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.ps import parse_ps
 from hetjax.sync._policy import parse_sync_name
+from hetjax.train import OverlapEstimate
 
 
 class Mode(enum.Enum):
@@ -222,6 +223,9 @@ class ParallelismConfig:
     overlap_scale: with ``overlap``, α in (0, 1]: each worker estimates the next parameters
       from α × its own gradient (`OverlapTrainer`'s ``estimate_scale``; below 1 helps at large
       learning rates).
+    overlap_estimate: with ``overlap``, what that estimate starts from: ``own`` (this worker's
+      gradient, no message) or ``int8`` (every worker's gradient, all-gathered first in 8 bits:
+      a short blocking exchange for an estimate within rounding of the exact parameters).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
   """
 
@@ -233,12 +237,14 @@ class ParallelismConfig:
   overlap: bool = False
   bucket_bytes: int = 0
   overlap_scale: float = 1.0
+  overlap_estimate: str = 'own'
   compilation_cache: bool = True
 
   def __post_init__(self):
     parse_choice(Mode, self.mode, 'parallelism.mode')
     at_least(self.bucket_bytes, 0, f'{self.NAME}.bucket_bytes', note=' (0: one fused buffer)')
     fraction(self.overlap_scale, f'{self.NAME}.overlap_scale')
+    parse_choice(OverlapEstimate, self.overlap_estimate, f'{self.NAME}.overlap_estimate')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +434,8 @@ FLAT_NAMES = {
     'optimizer': 'optimizer.name', 'learning_rate': 'optimizer.learning_rate',
     'steps': 'optimizer.steps',
     **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
-                                       'bucket_bytes', 'overlap_scale', 'compilation_cache')},
+                                       'bucket_bytes', 'overlap_scale', 'overlap_estimate',
+                                       'compilation_cache')},
     **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
                                    'endgame', 'prefetch')},
     **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',

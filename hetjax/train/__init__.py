@@ -15,6 +15,7 @@ from hetjax.train._loop import training_steps as training_steps
 from hetjax.train._metrics import MetricsLogger as MetricsLogger
 from hetjax.train._optimizers import Optimizer as Optimizer
 from hetjax.train._optimizers import learning_rate_schedule as learning_rate_schedule
+from hetjax.train._overlap import OverlapEstimate as OverlapEstimate
 from hetjax.train._overlap import OverlapState as OverlapState
 from hetjax.train._overlap import OverlapTrainer as OverlapTrainer
 from hetjax.train._state import TrainState as TrainState
@@ -35,6 +36,7 @@ __all__ = [
     'Hook',
     'MetricsLogger',
     'Optimizer',
+    'OverlapEstimate',
     'OverlapState',
     'OverlapTrainer',
     'StepInfo',

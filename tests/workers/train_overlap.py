@@ -9,6 +9,7 @@ Launched as 2 workers of one device each; worker 0 writes ``OUT.json`` with:
   `WorkerTrainer`, `OverlapTrainer` (one bucket, then flushed) and `OverlapTrainer` with
   `BUCKET_BYTES` (flushed): the final parameters, the reported losses and ``stats.step``s, and
   the buckets;
+- ``int8``: the same with ``estimate='int8'`` (flushed), and its coarse exchange's bytes;
 - ``links``: `TIMED` steps of each program on hosts of known speed (`HOST_S` of compute a step)
   and links ``link:20:inf``: each step's ``collective_s`` and ``iter_s``, and the modelled
   all-reduce time.
@@ -71,16 +72,22 @@ split = OverlapTrainer(task, OPTIMIZER, batch, bucket_bytes=BUCKET_BYTES)
 out['buckets'] = {**run(split, STEPS, SHARES), 'buckets': split.buckets,
                   'fused_size': split.sync.fused_size}
 
+coarse = OverlapTrainer(task, OPTIMIZER, batch, estimate='int8')
+out['int8'] = {**run(coarse, STEPS, SHARES), 'coarse_bytes': coarse.coarse_bytes}
+
 links = parse_links(LINKS, workers=2)
 host = KnownSpeedHost(parse_trace('static:1,1', 2), worker=ctx.worker,
                       row_s=HOST_S / (batch // 2))
 even = (batch // 2, batch // 2)
 timed_sync = WorkerTrainer(task, OPTIMIZER, batch, host=host, links=links)
 timed_overlap = OverlapTrainer(task, OPTIMIZER, batch, host=host, links=links)
+timed_int8 = OverlapTrainer(task, OPTIMIZER, batch, host=host, links=links, estimate='int8')
 out['links'] = {
     'modelled_s': links.all_reduce_s(range(2), timed_sync.all_reduce_bytes),
+    'gather_s': links.all_gather_s(range(2), timed_int8.coarse_bytes),
     'sync': run(timed_sync, TIMED, even)['timing'],
     'overlap': run(timed_overlap, TIMED, even)['timing'],
+    'int8': run(timed_int8, TIMED, even)['timing'],
 }
 if ctx.is_chief:
   pathlib.Path(sys.argv[1]).write_text(json.dumps(out))
