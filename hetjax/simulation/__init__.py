@@ -7,10 +7,10 @@ Fela's token pulling; `simulate_sync` runs one pipeline stage's replicas under a
 report is virtual (modelled), never measured. A pipeline schedule's makespan is
 `hetjax.pipeline.time_schedule`.
 
-`simulate_comm` trains a `CommProblem` (`LeastSquares`, or any task's model as a
-`TaskProblem`) by a parameter-server or all-reduce
-communication `Scheme` on modelled links (`hetjax.emulation.Links`), 1…1024 workers, and
-`iteration_s` is each scheme's closed-form iteration time.
+`simulate_comm` trains a `CommProblem` (`LeastSquares`, or any task's model as a `TaskProblem`)
+by a parameter-server or all-reduce communication `Scheme` on modelled links
+(`hetjax.emulation.Links`), 1…1024 workers, and `iteration_s` is each scheme's closed-form
+iteration time.
 """
 
 from hetjax.simulation._shares import ClockCosts as ClockCosts

@@ -18,8 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,6 +31,8 @@ from hetjax.train import Task
 
 #: Rows of the default loss batch.
 LOSS_ROWS = 1024
+#: Global batches kept on the device.
+CACHED = 64
 
 
 class TaskProblem:
@@ -51,6 +51,7 @@ class TaskProblem:
                loss_batch: Batch | None = None, model_seed: int = 0):
     self.global_batch = positive_int(global_batch, 'global_batch')
     self.task, self.seed = task, seed
+    self._batches: dict[int, dict[str, jax.Array]] = {}
     with nnx.use_eager_sharding(False):
       model = task.make_model(nnx.Rngs(model_seed))
     graphdef = nnx.graphdef(model)
@@ -93,7 +94,12 @@ class TaskProblem:
     batch = {k: v.reshape(n, -1, *v.shape[1:]) for k, v in self._batch(step).items()}
     return np.asarray(self._worker_grads(jnp.asarray(params, jnp.float32), batch))
 
-  @functools.lru_cache(maxsize=64)  # noqa: B019 (one problem per run; the cache dies with it)
   def _batch(self, step: int) -> dict[str, jax.Array]:
-    host = self.task.data.global_batch(self.seed, step, self.global_batch)
-    return {k: jnp.asarray(v) for k, v in host.items()}
+    """Step ``step``'s global batch on the device, the last `CACHED` of them kept (workers
+    of one step ask for it several times, and asynchronous ones a few steps apart)."""
+    if step not in self._batches:
+      if len(self._batches) >= CACHED:
+        self._batches.pop(next(iter(self._batches)))
+      host = self.task.data.global_batch(self.seed, step, self.global_batch)
+      self._batches[step] = {k: jnp.asarray(v) for k, v in host.items()}
+    return self._batches[step]

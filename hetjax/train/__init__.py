@@ -15,9 +15,11 @@ from hetjax.train._loop import training_steps as training_steps
 from hetjax.train._metrics import MetricsLogger as MetricsLogger
 from hetjax.train._optimizers import Optimizer as Optimizer
 from hetjax.train._optimizers import learning_rate_schedule as learning_rate_schedule
+from hetjax.train._overlap import QUANT_BLOCK as QUANT_BLOCK
 from hetjax.train._overlap import OverlapEstimate as OverlapEstimate
 from hetjax.train._overlap import OverlapState as OverlapState
 from hetjax.train._overlap import OverlapTrainer as OverlapTrainer
+from hetjax.train._overlap import quantize_int8 as quantize_int8
 from hetjax.train._state import TrainState as TrainState
 from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
@@ -30,6 +32,7 @@ from hetjax.train._worker_mesh import worker_meshes as worker_meshes
 from hetjax.train._workers import WorkerTrainer as WorkerTrainer
 
 __all__ = [
+    'QUANT_BLOCK',
     'EmulatedHost',
     'Evaluation',
     'HasSubmodels',
@@ -53,6 +56,7 @@ __all__ = [
     'local_batch_degree',
     'may_leave',
     'micro_rows_of',
+    'quantize_int8',
     'step_flops',
     'summed_value_and_grad',
     'takes_token',
