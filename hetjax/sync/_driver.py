@@ -99,6 +99,10 @@ class ReplicaStep:
     return self.start_s + self.compute_s + self.pause_s + self.wait_s + self.sync_s
 
 
+class _PastDeadline(Exception):
+  """`ReplicaDriver.step` refusing to start past `ReplicaDriver.run`'s ``until_s``."""
+
+
 class ReplicaDriver:
   """Trains this process's pipeline replica under a group scheduler (module docstring).
 
@@ -131,6 +135,7 @@ class ReplicaDriver:
                         f'{self.replica} of {self.replicas} replicas')
     self.averagers: tuple[GroupAverager, ...] = ()  # per stage, made on first use
     self._t0: float | None = None  # when the first step began (`ReplicaStep.start_s`)
+    self._stop_at: float | None = None  # `run`'s deadline: no step starts at or after it
     self._background: concurrent.futures.ThreadPoolExecutor | None = None  # overlap only
     self._pending = None  # overlap: (the copy x_t, the future of (its group, the group's mean))
 
@@ -212,6 +217,8 @@ class ReplicaDriver:
     if self._t0 is None:
       self._t0 = time.monotonic()
     t0 = time.monotonic()
+    if self._stop_at is not None and t0 >= self._stop_at:
+      raise _PastDeadline   # `run`'s until_s passed since its last check: start nothing
     state, loss = self.trainer.train_step(state, work.batch)
     jax.block_until_ready(state.params)
     loss = float(loss)
@@ -292,17 +299,24 @@ class ReplicaDriver:
       raise ConfigError('give steps, until_s or both')
     records: list[ReplicaStep] = []
     self._t0 = start = time.monotonic()
+    # The check after each step saves loading the next batch; the one at the step's own start
+    # (`step`, the same clock reading its start_s is) makes "no step starts after" exact.
+    self._stop_at = None if until_s is None else start + until_s
     try:
       if until_s is None or until_s > 0:
-        for info in training_steps(self, state, sys.maxsize if steps is None else steps):
-          state = info.state
-          records.append(info.stats.local)
-          if on_step:
-            on_step(info.stats.local, state)
-          if until_s is not None and time.monotonic() - start >= until_s:
-            break
+        try:
+          for info in training_steps(self, state, sys.maxsize if steps is None else steps):
+            state = info.state
+            records.append(info.stats.local)
+            if on_step:
+              on_step(info.stats.local, state)
+            if until_s is not None and time.monotonic() - start >= until_s:
+              break
+        except _PastDeadline:
+          pass   # the step that would have started late did nothing: state is the last one
       state = self.finish(state)
     finally:
+      self._stop_at = None
       if self._background is not None:  # stopped by an error: end the thread, keep the error
         self._background.shutdown(wait=True)
         self._background, self._pending = None, None
