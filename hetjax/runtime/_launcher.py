@@ -53,6 +53,7 @@ from hetjax.runtime._verdict import is_stopped, read_verdict
 MAX_WORKERS = 1024
 _POLL_SECONDS = 0.05
 _GRACE_SECONDS = 3.0
+_DRAIN_SECONDS = 1.0  # a failed worker's output still in its pipe (unless a process escaped)
 _STOPPED_POLL_SECONDS = 0.25
 #: A traceback printed at least this long before the first process exited started the failure
 #: (its peers' own tracebacks come after that exit).
@@ -237,6 +238,11 @@ class _Workers:
       _LIVE_GROUPS.discard(self.live.pop(i).pid)
       self.codes[i] = rc
     return done
+
+  def drain(self, i: int, timeout: float = _DRAIN_SECONDS) -> None:
+    """Waits up to ``timeout`` s for process ``i``'s output to be read to its end: what a
+    worker printed before it failed reaches the console before the console goes quiet."""
+    self._readers[i].join(timeout=timeout)
 
   def ended(self, i: int) -> str:
     """How process ``i`` ended, e.g. ``'exited with status 1'``, ``'stopped by the launcher'``."""
@@ -460,8 +466,9 @@ def _supervise(job: _Workers, timeout: float | None, received: list[int], stall_
       next_look = now + _STOPPED_POLL_SECONDS
     failed = sorted((rc != -signal.SIGKILL, i, rc) for i, rc in job.reap() if rc != 0)
     if failed:  # a SIGKILLed worker before peers that failed in the same poll
-      job.console.quiet()
       _, worker, rc = failed[0]
+      job.drain(worker)  # its group was killed by reap, so its pipe closes at once
+      job.console.quiet()
       how = (f'exited with status {rc}' if rc > 0 else
              f'was killed by {_SIGNAL_NAMES.get(-rc, f"signal {-rc}")}')
       code, blamed, cause = rc if rc > 0 else 128 - rc, worker, f'{job.name(worker)} {how}'
