@@ -99,6 +99,13 @@ def _device_markdown(rows: list[dict]) -> list[str]:
           f'{r["float32_flops_per_s"] / 1e12:.2f} TFLOP/s']
 
 
+def _gpu_test_files() -> list[str]:
+  """The test files that mark a test ``gpu`` (collecting only them, not the whole suite, to
+  filter by the mark: 10 s less on a CPU)."""
+  return sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'tests').glob('test_*.py')
+                if 'mark.gpu' in p.read_text())
+
+
 def _tests_part(quick: bool) -> list[dict]:
   """``pytest -m gpu`` on this machine's default device (quick: collected only)."""
   env = dict(os.environ, JAX_DEFAULT_MATMUL_PRECISION='highest', PYTHONPATH=str(ROOT))
@@ -106,7 +113,7 @@ def _tests_part(quick: bool) -> list[dict]:
   if platforms:
     env['JAX_PLATFORMS'] = platforms
   command = [sys.executable, '-m', 'pytest', '-m', 'gpu', '-q', '-p', 'no:cacheprovider',
-             '-p', 'no:randomly', *(['--collect-only'] if quick else [])]
+             '-p', 'no:randomly', *(['--collect-only'] if quick else []), *_gpu_test_files()]
   start = time.perf_counter()
   try:
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
