@@ -77,9 +77,11 @@ def default_xla_env() -> dict[str, str]:
 
 def at_default_xla(request) -> bool:
   """For a test that times compiled programs (what it decides follows their speed, which the
-  suite's `FAST_COMPILE` changes): True in a process at XLA's default level, where the test's
-  body runs; else runs this one test again in a fresh pytest at the default, fails with its
-  output unless it passed, and returns False."""
+  suite's flags change), or that asserts two different programs compute the same bits (XLA's
+  code generator decides their rounding: a rematerialised gradient equals the plain one to the
+  bit with XLA's own fusion emitters, not with `FAST_EMITTERS`): True in a process at XLA's
+  default, where the test's body runs; else runs this one test again in a fresh pytest at the
+  default, fails with its output unless it passed, and returns False."""
   if os.environ.get(XLA_DEFAULT):
     return True
   result = subprocess.run(

@@ -147,14 +147,21 @@ def test_tied_embeddings_share_one_parameter():
 
 @pytest.mark.parametrize('remat', ['full', 'save_dots'])
 def test_remat_gradients_equal_none(remat):
+  """The same loss, and the same gradients to float32 rounding: the rematerialised backward
+  pass is another program, which XLA fuses and rounds its own way (at XLA's default, as users
+  compile, elements differ by up to 6e-11 on gradients of up to ~1e-3; bit for bit only at the
+  suite's old setting, by chance). Tolerance: 1e-5 relative, 1e-6 of the leaf's largest
+  gradient absolute (BUILD_NOTES, "Tolerance policy")."""
   plain = nnx.merge(*initial())
   model = variant(remat=remat)
   assert model.blocks[0].remat is gpt.Remat(remat)
   value, grads = _value_and_grad(plain, gpt.loss, _batch())
   remat_value, remat_grads = _value_and_grad(model, gpt.loss, _batch())
   assert float(remat_value) == float(value)
-  jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(remat_grads),
-               nnx.to_pure_dict(grads))
+
+  def close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(want))))
+  jax.tree.map(close, nnx.to_pure_dict(remat_grads), nnx.to_pure_dict(grads))
 
 
 def test_remat_is_in_the_backward_program():
