@@ -61,6 +61,30 @@ def test_checksum_is_the_same_on_one_device_and_sharded_over_eight(dtype, spec):
     assert first_difference(one, other) == "leaf 'x' checksum differs"
 
 
+@pytest.mark.parametrize('dtype', [np.float32, ml_dtypes.bfloat16, np.int32, np.int8, np.bool_,
+                                   np.float16, ml_dtypes.float8_e4m3fn])
+@pytest.mark.parametrize('shape', [(), (7,), (8, 6)])
+def test_the_host_sum_is_the_devices_sum(dtype, shape):
+  """A leaf held whole on CPU devices is summed by numpy (`_checksum._host_sum`); a global
+  array of a multi-process job by a jitted collective (`_checksum._sums`): the same value, so a
+  checkpoint saved by either verifies under the other, also sharded over eight devices."""
+  values = _values(dtype, shape) if dtype != np.bool_ else _values(np.float32, shape) > 0
+  mesh = make_mesh((4, 2), devices=require_devices(8))
+  spec = P('data', 'model') if len(shape) == 2 else P()
+  for x in (jax.device_put(values, jax.devices()[0]),
+            jax.device_put(values, NamedSharding(mesh, spec))):
+    assert _checksum._on_host(x)
+    assert _checksum._host_sum(np.asarray(x)) == int(_checksum._scalar(_checksum._sums([x])[0]))
+
+
+def test_the_host_sum_goes_over_chunks_and_skips_what_it_cannot_take():
+  big = jax.device_put(_values(np.float32, (3 * _checksum._HOST_CHUNK // 2,)), jax.devices()[0])
+  assert _checksum._host_sum(np.asarray(big)) == int(_checksum._scalar(_checksum._sums([big])[0]))
+  assert not _checksum._on_host(jnp.zeros(3, jnp.int4))
+  assert not _checksum._on_host(jax.random.key(0))
+  assert checksums({'k': jax.random.key(0)})['k']['shape'] == []  # on the devices' path
+
+
 def test_checksum_of_a_tree_names_each_leaf_and_ignores_the_layout():
   mesh = make_mesh((4, 2), devices=require_devices(8))
   tree = TrainState(np.int32(7), {'w': _values(np.float32), 'e': _values(ml_dtypes.bfloat16)},
