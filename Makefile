@@ -20,7 +20,7 @@ demo: $(STAMP)
 # Two test processes (pytest-xdist); the tests that launch workers run one at a time in one of
 # them (tests/conftest.py). `$(PY) -m pytest tests/test_x.py` runs a file alone.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

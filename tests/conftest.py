@@ -10,6 +10,8 @@ import tempfile
 import jax
 import pytest
 
+from tests import durations
+
 NUM_DEVICES = 8
 jax.config.update('jax_num_cpu_devices', NUM_DEVICES)
 
@@ -113,11 +115,30 @@ def pytest_collection_modifyitems(config, items):
   fixture (a compiled model, a saved run) is built once, not once per test process."""
   if not config.pluginmanager.hasplugin('xdist'):
     return
+  units = {}
   for item in items:
     if item.get_closest_marker('multiprocess'):
-      item.add_marker(pytest.mark.xdist_group('launches'))
+      units[item.nodeid] = 'launches'
     elif _uses_module_fixture(item):
-      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+      units[item.nodeid] = item.module.__name__
+    else:
+      continue
+    item.add_marker(pytest.mark.xdist_group(units[item.nodeid]))
+  _longest_first(items, units)
+
+
+def _longest_first(items, units: dict[str, str]) -> None:
+  """Orders ``items`` by the expected seconds of their unit of work (a group, or a test alone),
+  longest first, from an earlier run's durations (`tests/durations.py`): with
+  ``--no-loadscope-reorder`` (`make test`) pytest-xdist hands the units out in this order, so
+  the launch group starts at once and no long test starts last."""
+  seconds = durations.load()
+  total: dict[str, float] = {}
+  for item in items:
+    unit = units.get(item.nodeid, item.nodeid)
+    total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, durations.DEFAULT_S)
+  order = {item.nodeid: i for i, item in enumerate(items)}
+  items.sort(key=lambda item: (-total[units.get(item.nodeid, item.nodeid)], order[item.nodeid]))
 
 
 def _uses_module_fixture(item) -> bool:
