@@ -14,6 +14,7 @@ from hetjax import data as hdata
 from hetjax import run
 from hetjax.checkpoint import Checkpointer
 from hetjax.sync import ReplicaCheckpointer, SyncPolicy
+from tests.conftest import default_xla_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -23,8 +24,9 @@ def _cmd(*args):
   return [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--jax_num_cpu_devices=8', *args]
 
 
-def train(*args):
-  return subprocess.run(_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+def train(*args, env=None):
+  return subprocess.run(_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+                        env=env)
 
 
 def _losses(workdir):
@@ -213,11 +215,13 @@ def test_resume_without_a_run_is_an_error(tmp_path):
 @pytest.mark.slow
 def test_kill_during_save_leaves_only_complete_checkpoints(tmp_path):
   # A large table makes each save long; the process is killed while orbax's temporary directory
-  # for a step exists, i.e. in the middle of writing it.
+  # for a step exists, i.e. in the middle of writing it. Both runs at XLA's default level: the
+  # suite's compile-time flags make the table's code slow (39 CPU-seconds against 23).
+  env = default_xla_env()
   args = ['--config=wide_deep', '--set', 'model_args.rows=400000', '--set', 'checkpoint_every=1',
           '--steps=50', f'--workdir={tmp_path}']
   proc = subprocess.Popen(_cmd(*args), cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+                          stderr=subprocess.DEVNULL, env=env)
   ckpt_dir, killed_mid_save = tmp_path / 'checkpoints', False
   try:
     deadline = time.monotonic() + TIMEOUT
@@ -234,7 +238,7 @@ def test_kill_during_save_leaves_only_complete_checkpoints(tmp_path):
   assert killed_mid_save, 'the run ended before a save could be interrupted'
   complete = sorted(int(n.name) for n in ckpt_dir.iterdir() if n.name.isdigit())
   result = train(*args[:-2], '--steps=' + str(complete[-1] + 1), f'--workdir={tmp_path}',
-                 '--resume')
+                 '--resume', env=env)
   assert result.returncode == 0, result.stderr
   assert f'steps {complete[-1]}→{complete[-1] + 1}' in result.stdout
 
