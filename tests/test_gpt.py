@@ -70,7 +70,7 @@ def test_task_records_every_argument_and_is_registered():
   assert task.name == 'gpt'
   assert task.config == {'vocab_size': 256, 'mlp': None, 'positions': 'learned',
                          'tie_embeddings': False, 'dtype': 'float32', 'param_dtype': 'float32',
-                         'remat': 'none', 'data': None, **SMALL}
+                         'remat': 'none', 'attention': 'auto', 'data': None, **SMALL}
   tokens = task.data.global_batch(seed=0, step=0, size=3)['tokens']
   held_out = task.eval_data.global_batch(seed=0, step=0, size=3)['tokens']
   assert tokens.shape == held_out.shape == (3, 17) and tokens.dtype == np.int32
@@ -184,6 +184,32 @@ def test_bfloat16_compute_keeps_float32_parameters():
   assert not np.array_equal(low, full)  # it did compute in bfloat16
 
 
+def test_attention_auto_is_cudnn_only_where_it_applies():
+  def resolved(backend, **kwargs):
+    return gpt.GPTConfig.of({**SMALL, **kwargs}).attention_implementation(backend)
+
+  assert resolved('gpu', dtype='bfloat16') == resolved('gpu', dtype='float16') == 'cudnn'
+  assert resolved('gpu') == 'xla'  # float32: cuDNN's kernel takes 16-bit inputs only
+  assert resolved('gpu', dtype='bfloat16', d_model=24, heads=2) == 'xla'  # head_dim 12
+  assert resolved('cpu', dtype='bfloat16') == resolved('tpu', dtype='bfloat16') == 'xla'
+  assert resolved('cpu', dtype='bfloat16', attention='xla') == 'xla'
+  assert resolved('gpu', dtype='bfloat16', attention='xla') == 'xla'
+  with pytest.raises(ConfigError, match=r'attention=cudnn needs an NVIDIA GPU, but JAX\'s '
+                                        r'backend is cpu'):
+    resolved('cpu', dtype='bfloat16', attention='cudnn')
+
+
+@pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN attention needs a GPU')
+def test_cudnn_attention_matches_xla_on_gpu():
+  batch = _batch()
+  cudnn = _value_and_grad(variant(dtype='bfloat16', attention='cudnn'), gpt.loss, batch)
+  xla = _value_and_grad(variant(dtype='bfloat16', attention='xla'), gpt.loss, batch)
+  # Two bfloat16 programs (8 mantissa bits) that sum in different orders.
+  np.testing.assert_allclose(cudnn[0], xla[0], rtol=1e-2)
+  for got, want in zip(jax.tree.leaves(cudnn[1]), jax.tree.leaves(xla[1]), strict=True):
+    np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * float(np.abs(want).max()))
+
+
 def test_bfloat16_parameters():
   task = gpt.make_task(**SMALL, param_dtype='bfloat16')
   _, shapes, _ = abstract_model(task.make_model)
@@ -265,6 +291,11 @@ def test_token_dataset(tmp_path):
     ({'heads': 8, 'd_model': 24, 'positions': 'rotary'}, r'rotary needs an even head_dim.*= 3'),
     ({'positions': 'alibi'}, r"unknown gpt positions 'alibi'; choose one of: learned, rotary"),
     ({'remat': 'some'}, r"unknown gpt remat 'some'; choose one of: none, full, save_dots"),
+    ({'attention': 'flash'}, r"unknown gpt attention 'flash'; choose one of: xla, cudnn, auto"),
+    ({'attention': 'cudnn'}, r'attention=cudnn needs dtype bfloat16 or float16 .* '
+                             r'dtype=float32, head_dim=8'),
+    ({'attention': 'cudnn', 'dtype': 'bfloat16', 'd_model': 24, 'heads': 2},
+     r'multiple of 8 up to 128, got dtype=bfloat16, head_dim=12'),
     ({'dtype': 'float64'}, r"gpt dtype must be one of float32, bfloat16, float16, got 'float64'"),
     ({'param_dtype': 'int8'}, r'gpt param_dtype must be one of'),
     ({'tie_embeddings': 'yes'}, r"gpt tie_embeddings must be true or false, got 'yes'"),

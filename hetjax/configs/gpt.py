@@ -24,7 +24,8 @@ def get_config() -> Config:
   return Config(
       model=ModelConfig('gpt', {
           'vocab_size': 256, 'd_model': 128, 'heads': 8, 'layers': 6, 'mlp': 512,
-          'seq_len': 128, 'positions': 'rotary', 'tie_embeddings': False, 'data': None},
+          'seq_len': 128, 'positions': 'rotary', 'tie_embeddings': False, 'attention': 'auto',
+          'data': None},
           dtype='float32', param_dtype='float32', remat='none'),
       data=DataConfig(global_batch=32),
       optimizer=OptimizerConfig('adamw', learning_rate=3e-3, steps=300, schedule='cosine',

@@ -1,6 +1,6 @@
 """GPT-2 small (124M parameters) for GPUs: a BPE vocabulary of 50304 (GPT-2's 50257 rounded up
 to a multiple of 64), d_model 768, 12 heads, 12 layers, 1024 positions (learned), tied
-embeddings; bfloat16 compute over float32 parameters, blocks rematerialised keeping their
+embeddings, cuDNN's fused attention on a GPU (``attention='auto'``; XLA's elsewhere); bfloat16 compute over float32 parameters, blocks rematerialised keeping their
 matmul outputs (``remat='save_dots'``); AdamW with weight decay 0.1, gradients clipped to norm
 1, 200 warm-up steps and a cosine decay to a tenth (nanoGPT's recipe).
 
@@ -28,7 +28,8 @@ def get_config() -> Config:
   return Config(
       model=ModelConfig('gpt', {
           'vocab_size': 50304, 'd_model': 768, 'heads': 12, 'layers': 12, 'mlp': 3072,
-          'seq_len': 1024, 'positions': 'learned', 'tie_embeddings': True, 'data': 'data/bpe'},
+          'seq_len': 1024, 'positions': 'learned', 'tie_embeddings': True, 'attention': 'auto',
+          'data': 'data/bpe'},
           dtype='bfloat16', param_dtype='float32', remat='save_dots'),
       data=DataConfig(global_batch=32),
       optimizer=OptimizerConfig('adamw', learning_rate=6e-4, steps=5000, schedule='cosine',

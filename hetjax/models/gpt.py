@@ -2,8 +2,11 @@
 
 Pre-LayerNorm blocks (``x + attn(norm(x))``, then ``x + mlp(norm(x))``) with a GELU MLP, learned
 or rotary positions, and an optional head tied to the token embedding. Attention is
-`jax.nn.dot_product_attention` with ``is_causal=True``; its implementation is left to JAX
-(XLA's, on CPU and GPU alike).
+`jax.nn.dot_product_attention` with ``is_causal=True``, computed (``attention``) by XLA's fused
+ops (``'xla'``: any backend and dtype; the full ``T × T`` scores in memory) or by cuDNN's fused
+flash attention (``'cudnn'``: NVIDIA GPUs, 16-bit compute, ``head_dim`` a multiple of 8 up to
+128; no scores in memory). ``'auto'``, the default, is cuDNN's where it applies and XLA's
+elsewhere, so a CPU run and a float32 run compute what they always did.
 
 Precision: parameters are stored in ``param_dtype`` and cast to the compute ``dtype`` where
 they are used, so ``dtype='bfloat16', param_dtype='float32'`` is bfloat16 compute over float32
@@ -74,6 +77,19 @@ class Remat(enum.Enum):
         self is Remat.SAVE_DOTS) else None
 
 
+class AttentionImpl(enum.Enum):
+  """Which kernel computes ``softmax(QKᵀ/√d)V`` (module docstring)."""
+
+  XLA = 'xla'
+  CUDNN = 'cudnn'
+  AUTO = 'auto'
+
+
+#: What cuDNN's fused attention takes (`jax.nn.dot_product_attention`, implementation='cudnn').
+CUDNN_DTYPES = ('bfloat16', 'float16')
+CUDNN_MAX_HEAD_DIM = 128
+
+
 @dataclasses.dataclass(frozen=True)
 class GPTConfig:
   """The model's sizes and options, validated; ``mlp=None`` means ``4 · d_model``.
@@ -102,6 +118,7 @@ class GPTConfig:
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: Remat = Remat.NONE
+  attention: AttentionImpl = AttentionImpl.AUTO
 
   def __post_init__(self):
     if self.mlp is None:
@@ -114,6 +131,8 @@ class GPTConfig:
       raise ConfigError(f'gpt d_model={self.d_model} is not divisible by heads={self.heads}')
     object.__setattr__(self, 'positions', parse_choice(Positions, self.positions, 'gpt positions'))
     object.__setattr__(self, 'remat', parse_choice(Remat, self.remat, 'gpt remat'))
+    object.__setattr__(self, 'attention',
+                       parse_choice(AttentionImpl, self.attention, 'gpt attention'))
     if self.positions is Positions.ROTARY and self.head_dim % 2:
       raise ConfigError(f'gpt positions=rotary needs an even head_dim, got d_model/heads = '
                         f'{self.d_model}/{self.heads} = {self.head_dim}')
@@ -123,6 +142,11 @@ class GPTConfig:
       if not isinstance(getattr(self, name), str) or getattr(self, name) not in DTYPES:
         raise ConfigError(f'gpt {name} must be one of {", ".join(DTYPES)}, got '
                           f'{getattr(self, name)!r}')
+    if self.attention is AttentionImpl.CUDNN and not self.cudnn_fits:
+      raise ConfigError(f'gpt attention=cudnn needs dtype {" or ".join(CUDNN_DTYPES)} and a '
+                        f'head_dim that is a multiple of 8 up to {CUDNN_MAX_HEAD_DIM}, got '
+                        f'dtype={self.dtype}, head_dim={self.head_dim} (attention=auto picks '
+                        'XLA\'s where cuDNN\'s does not apply)')
 
   @classmethod
   def of(cls, args: GPTConfig | Mapping[str, Any]) -> GPTConfig:
@@ -136,6 +160,25 @@ class GPTConfig:
   @property
   def head_dim(self) -> int:
     return self.d_model // self.heads
+
+  @property
+  def cudnn_fits(self) -> bool:
+    """Whether cuDNN's fused attention takes this model's dtype and head_dim."""
+    return (self.dtype in CUDNN_DTYPES and self.head_dim % 8 == 0
+            and self.head_dim <= CUDNN_MAX_HEAD_DIM)
+
+  def attention_implementation(self, backend: str) -> str:
+    """``'xla'`` or ``'cudnn'``: what ``attention`` means on JAX's ``backend``.
+
+    Raises:
+      ConfigError: ``attention='cudnn'`` on a backend other than ``'gpu'``.
+    """
+    if self.attention is AttentionImpl.CUDNN and backend != 'gpu':
+      raise ConfigError(f'gpt attention=cudnn needs an NVIDIA GPU, but JAX\'s backend is '
+                        f'{backend} (attention=auto or xla runs anywhere)')
+    if self.attention is AttentionImpl.AUTO:
+      return 'cudnn' if backend == 'gpu' and self.cudnn_fits else 'xla'
+    return self.attention.value
 
   @property
   def compute_dtype(self) -> jnp.dtype:
@@ -214,6 +257,7 @@ class Attention(nnx.Module):
   def __init__(self, config: GPTConfig, out_init, *, rngs: nnx.Rngs):
     self.dtype = config.compute_dtype
     self.rotary = config.positions is Positions.ROTARY
+    self.implementation = config.attention_implementation(jax.default_backend())
     shape, names = (config.d_model, config.heads, config.head_dim), ('embed', 'heads', 'head_dim')
     self.query = _param(config, _init, shape, names, rngs)
     self.key = _param(config, _init, shape, names, rngs)
@@ -228,7 +272,8 @@ class Attention(nnx.Module):
     q, k, v = project(self.query), project(self.key), project(self.value)
     if self.rotary:
       q, k = constrain(rotary(q), HEADS), constrain(rotary(k), HEADS)
-    mixed = constrain(jax.nn.dot_product_attention(q, k, v, is_causal=True), HEADS)
+    mixed = constrain(jax.nn.dot_product_attention(
+        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
     return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
 
 
@@ -393,7 +438,8 @@ def _block_params(c: GPTConfig) -> int:
 def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layers: int = 2,
               mlp: int | None = None, seq_len: int = 128, positions: str = 'learned',
               tie_embeddings: bool = False, dtype: str = 'float32', param_dtype: str = 'float32',
-              remat: str = 'none', data: str | os.PathLike | None = None) -> Task:
+              remat: str = 'none', attention: str = 'auto',
+              data: str | os.PathLike | None = None) -> Task:
   """The GPT language model on the stdlib bytes (``data=None``) or a token dataset.
 
   Example::
@@ -414,6 +460,9 @@ def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layer
     dtype: the compute dtype, ``'float32'``, ``'bfloat16'`` or ``'float16'``.
     param_dtype: the dtype parameters (and so the optimizer's update) are kept in.
     remat: ``'none'``, ``'full'`` or ``'save_dots'`` (module docstring).
+    attention: ``'auto'``, ``'xla'`` or ``'cudnn'``: the attention kernel (module docstring);
+      ``'cudnn'`` is checked against the dtype and head_dim here and against JAX's backend when
+      the model is built.
     data: None: the stdlib's source bytes, the first 90% for training and the last 10% held out
       (``eval_data``); else a token dataset directory (``experiments/prepare_text.py``), its
       ``train`` split for training and its ``val`` split held out.
@@ -426,7 +475,8 @@ def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layer
     raise ConfigError(f'gpt data must be a token dataset directory or None, got {data!r}')
   args = dict(vocab_size=vocab_size, d_model=d_model, heads=heads, layers=layers, mlp=mlp,
               seq_len=seq_len, positions=positions, tie_embeddings=tie_embeddings, dtype=dtype,
-              param_dtype=param_dtype, remat=remat, data=None if data is None else os.fspath(data))
+              param_dtype=param_dtype, remat=remat, attention=attention,
+              data=None if data is None else os.fspath(data))
   config = GPTConfig.of(args)
   if data is None and vocab_size < BYTES:
     raise ConfigError(f'gpt vocab_size={vocab_size} is smaller than the {BYTES} byte values of '
