@@ -84,20 +84,47 @@ def fit_allreduce(mesh: Mesh, axis: str, large_floats: int, repeats: int = 10) -
 _MATMUL = 256  # n of the n×n×n matmuls timed per device
 _ACCELERATOR_MATMUL = 4096  # the same on a GPU or TPU
 
+#: Operations chained in one timed program on an accelerator (one on a CPU, where a single one
+#: runs long enough). A call's dispatch and wait cost about 0.3 ms on an H200 with jax 0.11.2:
+#: a 4096² bfloat16 product timed alone ran at 292 TFLOP/s, a 16 MiB update at 217 GB/s, a
+#: third and a twentieth of what the chip does. Sixteen in one program share that cost.
+ACCELERATOR_CHAIN = 16
+
+
+def chain_length(device: jax.Device) -> int:
+  """How many operations a timed program chains on ``device``: 1 on a CPU,
+  `ACCELERATOR_CHAIN` elsewhere."""
+  return 1 if device.platform == 'cpu' else ACCELERATOR_CHAIN
+
+
+def matmul_seconds(x: jax.Array, chain: int, repeats: int, out_shardings=None) -> float:
+  """Median seconds of one n×n by n×n product on ``x: [..., n, n]`` (each leading index its
+  own product): ``chain`` products ``y ← y @ w`` run back to back in one program, its time
+  over ``chain``. ``w = 2x/n`` keeps the values of ``y`` near their start (no overflow or
+  underflow in 16-bit floats), and every product depends on the last, so none is skipped."""
+  n = x.shape[-1]
+
+  def products(a):
+    w = a * jnp.asarray(2.0 / n, a.dtype)
+    return lax.fori_loop(0, chain, lambda _, y: jnp.einsum('...ij,...jk->...ik', y, w), a)
+
+  return median_seconds(jax.jit(products, out_shardings=out_shardings), x, repeats) / chain
+
 
 def device_flops_per_s(devices, repeats: int = 5) -> float:
   """FLOP/s of one of ``devices``: every device multiplies n×n matrices at once (so devices
   that share cores, like virtual CPU devices, are measured sharing them); FLOPs over the median
   time. n is 256 on CPUs and 4096 on accelerators (`_ACCELERATOR_MATMUL`: a 256³ product is
-  mostly launch overhead on a GPU, which would price the device orders of magnitude too slow).
-  ``devices`` may be this process's (a run's discovery) or the job's (the planner's)."""
+  mostly launch overhead on a GPU, which would price the device orders of magnitude too slow),
+  where `ACCELERATOR_CHAIN` products run in one program (`matmul_seconds`). ``devices`` may be
+  this process's (a run's discovery) or the job's (the planner's)."""
   mesh = Mesh(np.array(list(devices)), ('all',))
   count = mesh.devices.size
-  n = _MATMUL if mesh.devices.flat[0].platform == 'cpu' else _ACCELERATOR_MATMUL
+  first = mesh.devices.flat[0]
+  n = _MATMUL if first.platform == 'cpu' else _ACCELERATOR_MATMUL
   sharding = NamedSharding(mesh, PartitionSpec('all'))
   a = jax.device_put(jnp.ones((count, n, n), jnp.float32), sharding)
-  matmul = jax.jit(lambda x: jnp.einsum('bij,bjk->bik', x, x), out_shardings=sharding)
-  return 2 * n ** 3 / median_seconds(matmul, a, repeats)
+  return 2 * n ** 3 / matmul_seconds(a, chain_length(first), repeats, out_shardings=sharding)
 
 
 def device_memory(devices) -> float:

@@ -9,7 +9,8 @@ figure is the only one.
 ``hetjax.runtime._calibrate.device_flops_per_s`` (the cluster file's ``speed``, what
 `hetjax.planner.measure_cluster` prices plans with) is another figure of the same kind: small
 float32 256×256 matmuls on every device at once, so devices that share cores are measured sharing
-them. Both time jitted matmuls with ``median_seconds`` from that module.
+them. Both time jitted matmuls with ``matmul_seconds`` from that module: on an accelerator,
+products chained in one program, so that a call's dispatch does not count as matmul time.
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._calibrate import median_seconds
+from hetjax.runtime._calibrate import chain_length, matmul_seconds
 
-#: n of the n×n matmul timed, by platform: large enough for an accelerator's peak, and well
-#: under a second on a CPU (1024: 2.1 GFLOP, about 40 ms at 50 GFLOP/s).
-SIZES = {'cpu': 1024, 'gpu': 4096, 'cuda': 4096, 'rocm': 4096, 'tpu': 4096}
-_DEFAULT_SIZE = 4096
+#: n of the n×n matmul timed, by platform: large enough for an accelerator's peak (8192: 1.1
+#: TFLOP, about 1.4 ms at an H100's bfloat16 speed; `ACCELERATOR_CHAIN` of them in one program),
+#: and well under a second on a CPU (1024: 2.1 GFLOP, about 40 ms at 50 GFLOP/s).
+SIZES = {'cpu': 1024, 'gpu': 8192, 'cuda': 8192, 'rocm': 8192, 'tpu': 8192}
+_DEFAULT_SIZE = 8192
 
 
 def measure_peak_flops(dtype: str = 'float32', device: jax.Device | None = None,
                        size: int | None = None, repeats: int = 5) -> float:
   """FLOP/s of an n×n by n×n matmul in ``dtype`` on ``device``: 2·n³ over the median of
-  ``repeats`` timed calls, each waited for, after one call that compiles and warms up.
+  ``repeats`` timed calls, each waited for, after one call that compiles and warms up; on an
+  accelerator each call chains `hetjax.runtime._calibrate.ACCELERATOR_CHAIN` products
+  (`matmul_seconds`).
 
   Example::
 
@@ -40,7 +44,7 @@ def measure_peak_flops(dtype: str = 'float32', device: jax.Device | None = None,
   Args:
     dtype: the compute dtype (``'float32'``, ``'bfloat16'``, ``'float16'``).
     device: default this process's first device.
-    size: n; default `SIZES` of the device's platform (4096 on accelerators, 1024 on CPU).
+    size: n; default `SIZES` of the device's platform (8192 on accelerators, 1024 on CPU).
     repeats: timed calls.
 
   Raises:
@@ -56,7 +60,7 @@ def measure_peak_flops(dtype: str = 'float32', device: jax.Device | None = None,
   # Values in [0, 1): no overflow in float16 at n = 4096, and no all-equal input to shortcut.
   x = jax.device_put(np.random.default_rng(0).random((n, n), dtype=np.float32), device)
   x = x.astype(dtype)
-  return 2.0 * n ** 3 / median_seconds(jax.jit(lambda a: a @ a), x, repeats)
+  return 2.0 * n ** 3 / matmul_seconds(x, chain_length(device), repeats)
 
 
 def peak_flops(declared: float | None, dtype: str = 'float32',
