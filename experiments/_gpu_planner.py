@@ -9,8 +9,9 @@ backend and its first device only:
    runs it (`_link_seconds`): measured seconds, and the FLOP/s it reached (the profile's FLOPs
    over that time).
 2. **Plan.** The cluster is this one device as `hetjax.planner.measure_cluster` measures it (a
-   matmul for FLOP/s, 256² on a CPU and 4096² on an accelerator; a 16 MiB update for
-   bandwidth); `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s
+   float32 matmul for FLOP/s, 256² on a CPU and 4096² on an accelerator; an update of 16 MiB, or
+   256 MiB on an accelerator, for bandwidth; an accelerator runs 16 of each in one program);
+   `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s
    default; on one device every option is `AnalyticCost`'s) picks the plan and predicts its
    step time.
 3. **Trained.** `hetjax.planner.compile_plan` builds the plan's trainer, as ``hetjax-train
@@ -121,8 +122,8 @@ def markdown(rows: list[dict]) -> list[str]:
   lines = ['### The planner on the device', '']
   if rows:
     lines += [f'{rows[0]["device"]}; the plan\'s cluster: this one device, measured at '
-              f'{rows[0]["device_flops_per_s"] / 1e12:.3g} TFLOP/s (256³ matmul) and '
-              f'{(rows[0]["device_bytes_per_s"] or 0) / 1e9:.3g} GB/s (16 MiB update).', '']
+              f'{rows[0]["device_flops_per_s"] / 1e12:.3g} TFLOP/s (float32 matmul) and '
+              f'{(rows[0]["device_bytes_per_s"] or 0) / 1e9:.3g} GB/s (an update).', '']
   lines += ['| model | sub-model | layout | GFLOP/step | measured TFLOP/s | measured ms '
             '| predicted ms |', '|---|---|---|---:|---:|---:|---:|']
   for row in rows:

@@ -99,9 +99,11 @@ class PlainLM:
 
 class SideBySide:
   """hetjax's ``trainer`` and the ``plain`` loop on the same task, from their own initial
-  states (the same seed), each compiled ahead of time (``*_compiled``, ``*_compile_s``) and run
-  ``n`` steps at a time on the same batches, every step's loss kept, so a benchmark can
-  interleave the two and compare their losses.
+  states (the same seed), each lowered (``*_lowered``: XLA's FLOP count before its passes) and,
+  unless ``compile_ahead`` is False, compiled ahead of time (``*_compiled``, ``*_compile_s``;
+  else None: on a GPU a compile is seconds, and the first step compiles anyway), and run ``n``
+  steps at a time on the same batches, every step's loss kept, so a benchmark can interleave
+  the two and compare their losses.
 
   Example::
 
@@ -111,17 +113,21 @@ class SideBySide:
     diff, identical = sides.loss_difference()
   """
 
-  def __init__(self, trainer, plain: PlainLM):
+  def __init__(self, trainer, plain: PlainLM, compile_ahead: bool = True):
     self.trainer, self.plain = trainer, plain
     self.state = trainer.init_state()
     self.params, self.opt_state = plain.init()
-    start = time.perf_counter()
-    self.hetjax_compiled = trainer.compile_step()
-    self.hetjax_compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    self.plain_compiled = plain.step.lower(self.params, self.opt_state,
-                                           plain.batch_at(0)).compile()
-    self.plain_compile_s = time.perf_counter() - start
+    self.hetjax_lowered = trainer.lower_step()
+    self.plain_lowered = plain.step.lower(self.params, self.opt_state, plain.batch_at(0))
+    self.hetjax_compiled = self.plain_compiled = None
+    self.hetjax_compile_s = self.plain_compile_s = None
+    if compile_ahead:
+      start = time.perf_counter()
+      self.hetjax_compiled = self.hetjax_lowered.compile()
+      self.hetjax_compile_s = time.perf_counter() - start
+      start = time.perf_counter()
+      self.plain_compiled = self.plain_lowered.compile()
+      self.plain_compile_s = time.perf_counter() - start
     self.hetjax_losses: list = []
     self.plain_losses: list = []
 

@@ -7,13 +7,15 @@ finishes in under 8 minutes on one H100 with compiles, and keeps every part's re
 part fails. Parts (``--parts``, all by default), each timed:
 
 * ``device``: the device, JAX's version, bfloat16 and float32 matmul FLOP/s measured
-  (`hetjax.runtime.measure_peak_flops`, 4096² on an accelerator).
+  (`hetjax.runtime.measure_peak_flops`, 8192², 16 products in one program on an accelerator).
 * ``tests`` (last): the exactness tests that fit one device (``pytest -m gpu``), on the device, with
   float32 matmuls pinned to full precision (``JAX_DEFAULT_MATMUL_PRECISION=highest``: a GPU
   computes float32 matmuls in TF32 by default, 10 mantissa bits, and the tests' float32
-  tolerances assume 23); ``--quick`` only collects them.
+  tolerances assume 23), in 4 processes where pytest-xdist is installed; ``--quick`` only
+  collects them.
 * ``lm``: `experiments/_gpu_lm.py`: GPT-2 small (124M, sequence 1024, bfloat16 over float32)
-  in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat;
+  in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat, with
+  cuDNN's and XLA's attention;
   tokens/s and MFU; the largest batch that fits against the planner's memory estimate.
 * ``curve``: `experiments/_gpu_curve.py`: LB-BSP's GPU curve, step time against batch for two
   models, the fitted ``max(c, a + b·x)`` and its error, the shares beside a half-speed GPU.
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -70,6 +73,7 @@ MODULES = {'lm': 'experiments._gpu_lm', 'curve': 'experiments._gpu_curve',
 #: compares against it).
 PLATFORMS = {'gpu': 'cuda,cpu', 'tpu': 'tpu,cpu', 'cpu': 'cpu', 'auto': None}
 TESTS_TIMEOUT_S = 240
+TEST_WORKERS = 4
 
 _OUT = flags.DEFINE_string('out', 'runs/gpu_check', 'writes gpu_check.json and gpu_check.md here')
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(PLATFORMS),
@@ -108,12 +112,21 @@ def _gpu_test_files() -> list[str]:
 
 def _tests_part(quick: bool) -> list[dict]:
   """``pytest -m gpu`` on this machine's default device (quick: collected only)."""
-  env = dict(os.environ, JAX_DEFAULT_MATMUL_PRECISION='highest', PYTHONPATH=str(ROOT))
+  # This process still holds the memory its parts' steps grew into: the child allocates what it
+  # needs as it goes instead of reserving most of the device up front.
+  path = os.pathsep.join(p for p in (str(ROOT), os.environ.get('PYTHONPATH')) if p)
+  env = dict(os.environ, JAX_DEFAULT_MATMUL_PRECISION='highest', PYTHONPATH=path,
+             XLA_PYTHON_CLIENT_PREALLOCATE='false')
   platforms = PLATFORMS[_PLATFORM.value]
   if platforms:
     env['JAX_PLATFORMS'] = platforms
+  # Several test processes share the device where pytest-xdist is installed (an H200's image
+  # has it): 106 s in one process there, most of it compiling small programs on the host.
+  workers = (['-n', str(TEST_WORKERS)] if not quick and importlib.util.find_spec('xdist')
+             else [])
   command = [sys.executable, '-m', 'pytest', '-m', 'gpu', '-q', '-p', 'no:cacheprovider',
-             '-p', 'no:randomly', *(['--collect-only'] if quick else []), *_gpu_test_files()]
+             '-p', 'no:randomly', *workers, *(['--collect-only'] if quick else []),
+             *_gpu_test_files()]
   start = time.perf_counter()
   try:
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
