@@ -46,6 +46,10 @@ def test_every_part_runs_on_a_cpu_and_writes_json_and_markdown(report):
   compare = [r for r in lm if r['kind'] == 'compare']
   assert {(r['remat'], r['side']) for r in compare} == {
       (remat, side) for remat in ('none', 'save_dots') for side in ('hetjax', 'plain')}
+  assert not [r for r in lm if r['kind'] == 'failed'], lm
+  # A CPU has no cuDNN: attention='auto' is XLA's there, like the variant that asks for it.
+  assert {r['attention'] for r in compare} == {'xla'}
+  assert all(r['mfu'] > 0 and r['hfu'] > 0 and r['mfu_datasheet'] is None for r in compare)
   # The same model, data and optimizer on both sides: the same losses.
   assert all(r['loss_max_rel_diff'] == 0.0 for r in compare)
   assert [r['largest_batch'] for r in lm if r['kind'] == 'largest_batch'] == [8]
