@@ -18,7 +18,11 @@ batch 32 × 512). Identical sub-models (the transformer's blocks) are compiled o
 
 Two consequences of measuring a sub-model alone: its inputs are arguments of the program, not
 temporaries, so a single dense layer (which keeps only its input) shows no activation bytes;
-what a real step keeps for it also includes its input, the previous sub-model's output. And
+what a real step keeps for it also includes its input, the previous sub-model's output. The
+cotangent of its output is an argument too: for the last sub-model it is the loss's gradient
+with respect to the model's output (a language model's logits' gradient), which a real step
+holds while that sub-model's backward runs, so its bytes are added to the last sub-model's
+activations. And
 bytes accessed includes traffic per step (parameters read, gradients written — a dense
 embedding gradient touches the whole table), so each sub-model is compiled at ``batch_size``
 and twice that: the slope is the per-example traffic, the rest the per-step traffic.
@@ -80,6 +84,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
   doubled = _record_calls(task, model, task.data.global_batch(seed, 0, 2 * batch_size))
   compile_cache: dict[Any, tuple[float, float, float]] = {}
   profiles = []
+  last = list(model.submodels())[-1]
   for name, module in model.submodels().items():
     if name not in calls:
       raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
@@ -91,6 +96,13 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
     leaves = jax.tree.leaves(params)
     split, shard = _axis_sizes(params)
     param_bytes = float(sum(_nbytes(p) for p in leaves))
+    output = sum(_nbytes(o) for o in jax.tree.leaves(out))
+    # The loss's gradient with respect to the model's output is live while the last sub-model's
+    # backward runs; compiled alone, that sub-model is handed it as an argument (module
+    # docstring), so it is added here: GPT-2 small's logits' gradient, batch × 1024 × 50304
+    # float32, is a third of its step's memory (an H200 at batch 128: the planner said 47 GiB
+    # without it, XLA's compiled step 73).
+    kept = temp + (output if name == last else 0)
     profiles.append(SubmodelProfile(
         name=name,
         params=sum(math.prod(p.shape) for p in leaves),
@@ -98,8 +110,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
         flops_per_example=flops / batch_size,
         bytes_accessed_per_example=per_example,
         bytes_accessed_per_step=max(accessed - per_example * batch_size, 0.0),
-        output_bytes_per_example=sum(_nbytes(o) for o in jax.tree.leaves(out)) / batch_size,
-        activation_bytes_per_example=temp / batch_size,
+        output_bytes_per_example=output / batch_size,
+        activation_bytes_per_example=kept / batch_size,
         split_sizes=split,
         shard_sizes=shard,
         tensor_reductions=_tensor_reductions(params),

@@ -23,7 +23,8 @@ class SubmodelProfile:
     output_bytes_per_example: bytes of its output activation per example: what crosses to the
       next sub-model (and back, as a gradient), i.e. what resharding between them moves.
     activation_bytes_per_example: activations kept for the backward pass per example
-      (`memory_analysis()` temporaries of the sub-model's gradient program).
+      (`memory_analysis()` temporaries of the sub-model's gradient program; for the last
+      sub-model, plus the loss's gradient with respect to its output).
     split_sizes: for each logical axis of its parameters that tensor parallelism may split
       (``'mlp'``, ``'heads'``, ``'vocab'``, ``'table'``), the size of that dimension (the
       smallest, if several parameters carry the name): a degree must divide it.
