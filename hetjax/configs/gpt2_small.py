@@ -1,8 +1,9 @@
 """GPT-2 small (124M parameters) for GPUs: a BPE vocabulary of 50304 (GPT-2's 50257 rounded up
 to a multiple of 64), d_model 768, 12 heads, 12 layers, 1024 positions (learned), tied
-embeddings, cuDNN's fused attention on a GPU (``attention='auto'``; XLA's elsewhere); bfloat16 compute over float32 parameters, blocks rematerialised keeping their
-matmul outputs (``remat='save_dots'``); AdamW with weight decay 0.1, gradients clipped to norm
-1, 200 warm-up steps and a cosine decay to a tenth (nanoGPT's recipe).
+embeddings, cuDNN's fused attention on a GPU (``attention='auto'``; XLA's elsewhere); bfloat16
+compute over float32 parameters, blocks rematerialised keeping their matmul outputs
+(``remat='save_dots'``); AdamW with weight decay 0.1, gradients clipped to norm 1, 200 warm-up
+steps and a cosine decay to a tenth (nanoGPT's recipe).
 
 ``model.args.data`` must name a BPE token dataset written by ``experiments/prepare_text.py``
 (the default, ``data/bpe``, is where to put it; ``--set model_args.data=DIR`` names another):
