@@ -7,7 +7,8 @@ finishes in under 8 minutes on one H100 with compiles, and keeps every part's re
 part fails. Parts (``--parts``, all by default), each timed:
 
 * ``device``: the device, JAX's version, bfloat16 and float32 matmul FLOP/s measured
-  (`hetjax.runtime.measure_peak_flops`, 8192², 16 products in one program on an accelerator).
+  (`hetjax.runtime.measure_peak_flops`, 8192², 16 products in one program on an accelerator),
+  float32 both at JAX's default precision (TF32 on an NVIDIA GPU) and at ``'highest'``.
 * ``tests`` (last): the exactness tests that fit one device (``pytest -m gpu``), on the device, with
   float32 matmuls pinned to full precision (``JAX_DEFAULT_MATMUL_PRECISION=highest``: a GPU
   computes float32 matmuls in TF32 by default, 10 mantissa bits, and the tests' float32
@@ -88,9 +89,14 @@ def _device_part(quick: bool) -> list[dict]:
   rows = [{'part': 'device', 'device': str(device), 'device_kind': device.device_kind,
            'platform': device.platform, 'devices': jax.device_count(),
            'jax': jax.__version__, 'python': host_platform.python_version(),
-           'measured': ['bfloat16_flops_per_s', 'float32_flops_per_s']}]
+           'measured': ['bfloat16_flops_per_s', 'float32_flops_per_s',
+                        'float32_highest_flops_per_s']}]
   for dtype in ('bfloat16', 'float32'):
     rows[0][f'{dtype}_flops_per_s'] = measure_peak_flops(dtype, device, size=size)
+  # JAX's default precision multiplies float32 in TF32 on an NVIDIA GPU (what float32 models
+  # run at unless pinned); 'highest' is float32 proper, what the exactness tests pin.
+  with jax.default_matmul_precision('highest'):
+    rows[0]['float32_highest_flops_per_s'] = measure_peak_flops('float32', device, size=size)
   return rows
 
 
@@ -100,7 +106,9 @@ def _device_markdown(rows: list[dict]) -> list[str]:
           f'{r["device_kind"]} ({r["platform"]}, {r["devices"]} device(s)), JAX {r["jax"]}, '
           f'Python {r["python"]}; matmul (measured): bfloat16 '
           f'{r["bfloat16_flops_per_s"] / 1e12:.2f} TFLOP/s, float32 '
-          f'{r["float32_flops_per_s"] / 1e12:.2f} TFLOP/s']
+          f'{r["float32_flops_per_s"] / 1e12:.2f} TFLOP/s at JAX\'s default precision (TF32 '
+          f'on an NVIDIA GPU), float32 {r["float32_highest_flops_per_s"] / 1e12:.2f} TFLOP/s at '
+          "'highest'"]
 
 
 def _gpu_test_files() -> list[str]:

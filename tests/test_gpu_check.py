@@ -40,6 +40,7 @@ def test_every_part_runs_on_a_cpu_and_writes_json_and_markdown(report):
   assert all('error' not in p and p['rows'] for p in parts.values()), parts
   device = parts['device']['rows'][0]
   assert device['bfloat16_flops_per_s'] > 0 and device['float32_flops_per_s'] > 0
+  assert device['float32_highest_flops_per_s'] > 0
   tests = parts['tests']['rows'][0]
   assert tests['returncode'] == 0 and 'collected' in tests['summary']
   lm = parts['lm']['rows']
