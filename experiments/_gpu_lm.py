@@ -96,9 +96,21 @@ def _one_device_mesh():
   return make_mesh((1, 1), devices=jax.devices()[:1])
 
 
-def _compare(args: dict, attention: str, remat: str, s: Sizes, peak: float) -> list[dict]:
-  """hetjax's Trainer and the plain loop, interleaved, for one attention and remat."""
-  task = _task(args, remat, attention)
+def _implementation(args: dict, attention: str) -> str:
+  """``'xla'`` or ``'cudnn'``: what ``attention`` resolves to for ``args`` on this backend."""
+  return gpt.GPTConfig.of({**args, 'attention': attention}).attention_implementation(
+      jax.default_backend())
+
+
+def _error(e: Exception) -> str:
+  """``Type: first line`` of ``e``, at most 300 characters of it."""
+  return f'{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'
+
+
+def _compare(args: dict, implementation: str, remat: str, s: Sizes, peak: float) -> list[dict]:
+  """hetjax's Trainer and the plain loop, interleaved, for one attention kernel
+  (`_implementation`) and remat."""
+  task = _task(args, remat, implementation)
   mesh = _one_device_mesh()
   optimizer = optax.adamw(LR)
   rules = Strategy.DATA_PARALLEL.rules()
@@ -123,8 +135,6 @@ def _compare(args: dict, attention: str, remat: str, s: Sizes, peak: float) -> l
   tokens = s.batch * args['seq_len']
   model_flops = gpt.flops_per_token(args) * tokens
   datasheet = datasheet_peak(jax.devices()[0].device_kind)
-  implementation = gpt.GPTConfig.of({**args, 'attention': attention}).attention_implementation(
-      jax.default_backend())
   rows = []
   for side, lowered in (('hetjax', sides.hetjax_lowered), ('plain', sides.plain_lowered)):
     step_s = statistics.median(times[side]) / s.steps
@@ -206,22 +216,21 @@ def run(quick: bool) -> list[dict]:
   rows, seen = [], set()
   for attention, remat in VARIANTS:
     # A variant that resolves to one already run (on a CPU, 'auto' is XLA's) is not run again.
-    implementation = gpt.GPTConfig.of({**s.model, 'attention': attention}
-                                      ).attention_implementation(jax.default_backend())
+    implementation = _implementation(s.model, attention)
     if (implementation, remat) in seen:
       continue
     seen.add((implementation, remat))
     try:
-      for row in _compare(s.model, attention, remat, s, peak):
+      for row in _compare(s.model, implementation, remat, s, peak):
         rows.append({**row, 'peak_flops': peak, 'peak_source': source})
     except Exception as e:  # recorded as a row: the other variants still run
       rows.append({'part': 'lm', 'kind': 'failed', 'attention': attention, 'remat': remat,
-                   'error': f'{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ""}'})
+                   'error': _error(e)})
   try:
     rows.append(_largest_batch(s.model, s))
   except Exception as e:
     rows.append({'part': 'lm', 'kind': 'failed', 'attention': 'auto', 'remat': 'save_dots',
-                 'error': f'largest batch: {type(e).__name__}: {str(e).splitlines()[0][:300]}'})
+                 'error': f'largest batch: {_error(e)}'})
   if not any(r['kind'] == 'compare' for r in rows):
     raise RuntimeError('; '.join(r['error'] for r in rows if r['kind'] == 'failed'))
   return rows
