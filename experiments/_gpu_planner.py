@@ -3,17 +3,17 @@
 A part of ``experiments/gpu_check.py``. For the ``gpt`` and ``wide_deep`` models, on JAX's default
 backend and its first device only:
 
-1. **Profile.** `hetjax.planner.profile_submodels` at the step's batch (XLA's analyses of each
-   sub-model compiled alone for the default backend's device: FLOPs, bytes). Each sub-model's
-   forward + backward is then compiled for the device and timed there, as the model's chain
-   runs it (`_link_seconds`): measured seconds, and the FLOP/s it reached (the profile's FLOPs
-   over that time).
+1. **Profile.** `hetjax.planner.profile_submodels` at the step's batch, ``timed=True``: XLA's
+   analyses of each sub-model compiled alone for the default backend's device (FLOPs, bytes),
+   and its forward + backward timed there on the real step's inputs, at the batch and twice it
+   (measured seconds, and the FLOP/s it reached: the profile's FLOPs over that time).
 2. **Plan.** The cluster is this one device as `hetjax.planner.measure_cluster` measures it (a
    float32 matmul for FLOP/s, 256² on a CPU and 4096² on an accelerator; an update of 16 MiB, or
    256 MiB on an accelerator, for bandwidth; an accelerator runs 16 of each in one program);
    `hetjax.planner.search` with `hetjax.planner.CompiledCost` (``hetjax-plan``'s
    default; on one device every option is `AnalyticCost`'s) picks the plan and predicts its
-   step time.
+   step time: each sub-model's timed forward + backward plus its optimizer update's memory
+   traffic over the measured bandwidth (``hetjax-plan --profile=timed``).
 3. **Trained.** `hetjax.planner.compile_plan` builds the plan's trainer, as ``hetjax-train
    --plan`` does (one device: a `hetjax.train.Trainer` on the plan's mesh), and its compiled
    step runs from a state filled from the host on batches placed beforehand (the host's data
@@ -42,10 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
-from hetjax import ConfigError, models, planner
-from hetjax.pipeline import HasChain
+from hetjax import models, planner
 
 GOAL = 0.25  # predicted within this fraction of measured
 
@@ -55,7 +53,7 @@ _QUICK = {'gpt': ({'d_model': 32, 'heads': 2, 'layers': 1, 'mlp': 64, 'seq_len':
 _FULL = {'gpt': ({'d_model': 768, 'heads': 12, 'layers': 4, 'mlp': 3072, 'seq_len': 512}, 32),
          'wide_deep': ({}, 4096)}
 
-_SUBMODEL_MEASURED = ('measured_s', 'flops_per_s')
+_SUBMODEL_MEASURED = ('measured_s', 'flops_per_s', 'timed_flops_per_s')
 _SUBMODEL_MODELLED = ('predicted_s',)
 _SUBMODEL_ANALYSED = ('flops_per_step', 'params', 'param_bytes', 'bytes_accessed_per_example',
                       'bytes_accessed_per_step', 'activation_bytes_per_example')
@@ -83,16 +81,12 @@ def run(quick: bool) -> list[dict]:
   rows = []
   for name, (kwargs, batch) in (_QUICK if quick else _FULL).items():
     task = models.make_task(name, **kwargs)
-    profiles = planner.profile_submodels(task, batch)
+    profiles = planner.profile_submodels(task, batch, timed=True)
     cost = planner.CompiledCost(task, devices=devices)
     plan = planner.search(profiles, cluster, batch, cost, micro_batches=1)
-    timed = _link_seconds(task, batch, devices[0], rounds, calls)
-    if set(timed) != {p.name for p in profiles}:
-      raise ConfigError(f'{name}: the chain\'s links {sorted(timed)} are not the sub-models '
-                       f'profiled, {[p.name for p in profiles]}')
     submodels = []
     for profile, sub in zip(profiles, plan.submodels, strict=True):
-      seconds = timed[profile.name]
+      seconds = profile.timed_seconds(batch)
       flops = profile.flops_per_example * batch
       submodels.append({
           'name': profile.name, 'layout': sub.layout.name(plan.group_devices(sub)),
@@ -100,7 +94,8 @@ def run(quick: bool) -> list[dict]:
           'bytes_accessed_per_example': profile.bytes_accessed_per_example,
           'bytes_accessed_per_step': profile.bytes_accessed_per_step,
           'activation_bytes_per_example': profile.activation_bytes_per_example,
-          'measured_s': seconds, 'flops_per_s': flops / seconds, 'predicted_s': sub.predicted_s})
+          'measured_s': seconds, 'flops_per_s': flops / seconds, 'predicted_s': sub.predicted_s,
+          'timed_flops_per_s': profile.timed_flops_per_s})
     measured = _step_seconds(plan, task, batch, devices, rounds, calls)
     ratio = plan.predicted_step_s / measured
     rows.append({
@@ -168,55 +163,6 @@ def _step_seconds(plan: planner.Plan, task, batch: int, devices: list, rounds: i
     return metrics
 
   return _median_seconds(steps, (), rounds, 1) / calls
-
-
-def _link_seconds(task, batch: int, device: jax.Device, rounds: int,
-                  calls: int) -> dict[str, float]:
-  """Seconds of each sub-model's forward + backward on ``device``, by name (step 1).
-
-  The sub-models are timed as the model's chain runs them (`hetjax.pipeline.HasChain`: both
-  models have one, its links named as the sub-models), on a real batch of ``batch`` rows and
-  each link's real input, the previous links' output: ``vjp`` of the link with respect to its
-  parameters and its input carry, fed a cotangent of its output's shape (the program the profile
-  analyses, plus the link's glue). Parameters are filled from the host (values do not change a
-  step's time; building them with the model's init would cost one more compile). Identical
-  links (the blocks) are compiled and timed once.
-  """
-  with nnx.use_eager_sharding(False):
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0))))
-  rng = np.random.default_rng(0)
-  model = nnx.merge(graphdef, jax.tree.map(
-      lambda x: jax.device_put(_values(x, rng), device), state))
-  if not isinstance(model, HasChain):
-    raise ConfigError(f'{task.name!r} has no chain(): its sub-models cannot be timed one by one')
-  rows = jax.device_put(dict(task.data.global_batch(0, 0, batch)), device)
-  programs: dict[Any, tuple[Any, Any, float]] = {}  # (program, cotangent, seconds) by shape
-  seconds: dict[str, float] = {}
-  carry = None
-  for link in model.chain():
-    link_def, params, rest = nnx.split(link.module, nnx.Param, ...)
-    key = (link.apply, link_def, _shapes((params, rest, carry)))
-    if key not in programs:
-      def forward(params, rest, carry, rows, link_def=link_def, apply=link.apply):
-        return apply(nnx.merge(link_def, params, rest), carry, rows)
-
-      def forward_backward(params, rest, carry, rows, cotangent, forward=forward):
-        out, pullback = jax.vjp(lambda p, c: forward(p, rest, c, rows), params, carry)
-        return out, pullback(cotangent)
-
-      program = jax.jit(forward_backward)
-      cotangent = jax.tree.map(lambda x: jax.device_put(_values(x, rng), device),
-                               jax.eval_shape(forward, params, rest, carry, rows))
-      args = (params, rest, carry, rows, cotangent)
-      programs[key] = program, cotangent, _median_seconds(program, args, rounds, calls)
-    program, cotangent, seconds[link.name] = programs[key]
-    carry, _ = program(params, rest, carry, rows, cotangent)  # the next link's input
-  return seconds
-
-
-def _shapes(tree: Any) -> tuple:
-  return jax.tree.structure(tree), tuple((jnp.shape(x), jnp.result_type(x))
-                                         for x in jax.tree.leaves(tree))
 
 
 def _zeros(x: jax.ShapeDtypeStruct) -> np.ndarray:

@@ -4,7 +4,8 @@ is one line.
 
 The check runs once (the module's `report`), and each part's rows are checked here against what
 its module promises; the parts' pure functions (fits, shares, tables from hand-made rows) are
-tested in ``test_gpu_curve.py``, ``test_gpu_planner.py`` and ``test_gpu_schmp.py``."""
+tested in ``test_gpu_curve.py`` and ``test_gpu_schmp.py``, the planner's timed profile in
+``test_planner_profile.py``."""
 
 import json
 import math
@@ -101,7 +102,8 @@ def test_planner_rows_with_profiles_plan_and_times(report):
     assert names and len(set(names)) == len(names)
     assert row['plan'] == ', '.join(f'{s["name"]} {s["layout"]}' for s in row['submodels'])
     for s in row['submodels']:
-      for field in ('flops_per_step', 'measured_s', 'flops_per_s', 'predicted_s'):
+      for field in ('flops_per_step', 'measured_s', 'flops_per_s', 'predicted_s',
+                    'timed_flops_per_s'):
         assert _finite(s[field]), (row['model'], s['name'], field, s[field])
       assert s['layout'] == 'dp1'  # one device: nothing to split
   assert [s['name'] for s in rows[0]['submodels']] == ['embed', 'block_0', 'head']

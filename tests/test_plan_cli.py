@@ -25,12 +25,12 @@ def _cluster(tmp_path, workers):
 
 
 def test_plan_prints_a_table_and_the_plan_trains(tmp_path):
-  """A cluster file's plan, priced analytically (the profiled costs, plan.py's default, are
-  the README's command: `tests/test_readme.py`)."""
+  """A cluster file's plan, priced analytically from timed sub-models (the profiled costs,
+  plan.py's default, are the README's command: `tests/test_readme.py`)."""
   cluster = _cluster(tmp_path, [{'devices': 8, 'speed': 2e10, 'memory': 4e9}])
   out = tmp_path / 'plan.json'
   result = _run('plan.py', '--config=wide_deep', *SMALL_WD, f'--cluster={cluster}',
-                '--cost=analytic', f'--json={out}')
+                '--cost=analytic', '--profile=timed', f'--json={out}')
   assert result.returncode == 0, result.stderr
   for name in ('embedding', 'wide', 'tower', 'predicted step', 'baseline pure_dp'):
     assert name in result.stdout

@@ -319,3 +319,33 @@ def test_measure_cluster_measures_this_jobs_devices():
   worker = cluster.workers[0]
   assert worker.flops_per_s > 1e8 and worker.memory_bytes > 0 and worker.memory_bytes_per_s > 1e7
   assert cluster.alpha_s > 0 and cluster.beta_bytes_per_s > 0
+
+
+def test_a_timed_profile_prices_compute_from_its_times():
+  """A timed sub-model's compute is its forward + backward over B/d rows, split t ways, scaled
+  from the device it was timed on to the group's slowest, plus the update's traffic: not the
+  roofline of its counts."""
+  timed = SubmodelProfile('block', 1000, 4e6, 1e9, bytes_accessed_per_example=1e5,
+                          bytes_accessed_per_step=8e6, split_sizes={'mlp': 64},
+                          seconds_per_example=1e-4, seconds_per_step=2e-3,
+                          timed_flops_per_s=2e12)
+  assert timed.timed and timed.timed_seconds(10) == pytest.approx(3e-3)
+  fast, slow = WorkerSpec(4, 2e12, 16e9, 1e9), WorkerSpec(4, 1e12, 16e9, 1e9)
+  cluster = ClusterSpec((fast, slow), alpha_s=0.0, beta_bytes_per_s=1e15)
+  cost = AnalyticCost(optimizer_slots=2)
+  update = 4e6 * 7  # read the gradient; read and write the parameters and both slots
+  for group, tensor, scale in [((0,), 1, 1.0), ((0,), 4, 1.0), ((0, 1), 2, 2.0)]:
+    devices = 4 * len(group)
+    d = devices // tensor
+    compute = (2e-3 + 1e-4 * 256 / d) / tensor * scale + update / tensor / 1e9
+    terms = cost.terms(timed, Layout(tensor), 256, cluster, group)
+    assert terms.compute_s == pytest.approx(compute), (group, tensor)
+  # Without bandwidth, the timed forward + backward alone; the counts are not used.
+  no_bandwidth = ClusterSpec((WorkerSpec(4, 2e12, 16e9),), alpha_s=0.0, beta_bytes_per_s=1e15)
+  assert cost.terms(timed, Layout(1), 256, no_bandwidth, (0,)).compute_s == pytest.approx(
+      2e-3 + 1e-4 * 64)
+  assert SubmodelProfile.from_json(json.loads(json.dumps(timed.to_json()))) == timed
+  untimed = dataclasses.replace(timed, seconds_per_example=None)
+  assert not untimed.timed
+  with pytest.raises(ValueError, match="'block' was not timed"):
+    untimed.timed_seconds(1)

@@ -44,7 +44,8 @@ class NodeTerms:
 
   Attributes:
     compute_s: compute, or the memory-traffic roofline when bandwidth is known (including the
-      optimizer update's traffic).
+      optimizer update's traffic); for a timed profile, its timed forward + backward plus the
+      update's traffic time.
     data_sync: the data-parallel gradient sync (and FSDP's all-gathers): time and bytes.
     tensor: the tensor-parallel activation all-reduces: time and bytes.
     memory_bytes: bytes each device holds.
@@ -146,7 +147,11 @@ class AnalyticCost:
 
   * compute = flops_per_example · B / (n · s): devices run in lockstep, the slowest sets the pace;
     when every device's memory bandwidth is known, max(compute, `traffic` / bandwidth), the
-    roofline (on the 2-core development machine the models are memory-bound).
+    roofline (on the 2-core development machine the models are memory-bound). A timed profile
+    (``profile_submodels(..., timed=True)``) replaces the counts with its times: its forward +
+    backward on B/d rows (``seconds_per_step + seconds_per_example · B/d``), divided by t when
+    tensor parallelism splits it, times ``timed_flops_per_s / s``, plus `update_traffic` /
+    bandwidth (the update, which the timed program does not run).
   * data-parallel gradient sync of the P/t bytes each device holds (none when d = 1):
     all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
     FSDP: the gradient reduction as above plus one all-gather per sharded parameter array (g =
@@ -212,12 +217,20 @@ class AnalyticCost:
     d = n // t
     split = t if profile.split_sizes else 1
     speed = min(cluster.workers[w].flops_per_s for w in group)
-    time = profile.flops_per_example * batch / (d * split * speed)
     held = profile.param_bytes / split
     sharded = bool(fsdp_axes(profile, layout))
     bandwidths = [cluster.workers[w].memory_bytes_per_s for w in group]
-    if all(bandwidths):
-      time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
+    if profile.timed:
+      # Measured: its forward + backward on B/d rows, split t ways, on a device as fast as the
+      # slowest of the group; plus the optimizer update, which the timed program does not run.
+      reference = profile.timed_flops_per_s or speed
+      time = profile.timed_seconds(batch / d) / split * reference / speed
+      if all(bandwidths):
+        time += self.update_traffic(profile, d, split, sharded) / min(bandwidths)
+    else:
+      time = profile.flops_per_example * batch / (d * split * speed)
+      if all(bandwidths):
+        time = max(time, self.traffic(profile, batch, d, split, sharded) / min(bandwidths))
     data_sync = tensor = Cost()
     if d > 1:
       link = cluster.link(len(group) == 1)
@@ -245,13 +258,18 @@ class AnalyticCost:
     write parameters and each slot) follow the parameters the device holds; FSDP adds the
     gathered parameters written twice and the full gradient read once.
     """
-    shards = split * (d if sharded else 1)
-    per_step = profile.bytes_accessed_per_step / shards
-    update = profile.param_bytes / shards * (3 + 2 * self.optimizer_slots)
-    # FSDP writes the gathered parameters twice (forward, backward) and reads the full
-    # gradient once to reduce-scatter it, on every device.
+    per_step = profile.bytes_accessed_per_step / (split * (d if sharded else 1))
+    return (profile.bytes_accessed_per_example * batch / d + per_step
+            + self.update_traffic(profile, d, split, sharded))
+
+  def update_traffic(self, profile: SubmodelProfile, d: int, split: int, sharded: bool) -> float:
+    """Bytes one device reads and writes per step for the optimizer update (read the
+    gradient, read and write the parameters and each slot, of the parameters it holds), plus
+    FSDP's gathered parameters, written twice (forward, backward), and its full gradient, read
+    once to reduce-scatter it."""
+    update = profile.param_bytes / (split * (d if sharded else 1)) * (3 + 2 * self.optimizer_slots)
     gathered = 3 * profile.param_bytes / split if sharded and d > 1 else 0.0
-    return profile.bytes_accessed_per_example * batch / d + per_step + update + gathered
+    return update + gathered
 
   def edge(self, prev_profile: SubmodelProfile, prev_layout: Layout, layout: Layout, batch: int,
            cluster: ClusterSpec, prev_group: Group, group: Group) -> Cost:

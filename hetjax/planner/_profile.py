@@ -35,24 +35,28 @@ as fast.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jax.sharding import PartitionSpec, SingleDeviceSharding
 
 from hetjax._errors import ConfigError
+from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.runtime._calibrate import device_flops_per_s
 from hetjax.train import HasSubmodels, Task, compiled_flops
 
 _COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
 
-def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
+def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bool = False
                       ) -> tuple[SubmodelProfile, ...]:
   """Measures every sub-model of ``task``'s model at ``batch_size``, in forward order.
 
@@ -67,6 +71,12 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
     batch_size: rows of the batch the sub-models are compiled for; per-example numbers are the
       measured ones divided by it.
     seed: seeds the model's (abstract) initialisation and picks the batch.
+    timed: also time each sub-model's forward + backward on the default backend's first device,
+      at ``batch_size`` and twice it (`hetjax.planner._profile_timing`): the profiles then carry
+      ``seconds_per_example``, ``seconds_per_step`` and the device's ``timed_flops_per_s``, and
+      the cost model prices their compute from those times. The programs are then compiled at
+      XLA's default options (the times are those of the code a step runs), each once, analysed
+      and timed.
 
   Returns:
     One `SubmodelProfile` per sub-model, in the order of ``submodels()``.
@@ -78,20 +88,34 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
   if batch_size < 1:
     raise ConfigError(f'batch_size must be positive, got {batch_size}')
   model = _abstract_model(task, seed)
-  calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
-  # Bytes accessed at two batch sizes separate what grows with the rows from what does not
-  # (a dense embedding gradient touches the whole table whatever the batch).
-  doubled = _record_calls(task, model, task.data.global_batch(seed, 0, 2 * batch_size))
-  compile_cache: dict[Any, tuple[float, float, float]] = {}
+  device = jax.devices()[0]
+  # The model's state as arrays on the device when the sub-models are timed: their inputs are
+  # then taken from the loss run on it (`_record_calls`).
+  state = (_profile_timing.filled(nnx.split(model)[1], device, np.random.default_rng(seed))
+           if timed else None)
+  calls, inputs = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size), state)
+  # Bytes accessed (and times) at two batch sizes separate what grows with the rows from what
+  # does not (a dense embedding gradient touches the whole table whatever the batch).
+  doubled, doubled_inputs = _record_calls(
+      task, model, task.data.global_batch(seed, 0, 2 * batch_size), state)
+  reference = device_flops_per_s([device]) if timed else None
+  compile_cache: dict[Any, _Analysis] = {}
   profiles = []
   last = list(model.submodels())[-1]
   for name, module in model.submodels().items():
     if name not in calls:
       raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
     args, kwargs, out = calls[name]
-    flops, accessed, temp = _analyse(module, args, kwargs, out, compile_cache)
-    accessed_2x = _analyse(module, *doubled[name], compile_cache)[1]
-    per_example = max(accessed_2x - accessed, 0.0) / batch_size
+    one = _analyse(module, args, kwargs, out, compile_cache, inputs and inputs[name])
+    two = _analyse(module, *doubled[name], compile_cache,
+                   doubled_inputs and doubled_inputs[name])
+    flops, accessed, temp = one.flops, one.accessed, one.temp
+    per_example = max(two.accessed - accessed, 0.0) / batch_size
+    timing = {}
+    if timed:
+      fixed, per_row = _profile_timing.fit_line(batch_size, one.seconds, two.seconds)
+      timing = {'seconds_per_step': fixed, 'seconds_per_example': per_row,
+                'timed_flops_per_s': reference}
     params = nnx.state(module, nnx.Param)
     leaves = jax.tree.leaves(params)
     split, shard = _axis_sizes(params)
@@ -115,7 +139,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0
         split_sizes=split,
         shard_sizes=shard,
         tensor_reductions=_tensor_reductions(params),
-        fsdp_arrays=_fsdp_arrays(params)))
+        fsdp_arrays=_fsdp_arrays(params),
+        **timing))
   return tuple(profiles)
 
 
@@ -148,7 +173,7 @@ def submodel_calls(task: Task, batch_size: int, seed: int = 0) -> dict[str, Subm
   if batch_size < 1:
     raise ConfigError(f'batch_size must be positive, got {batch_size}')
   model = _abstract_model(task, seed)
-  calls = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
+  calls, _ = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
   out = {}
   for name, module in model.submodels().items():
     if name not in calls:
@@ -167,7 +192,7 @@ def _abstract_model(task: Task, seed: int) -> nnx.Module:
 
 
 class _Recorder(nnx.Module):
-  """Stands in for a sub-model: calls it and reports the abstract arguments and output."""
+  """Stands in for a sub-model: calls it and reports the arguments and output (tracers)."""
 
   def __init__(self, inner: nnx.Module, report: Callable[[tuple, dict, Any], None]):
     self.inner = inner
@@ -175,7 +200,7 @@ class _Recorder(nnx.Module):
 
   def __call__(self, *args, **kwargs):
     out = self.inner(*args, **kwargs)
-    self.report(*_abstract((args, kwargs, out)))
+    self.report(args, kwargs, out)
     return out
 
 
@@ -183,11 +208,21 @@ def _abstract(tree):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), tree)
 
 
-def _record_calls(task: Task, model: nnx.Module, batch) -> dict[str, tuple[tuple, dict, Any]]:
+def _record_calls(task: Task, model: nnx.Module, batch, state: Any = None
+                  ) -> tuple[dict[str, tuple[tuple, dict, Any]], dict[str, tuple] | None]:
   """``{sub-model name: (args, kwargs, output)}`` as `jax.ShapeDtypeStruct`, from the first
-  call of each sub-model while tracing ``task.loss`` on ``batch``."""
-  graphdef, state = nnx.split(model)
+  call of each sub-model while tracing ``task.loss`` on ``batch``; and, given ``state`` (the
+  model's state as arrays), ``{name: (args, kwargs)}`` as arrays: the loss jitted on ``state``
+  and ``batch``, returning every sub-model's inputs (what is computed after the last of them is
+  pruned). Without ``state`` the trace is abstract and the second result None."""
+  graphdef, abstract = nnx.split(model)
   calls: dict[str, tuple[tuple, dict, Any]] = {}
+  values: dict[str, tuple] = {}
+
+  def note(name, args, kwargs, out):
+    if name not in calls:
+      calls[name] = _abstract((args, kwargs, out))
+      values[name] = (args, kwargs)
 
   def loss(state, batch):
     copy = nnx.merge(graphdef, state)
@@ -195,12 +230,14 @@ def _record_calls(task: Task, model: nnx.Module, batch) -> dict[str, tuple[tuple
     for path, node in list(nnx.iter_graph(copy)):
       if path and id(node) in names:
         name = names[id(node)]
-        _replace(copy, path, _Recorder(
-            node, lambda a, k, o, name=name: calls.setdefault(name, (a, k, o))))
-    return task.loss(copy, batch)
+        _replace(copy, path, _Recorder(node, lambda a, k, o, name=name: note(name, a, k, o)))
+    task.loss(copy, batch)
+    return values
 
-  jax.eval_shape(loss, state, batch)
-  return calls
+  if state is None:
+    jax.eval_shape(loss, abstract, batch)
+    return calls, None
+  return calls, jax.jit(loss)(state, batch)
 
 
 def _replace(root: nnx.Module, path: tuple, new: nnx.Module) -> None:
@@ -214,10 +251,22 @@ def _replace(root: nnx.Module, path: tuple, new: nnx.Module) -> None:
     setattr(parent, path[-1], new)
 
 
-def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any,
-             cache: dict) -> tuple[float, float, float]:
-  """``(flops, bytes accessed, temp bytes)`` of ``module``'s forward + backward on one device
-  of the default backend."""
+@dataclasses.dataclass(frozen=True)
+class _Analysis:
+  """One sub-model program's FLOPs (lowered), bytes accessed and temporaries (compiled), and
+  its seconds per call when timed (else None)."""
+
+  flops: float
+  accessed: float
+  temp: float
+  seconds: float | None = None
+
+
+def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any, cache: dict,
+             values: tuple | None = None) -> _Analysis:
+  """XLA's analyses of ``module``'s forward + backward on one device of the default backend;
+  given ``values`` (the call's ``(args, kwargs)`` as arrays), compiled at XLA's default options
+  and timed on them (`hetjax.planner._profile_timing`)."""
   graphdef, params, rest = nnx.split(module, nnx.Param, ...)
   device = SingleDeviceSharding(jax.devices()[0])
   on_device = lambda t: jax.tree.map(  # noqa: E731
@@ -243,13 +292,20 @@ def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any,
     return result, pullback(cotangents)
 
   lowered = jax.jit(forward_backward).lower(*abstract)
-  compiled = lowered.compile(compiler_options=_COMPILER_OPTIONS)
+  compiled = lowered.compile(compiler_options=_COMPILER_OPTIONS if values is None else None)
   cost = compiled.cost_analysis()
   memory = compiled.memory_analysis()
+  seconds = None
+  if values is not None:
+    fill = functools.partial(_profile_timing.filled, device=jax.devices()[0],
+                             rng=np.random.default_rng(0))
+    seconds = _profile_timing.seconds_per_call(
+        compiled, (fill(params), fill(rest), jax.tree.leaves(values), fill(outputs)))
   # The lowered count sees every matmul on any backend (module docstring); a backend with no
   # analysis of lowered programs (compiled_flops: 0.0) falls back to the compiled count.
   flops = compiled_flops(lowered) or float(cost['flops'])
-  cache[key] = (flops, float(cost['bytes accessed']), float(memory.temp_size_in_bytes))
+  cache[key] = _Analysis(flops, float(cost['bytes accessed']), float(memory.temp_size_in_bytes),
+                         seconds)
   return cache[key]
 
 

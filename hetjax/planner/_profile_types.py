@@ -39,6 +39,12 @@ class SubmodelProfile:
       the all-gathers FSDP issues, one per array (XLA:CPU gathers each separately, mostly once
       per step, the backward reusing the forward's: a transformer block has 11 such arrays, and
       its compiled FSDP step 13 all-gathers per block).
+    seconds_per_example, seconds_per_step: the sub-model's forward + backward timed on a device
+      (``profile_submodels(..., timed=True)``) at the profile's batch and twice it: the slope
+      and the intercept of that line (`hetjax.planner._profile_timing`); None when not timed.
+      The cost model then prices its compute from them, not from FLOPs and bytes.
+    timed_flops_per_s: that device's matmul FLOP/s, measured as `measure_cluster` measures a
+      device: a device of the cluster that is k times slower runs the sub-model k times longer.
   """
 
   name: str
@@ -53,6 +59,20 @@ class SubmodelProfile:
   shard_sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
   tensor_reductions: int = 1
   fsdp_arrays: int = 1
+  seconds_per_example: float | None = None
+  seconds_per_step: float = 0.0
+  timed_flops_per_s: float | None = None
+
+  @property
+  def timed(self) -> bool:
+    """Whether the sub-model's forward + backward was timed on a device."""
+    return self.seconds_per_example is not None
+
+  def timed_seconds(self, rows: float) -> float:
+    """Seconds of its forward + backward over ``rows`` rows on the device it was timed on."""
+    if self.seconds_per_example is None:
+      raise ValueError(f'sub-model {self.name!r} was not timed')
+    return self.seconds_per_step + self.seconds_per_example * rows
 
   def to_json(self) -> dict:
     return {**dataclasses.asdict(self), 'split_sizes': dict(self.split_sizes),

@@ -1,0 +1,94 @@
+"""Timing a sub-model's forward + backward on the device: the planner's measured compute.
+
+Why time rather than count: a cost model built from FLOPs and bytes prices each sub-model as
+``max(FLOPs / peak, bytes / bandwidth)``, and on a GPU that is far from what the device does.
+On an H200 (the sixth session's GPU check, BUILD_NOTES) a transformer block of d_model 768 at
+32 × 512 tokens does 773 GFLOP and moves 9.6 GB: the roofline says 3.5 ms, the block took
+5.93 ms, because its matmuls, softmax and layer norms do not overlap their memory traffic with
+the tensor cores' work. Wide & deep's whole step took 0.47 ms, mostly kernel launches, which no
+FLOP or byte count sees. The same sub-models timed alone summed to the measured step within 1.5%.
+Fela profiles its sub-models on the hardware for the same reason.
+
+What is timed is the program `hetjax.planner.profile_submodels` analyses (the sub-model's
+``vjp`` with respect to its parameters and floating-point inputs, fed a cotangent of its
+output's shape), compiled for the device at XLA's default options, on inputs of the real step:
+the task's loss is run once, jitted, on a real batch, with parameters filled from the host
+(`filled`: small normals; a step's time does not depend on the values), and every sub-model's
+arguments are taken from it (token ids in range, activations of the right scale). One untimed
+call compiles and touches the buffers; then the median over ``rounds`` of ``calls`` back-to-back
+calls, waited for at the end, per call (`seconds_per_call`): back-to-back, as a step issues its
+sub-models, so that a call's dispatch overlaps the previous one's work.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROUNDS = 5  # timing rounds per sub-model; the median is kept
+CALLS = 5  # back-to-back calls per round
+
+
+def filled(abstract: Any, device: jax.Device, rng: np.random.Generator) -> Any:
+  """Arrays of ``abstract``'s shapes and dtypes on ``device``, put from the host: small normal
+  values (0.02 σ: no denormals, no overflow) for floating-point leaves, zeros for the rest
+  (integer counters, booleans).
+
+  Raises:
+    ValueError: for a leaf that cannot be made on the host (a PRNG key array).
+  """
+  def one(x):
+    dtype = jnp.dtype(x.dtype)
+    if jnp.issubdtype(dtype, jnp.inexact):
+      value = np.asarray(0.02 * rng.standard_normal(x.shape), dtype)
+    elif jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_):
+      value = np.zeros(x.shape, dtype)
+    else:
+      raise ValueError(f'cannot fill a {dtype} array of shape {x.shape} from the host')
+    return jax.device_put(value, device)
+  return jax.tree.map(one, abstract)
+
+
+def seconds_per_call(fn: Callable[..., Any], args: tuple, rounds: int = ROUNDS,
+                     calls: int = CALLS) -> float:
+  """Median over ``rounds`` of the seconds per call of ``calls`` back-to-back calls of
+  ``fn(*args)``, after one untimed call (module docstring).
+
+  Raises:
+    RuntimeError: if a timing is not a positive finite number (the clock misbehaved).
+  """
+  jax.block_until_ready(fn(*args))
+  samples = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    for _ in range(calls):
+      out = fn(*args)
+    jax.block_until_ready(out)
+    samples.append((time.perf_counter() - start) / calls)
+  seconds = statistics.median(samples)
+  if not (math.isfinite(seconds) and seconds > 0):
+    raise RuntimeError(f'a sub-model timed at {seconds} s: the clock or the device misbehaved')
+  return seconds
+
+
+def fit_line(batch: int, seconds: float, doubled_seconds: float) -> tuple[float, float]:
+  """``(seconds_per_step, seconds_per_example)`` of the line through the times at ``batch`` and
+  ``2 · batch`` rows, both clamped at zero: a step time that does not grow with the rows (a
+  GPU's flat region, or noise) is all fixed cost; one that grew faster than the rows is all
+  per-example cost.
+
+  Example::
+
+    >>> fit_line(32, 2.0e-3, 3.0e-3)   # 1 ms fixed, 31.25 µs a row
+    (0.001, 3.125e-05)
+  """
+  slope = max(doubled_seconds - seconds, 0.0) / batch
+  return max(seconds - slope * batch, 0.0), (seconds / batch if slope * batch > seconds
+                                             else slope)
