@@ -130,8 +130,9 @@ def _tests_part(quick: bool) -> list[dict]:
     env['JAX_PLATFORMS'] = platforms
   # Several test processes share the device where pytest-xdist is installed (an H200's image
   # has it): 106 s in one process there, most of it compiling small programs on the host.
-  workers = (['-n', str(TEST_WORKERS)] if not quick and importlib.util.find_spec('xdist')
-             else [])
+  # pytest-benchmark (installed there too) refuses to run beside xdist: off.
+  workers = (['-n', str(TEST_WORKERS), '-p', 'no:benchmark']
+             if not quick and importlib.util.find_spec('xdist') else [])
   command = [sys.executable, '-m', 'pytest', '-m', 'gpu', '-q', '-p', 'no:cacheprovider',
              '-p', 'no:randomly', *workers, *(['--collect-only'] if quick else []),
              *_gpu_test_files()]
