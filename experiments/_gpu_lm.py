@@ -45,7 +45,7 @@ from hetjax.models import gpt
 from hetjax.run import load_config
 from hetjax.runtime import peak_flops
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, compiled_flops
+from hetjax.train import Strategy, Trainer, program_flops
 
 SEED = 0
 LR = 3e-4
@@ -136,9 +136,9 @@ def _compare(args: dict, implementation: str, remat: str, s: Sizes, peak: float)
   model_flops = gpt.flops_per_token(args) * tokens
   datasheet = datasheet_peak(jax.devices()[0].device_kind)
   rows = []
-  for side, lowered in (('hetjax', sides.hetjax_lowered), ('plain', sides.plain_lowered)):
+  for side, traced in (('hetjax', sides.hetjax_traced), ('plain', sides.plain_traced)):
     step_s = statistics.median(times[side]) / s.steps
-    flops = compiled_flops(lowered)
+    flops = program_flops(traced)
     rows.append({'part': 'lm', 'kind': 'compare', 'attention': implementation,
                  'remat': remat, 'side': side,
                  'batch': s.batch, 'seq_len': args['seq_len'], 'step_s': step_s,

@@ -99,7 +99,8 @@ class PlainLM:
 
 class SideBySide:
   """hetjax's ``trainer`` and the ``plain`` loop on the same task, from their own initial
-  states (the same seed), each lowered (``*_lowered``: XLA's FLOP count before its passes) and,
+  states (the same seed), each traced (``*_traced``, their FLOPs: `hetjax.train.program_flops`)
+  and lowered (``*_lowered``) and,
   unless ``compile_ahead`` is False, compiled ahead of time (``*_compiled``, ``*_compile_s``;
   else None: on a GPU a compile is seconds, and the first step compiles anyway), and run ``n``
   steps at a time on the same batches, every step's loss kept, so a benchmark can interleave
@@ -117,8 +118,10 @@ class SideBySide:
     self.trainer, self.plain = trainer, plain
     self.state = trainer.init_state()
     self.params, self.opt_state = plain.init()
-    self.hetjax_lowered = trainer.lower_step()
-    self.plain_lowered = plain.step.lower(self.params, self.opt_state, plain.batch_at(0))
+    self.hetjax_traced = trainer.trace_step()
+    self.plain_traced = plain.step.trace(self.params, self.opt_state, plain.batch_at(0))
+    self.hetjax_lowered = self.hetjax_traced.lower()
+    self.plain_lowered = self.plain_traced.lower()
     self.hetjax_compiled = self.plain_compiled = None
     self.hetjax_compile_s = self.plain_compile_s = None
     if compile_ahead:

@@ -8,7 +8,15 @@ import pytest
 
 from hetjax import ConfigError, models
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, compiled_flops, flops_ratio, step_flops
+from hetjax.train import (
+  Strategy,
+  Trainer,
+  compiled_flops,
+  flops_ratio,
+  matmul_flops,
+  program_flops,
+  step_flops,
+)
 from tests.conftest import require_devices
 
 TINY = {'d_model': 32, 'heads': 4, 'layers': 2, 'mlp': 64, 'seq_len': 16}
@@ -83,3 +91,43 @@ def test_step_flops_counts_a_trainer_only():
 def test_flops_ratio_wants_positive_counts(xla, analytic):
   with pytest.raises(ConfigError, match='must be a positive number'):
     flops_ratio(xla, analytic)
+
+
+def test_matmul_flops_counts_dots_in_nested_jaxprs():
+  a, b = jnp.ones((8, 16)), jnp.ones((16, 4))
+  assert matmul_flops(jax.jit(lambda a, b: a @ b).trace(a, b).jaxpr) == 2 * 8 * 4 * 16
+  # Batched einsum: 2 · (batch 3 · 8 · 4 outputs) · 16.
+  x, w = jnp.ones((3, 8, 16)), jnp.ones((3, 16, 4))
+  assert matmul_flops(jax.make_jaxpr(lambda x, w: jnp.einsum('bik,bkj->bij', x, w))(x, w)) == (
+      2 * 3 * 8 * 4 * 16)
+
+  def nested(a, b):  # a jit inside, a scan of 5 steps, a remat, a cond with a costlier branch
+    inner = jax.jit(lambda a, b: a @ b)(a, b)
+    scanned, _ = jax.lax.scan(lambda c, _: (c + a @ b, None), inner, length=5)
+    kept = jax.checkpoint(lambda a: a @ b)(a)
+    chosen = jax.lax.cond(a[0, 0] > 0, lambda: (a @ b) @ b.T @ b, lambda: a @ b)
+    return scanned + kept + chosen
+
+  one = 2 * 8 * 4 * 16
+  costly = one + 2 * 8 * 16 * 4 + one  # (a·b)·bᵀ·b
+  assert matmul_flops(jax.jit(nested).trace(a, b).jaxpr) == one + 5 * one + one + costly
+  # Forward and backward of a dense layer: three matmuls.
+  grad = jax.jit(jax.grad(lambda a, b: (a @ b).sum(), argnums=(0, 1))).trace(a, b)
+  assert matmul_flops(grad.jaxpr) == 3 * one
+
+
+def test_program_flops_is_xlas_count_where_it_sees_the_matmuls():
+  """On a CPU XLA counts the matmuls and the elementwise work: its count is kept. A count
+  below the matmuls' (a GPU's) is replaced by theirs."""
+  trainer = _trainer(require_devices(1))
+  traced = trainer.trace_step()
+  assert program_flops(traced) == compiled_flops(trainer.lower_step())
+  assert compiled_flops(trainer.lower_step()) > matmul_flops(traced.jaxpr) > 0
+
+  class Blind:  # a traced program whose XLA analysis misses the matmuls, as a GPU's does
+    jaxpr = traced.jaxpr
+
+    def lower(self):
+      return _Analysis({'flops': 1.0})
+
+  assert program_flops(Blind()) == matmul_flops(traced.jaxpr)

@@ -10,11 +10,12 @@ Each sub-model is then compiled alone for one device of JAX's default backend (t
 there is one: its fusions decide the temporaries), as ``vjp`` with respect to its
 parameters and floating-point inputs, fed a cotangent of its output's shape, returning the output
 and the gradients (so neither half can be pruned). The lowered program's ``cost_analysis()``
-gives the FLOPs, the compiled program's the bytes accessed, and its ``memory_analysis()`` the
-temporaries: the activations the backward pass keeps, plus scratch. FLOPs are counted before
-XLA's passes because a GPU's compiled program hands its matmuls to cuBLAS as custom calls that
-the analysis does not see: an H200 counted 55.5 GFLOP for a block that does 773 (d_model 768,
-batch 32 × 512). Identical sub-models (the transformer's blocks) are compiled once.
+gives the FLOPs (or its matmuls counted from the jaxpr where XLA counted fewer:
+`hetjax.train.program_flops`), the compiled program's the bytes accessed, and its
+``memory_analysis()`` the temporaries: the activations the backward pass keeps, plus scratch.
+On a GPU XLA's analysis misses the matmuls, compiled or lowered: an H200 counted 55.5 GFLOP for
+a block that does 773 (d_model 768, batch 32 × 512). Identical sub-models (the transformer's
+blocks) are compiled once.
 
 Two consequences of measuring a sub-model alone: its inputs are arguments of the program, not
 temporaries, so a single dense layer (which keeps only its input) shows no activation bytes;
@@ -51,7 +52,7 @@ from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
 from hetjax.runtime._calibrate import device_flops_per_s
-from hetjax.train import HasSubmodels, Task, compiled_flops
+from hetjax.train import HasSubmodels, Task, program_flops
 
 _COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
 
@@ -291,7 +292,8 @@ def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any, cache: dic
     _, pullback, result = jax.vjp(forward, params, floats, has_aux=True)
     return result, pullback(cotangents)
 
-  lowered = jax.jit(forward_backward).lower(*abstract)
+  traced = jax.jit(forward_backward).trace(*abstract)
+  lowered = traced.lower()
   compiled = lowered.compile(compiler_options=_COMPILER_OPTIONS if values is None else None)
   cost = compiled.cost_analysis()
   memory = compiled.memory_analysis()
@@ -301,9 +303,9 @@ def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any, cache: dic
                              rng=np.random.default_rng(0))
     seconds = _profile_timing.seconds_per_call(
         compiled, (fill(params), fill(rest), jax.tree.leaves(values), fill(outputs)))
-  # The lowered count sees every matmul on any backend (module docstring); a backend with no
-  # analysis of lowered programs (compiled_flops: 0.0) falls back to the compiled count.
-  flops = compiled_flops(lowered) or float(cost['flops'])
+  # XLA's count of the lowered program, or its matmuls' where XLA counted fewer (module
+  # docstring); a backend with no analysis of lowered programs falls back to the compiled count.
+  flops = program_flops(traced) or float(cost['flops'])
   cache[key] = _Analysis(flops, float(cost['bytes accessed']), float(memory.temp_size_in_bytes),
                          seconds)
   return cache[key]

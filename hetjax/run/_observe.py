@@ -2,8 +2,9 @@
 TensorBoard, assembled from the config for the runner (`hetjax.run.train`) in every mode.
 
 MFU divides the model FLOPs of a step by its time and the peak FLOP/s of the devices it runs
-on. The FLOPs are XLA's count (`hetjax.train.compiled_flops`) of the task's step lowered on one
-device for a few rows, scaled to the global batch: the same count whatever the mode, so a
+on. The FLOPs are XLA's count of the task's step lowered on one device for a few rows (or its
+matmuls', where XLA counted fewer, as on a GPU: `hetjax.train.program_flops`), scaled to the
+global batch: the same count whatever the mode, so a
 shares, tokens, pipeline or ps run's MFU compares with an SPMD run's (each device's part of a
 partitioned program would count the collectives' and replicated updates' extra work instead).
 The peak is ``logging.peak_flops`` per device, else measured once by a matmul in the compute
@@ -40,13 +41,14 @@ def evaluation_of(config: Config, task: Any) -> train.Evaluation | None:
 def flops_per_step(config: Config, task: train.Task) -> float:
   """Model FLOPs of one optimizer step over the global batch: XLA's count of the task's step
   on one device for `FLOPS_ROWS` rows (forward, backward and update), per row, times the
-  global batch (module docstring). The step is lowered, not compiled (`Trainer.lower_step`):
-  XLA's count of the HLO before its passes, the same for a one-device step's matmuls."""
+  global batch (module docstring). The step is traced and lowered, not compiled
+  (`Trainer.trace_step`): XLA's count of the HLO before its passes, or its matmuls' where XLA
+  counted fewer (`hetjax.train.program_flops`: a GPU's analysis misses them)."""
   rows = min(FLOPS_ROWS, config.data.global_batch)
   mesh = sharding.make_mesh((1, 1), devices=jax.local_devices()[:1])
   one = train.Trainer(task, optimizer_of(config)[0], rows, mesh,
                       train.Strategy.DATA_PARALLEL.rules(), config.data.seed)
-  return train.compiled_flops(one.lower_step()) / rows * config.data.global_batch
+  return train.program_flops(one.trace_step()) / rows * config.data.global_batch
 
 
 def peak_flops(config: Config) -> tuple[float, str]:

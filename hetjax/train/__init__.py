@@ -8,6 +8,8 @@ from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._evaluate import Evaluation as Evaluation
 from hetjax.train._flops import compiled_flops as compiled_flops
 from hetjax.train._flops import flops_ratio as flops_ratio
+from hetjax.train._flops import matmul_flops as matmul_flops
+from hetjax.train._flops import program_flops as program_flops
 from hetjax.train._flops import step_flops as step_flops
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
@@ -54,8 +56,10 @@ __all__ = [
     'flops_ratio',
     'learning_rate_schedule',
     'local_batch_degree',
+    'matmul_flops',
     'may_leave',
     'micro_rows_of',
+    'program_flops',
     'quantize_int8',
     'step_flops',
     'summed_value_and_grad',

@@ -174,10 +174,15 @@ class Trainer:
     return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_sharding(v.ndim))
             for k, v in host.items()}
 
+  def trace_step(self) -> jax.stages.Traced:
+    """The train step traced to a jaxpr, on abstract state and batch (nothing allocated): what
+    `hetjax.train.program_flops` counts."""
+    return self._step.trace(self.abstract_state(), self.abstract_batch())
+
   def lower_step(self) -> jax.stages.Lowered:
     """The train step lowered to HLO without compiling or allocating: its ``cost_analysis()``
     counts the model's FLOPs before XLA's passes (`hetjax.train.compiled_flops` reads it)."""
-    return self._step.lower(self.abstract_state(), self.abstract_batch())
+    return self.trace_step().lower()
 
   def compile_step(self) -> jax.stages.Compiled:
     """The train step compiled ahead of time, without allocating state: what a plan check
