@@ -18,11 +18,16 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
   ``first_step_s``: the warm-up step, its compile (or persistent-cache load) included;
   ``loss_max_rel_diff``: every step's loss against the plain loop's. A variant that fails is
   a row with its error; the others still run.
-* **largest batch**: hetjax's step (the config's ``save_dots``) at doubling batches until the
-  device runs out of memory (or the ladder ends), one step each; beside the largest that ran,
+* **largest batch**: hetjax's step (the config's ``save_dots``) at doubling batches above the
+  config's (64, 128, 256) until the device runs out of memory (or the ladder ends), one step
+  each; beside the largest that ran,
   the planner's memory estimate for it (`hetjax.planner.profile_submodels` and `search` for this
   one device: parameters, optimizer state and activations) and what XLA's compiled step says it
   needs (``memory_analysis``: arguments, outputs and temporaries).
+
+Order: the first variant (the goals' numbers), the largest batch, the other variants; `run`
+yields each row as it is measured, and the check writes it at once (a second H200 run was
+killed after 379 s of this part with nothing written: compiles of GPT-2 small dominate it).
 
 ``--quick`` (the suite's CPU run): the same code on a gpt of 1 layer, d_model 32, sequence 32,
 batch 4, one round of one step and a ladder to 8; its numbers only show the code runs.
@@ -33,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Iterator
 
 import jax
 import optax
@@ -80,7 +86,8 @@ def sizes(quick: bool) -> Sizes:
   config = load_config('gpt2_small')
   args = {**config.model.task_args(), 'data': None}
   args.pop('remat', None)
-  return Sizes(args, config.data.global_batch, 8, 5, (32, 64, 128, 256))
+  # The ladder starts above the config's batch, which the comparison runs (without remat).
+  return Sizes(args, config.data.global_batch, 8, 5, (64, 128, 256))
 
 
 def _task(args: dict, remat: str, attention: str = 'auto'):
@@ -209,31 +216,37 @@ def _planner_memory(task, batch: int) -> float:
   return float(sum(sub.memory_bytes for sub in plan.submodels))
 
 
-def run(quick: bool) -> list[dict]:
-  """The part's rows: hetjax vs plain per remat policy, then the largest batch."""
+def run(quick: bool) -> Iterator[dict]:
+  """The part's rows, each yielded as soon as it is measured (the check writes them at once,
+  so a run cut short keeps them): hetjax vs plain for the first variant, the largest batch,
+  then the other variants (the goals' numbers first). Each row says how many seconds its
+  measurement took (``seconds``: compiles included)."""
   s = sizes(quick)
   peak, source = peak_flops(None, 'bfloat16', jax.devices()[0])
-  rows, seen = [], set()
-  for attention, remat in VARIANTS:
+  compared, seen = 0, set()
+  for i, (attention, remat) in enumerate(VARIANTS):
     # A variant that resolves to one already run (on a CPU, 'auto' is XLA's) is not run again.
     implementation = _implementation(s.model, attention)
-    if (implementation, remat) in seen:
-      continue
-    seen.add((implementation, remat))
-    try:
-      for row in _compare(s.model, implementation, remat, s, peak):
-        rows.append({**row, 'peak_flops': peak, 'peak_source': source})
-    except Exception as e:  # recorded as a row: the other variants still run
-      rows.append({'part': 'lm', 'kind': 'failed', 'attention': attention, 'remat': remat,
-                   'error': _error(e)})
-  try:
-    rows.append(_largest_batch(s.model, s))
-  except Exception as e:
-    rows.append({'part': 'lm', 'kind': 'failed', 'attention': 'auto', 'remat': 'save_dots',
-                 'error': f'largest batch: {_error(e)}'})
-  if not any(r['kind'] == 'compare' for r in rows):
-    raise RuntimeError('; '.join(r['error'] for r in rows if r['kind'] == 'failed'))
-  return rows
+    if (implementation, remat) not in seen:
+      seen.add((implementation, remat))
+      start = time.perf_counter()
+      try:
+        for row in _compare(s.model, implementation, remat, s, peak):
+          compared += 1
+          yield {**row, 'peak_flops': peak, 'peak_source': source,
+                 'seconds': time.perf_counter() - start}
+      except Exception as e:  # recorded as a row: the other variants still run
+        yield {'part': 'lm', 'kind': 'failed', 'attention': attention, 'remat': remat,
+               'error': _error(e), 'seconds': time.perf_counter() - start}
+    if i == 0:
+      start = time.perf_counter()
+      try:
+        yield {**_largest_batch(s.model, s), 'seconds': time.perf_counter() - start}
+      except Exception as e:
+        yield {'part': 'lm', 'kind': 'failed', 'attention': 'auto', 'remat': 'save_dots',
+               'error': f'largest batch: {_error(e)}', 'seconds': time.perf_counter() - start}
+  if not compared:
+    raise RuntimeError('no variant of hetjax vs plain ran (see the failed rows)')
 
 
 def markdown(rows: list[dict]) -> list[str]:

@@ -206,6 +206,21 @@ def main() -> None:
     raise RuntimeError(f'part(s) failed: {", ".join(failed)} (see {out / "gpu_check.json"})')
 
 
+def _write(out: pathlib.Path, report: dict, lines: list[str]) -> None:
+  (out / 'gpu_check.json').write_text(json.dumps(report, indent=2, default=str) + '\n')
+  (out / 'gpu_check.md').write_text('\n'.join(lines) + '\n')
+
+
+def _progress(row: dict) -> str:
+  """A few words on one row, for the console while a part runs."""
+  words = [str(row[k]) for k in ('kind', 'model', 'attention', 'remat', 'side') if k in row]
+  if 'step_s' in row and isinstance(row['step_s'], float):
+    words.append(f'{1e3 * row["step_s"]:.1f} ms/step')
+  if isinstance(row.get('mfu_datasheet'), float):
+    words.append(f'MFU {row["mfu_datasheet"]:.1%} of the datasheet')
+  return ' '.join(words) or 'a row'
+
+
 def _run_parts(parts: list[str], quick: bool, out: pathlib.Path, report: dict,
                lines: list[str]) -> list[str]:
   """Runs ``parts`` in order, writing the JSON and markdown after each; the failed parts."""
@@ -213,13 +228,23 @@ def _run_parts(parts: list[str], quick: bool, out: pathlib.Path, report: dict,
   start = time.perf_counter()
   for name in parts:
     began = time.perf_counter()
+    rows: list[dict] = []
     try:
       run, markdown = _part(name)
-      rows = run(quick)
+      # A part may yield its rows one by one (the lm part does): each is written at once, so a
+      # part that is killed keeps what it measured.
+      for row in run(quick):
+        rows.append(row)
+        report['parts'][name] = {'rows': rows, 'partial': True,
+                                 'seconds': time.perf_counter() - began}
+        _write(out, report, lines)
+        print(f'({name}: {_progress(row)} after {time.perf_counter() - began:.0f} s)',
+              flush=True)
       entry = {'rows': rows, 'seconds': time.perf_counter() - began}
       section = markdown(rows)
     except Exception as e:
-      entry = {'error': f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}',
+      entry = {'rows': rows,
+               'error': f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}',
                'traceback': traceback.format_exc(), 'seconds': time.perf_counter() - began}
       section = [f'### {name}', '', f'failed: {entry["error"]}']
       failed.append(name)
@@ -228,10 +253,9 @@ def _run_parts(parts: list[str], quick: bool, out: pathlib.Path, report: dict,
     print('\n'.join(section), flush=True)
     print(f'({name}: {entry["seconds"]:.0f} s)\n', flush=True)
     # Written after every part: a later part that hangs or is killed keeps these.
-    (out / 'gpu_check.json').write_text(json.dumps(report, indent=2, default=str) + '\n')
-    (out / 'gpu_check.md').write_text('\n'.join(lines) + '\n')
+    _write(out, report, lines)
   report['seconds'] = time.perf_counter() - start
-  (out / 'gpu_check.json').write_text(json.dumps(report, indent=2, default=str) + '\n')
+  _write(out, report, lines)
   print(f'gpu check: {report["seconds"]:.0f} s; {out / "gpu_check.json"}, {out / "gpu_check.md"}')
   return failed
 
