@@ -53,7 +53,7 @@ _QUICK = {'gpt': ({'d_model': 32, 'heads': 2, 'layers': 1, 'mlp': 64, 'seq_len':
 _FULL = {'gpt': ({'d_model': 768, 'heads': 12, 'layers': 4, 'mlp': 3072, 'seq_len': 512}, 32),
          'wide_deep': ({}, 4096)}
 
-_SUBMODEL_MEASURED = ('measured_s', 'flops_per_s', 'timed_flops_per_s')
+_SUBMODEL_MEASURED = ('measured_s', 'flops_per_s')
 _SUBMODEL_MODELLED = ('predicted_s',)
 _SUBMODEL_ANALYSED = ('flops_per_step', 'params', 'param_bytes', 'bytes_accessed_per_example',
                       'bytes_accessed_per_step', 'activation_bytes_per_example')
@@ -94,8 +94,7 @@ def run(quick: bool) -> list[dict]:
           'bytes_accessed_per_example': profile.bytes_accessed_per_example,
           'bytes_accessed_per_step': profile.bytes_accessed_per_step,
           'activation_bytes_per_example': profile.activation_bytes_per_example,
-          'measured_s': seconds, 'flops_per_s': flops / seconds, 'predicted_s': sub.predicted_s,
-          'timed_flops_per_s': profile.timed_flops_per_s})
+          'measured_s': seconds, 'flops_per_s': flops / seconds, 'predicted_s': sub.predicted_s})
     measured = _step_seconds(plan, task, batch, devices, rounds, calls)
     ratio = plan.predicted_step_s / measured
     rows.append({

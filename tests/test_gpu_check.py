@@ -102,8 +102,7 @@ def test_planner_rows_with_profiles_plan_and_times(report):
     assert names and len(set(names)) == len(names)
     assert row['plan'] == ', '.join(f'{s["name"]} {s["layout"]}' for s in row['submodels'])
     for s in row['submodels']:
-      for field in ('flops_per_step', 'measured_s', 'flops_per_s', 'predicted_s',
-                    'timed_flops_per_s'):
+      for field in ('flops_per_step', 'measured_s', 'flops_per_s', 'predicted_s'):
         assert _finite(s[field]), (row['model'], s['name'], field, s[field])
       assert s['layout'] == 'dp1'  # one device: nothing to split
   assert [s['name'] for s in rows[0]['submodels']] == ['embed', 'block_0', 'head']

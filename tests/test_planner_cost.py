@@ -323,12 +323,11 @@ def test_measure_cluster_measures_this_jobs_devices():
 
 def test_a_timed_profile_prices_compute_from_its_times():
   """A timed sub-model's compute is its forward + backward over B/d rows, split t ways, scaled
-  from the device it was timed on to the group's slowest, plus the update's traffic: not the
-  roofline of its counts."""
+  from the cluster's fastest device (the one it is taken to be timed on) to the group's slowest,
+  plus the update's traffic: not the roofline of its counts."""
   timed = SubmodelProfile('block', 1000, 4e6, 1e9, bytes_accessed_per_example=1e5,
                           bytes_accessed_per_step=8e6, split_sizes={'mlp': 64},
-                          seconds_per_example=1e-4, seconds_per_step=2e-3,
-                          timed_flops_per_s=2e12)
+                          seconds_per_example=1e-4, seconds_per_step=2e-3)
   assert timed.timed and timed.timed_seconds(10) == pytest.approx(3e-3)
   fast, slow = WorkerSpec(4, 2e12, 16e9, 1e9), WorkerSpec(4, 1e12, 16e9, 1e9)
   cluster = ClusterSpec((fast, slow), alpha_s=0.0, beta_bytes_per_s=1e15)

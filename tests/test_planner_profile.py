@@ -138,16 +138,15 @@ def test_a_large_vocabularys_step_memory_matches_xlas():
 def test_a_timed_profile_times_each_submodel_on_the_device():
   """``timed=True`` keeps every analysis (the programs compiled at XLA's default give the same
   counts) and adds each sub-model's forward + backward time, fitted over the batch and twice
-  it; identical blocks share one timing; the reference is the device's matmul speed."""
+  it; identical blocks share one timing."""
   task = models.make_task('gpt', d_model=32, heads=2, layers=2, mlp=64, seq_len=16)
   counted = profile_submodels(task, batch_size=8)
   timed = profile_submodels(task, batch_size=8, timed=True)
   assert [p.name for p in timed] == ['embed', 'block_0', 'block_1', 'head']
   for c, t in zip(counted, timed, strict=True):
     assert not c.timed and t.timed
-    untimed = dataclasses.replace(t, seconds_per_example=None, seconds_per_step=0.0,
-                                  timed_flops_per_s=None)
+    untimed = dataclasses.replace(t, seconds_per_example=None, seconds_per_step=0.0)
     assert untimed == c, t.name
     assert t.seconds_per_example >= 0 and t.seconds_per_step >= 0
-    assert 0 < t.timed_seconds(8) < 1.0 and t.timed_flops_per_s > 1e8
+    assert 0 < t.timed_seconds(8) < 1.0
   assert timed[1].timed_seconds(8) == timed[2].timed_seconds(8)

@@ -150,8 +150,11 @@ class AnalyticCost:
     roofline (on the 2-core development machine the models are memory-bound). A timed profile
     (``profile_submodels(..., timed=True)``) replaces the counts with its times: its forward +
     backward on B/d rows (``seconds_per_step + seconds_per_example · B/d``), divided by t when
-    tensor parallelism splits it, times ``timed_flops_per_s / s``, plus `update_traffic` /
-    bandwidth (the update, which the timed program does not run).
+    tensor parallelism splits it, times s_max / s (the profile is taken to be timed on a device
+    as fast as the cluster's fastest, s_max: a measured cluster is this machine's devices,
+    slowed where ``--slowdown`` says), plus `update_traffic` / bandwidth (the update, which the
+    timed program does not run). Timed profiles suit devices that do not share compute (one
+    process's GPUs); virtual CPU devices sharing cores run slower than the one timed alone.
   * data-parallel gradient sync of the P/t bytes each device holds (none when d = 1):
     all-reduce: 2(d−1)·α + 2(d−1)/d·(P/t)/β;
     FSDP: the gradient reduction as above plus one all-gather per sharded parameter array (g =
@@ -223,8 +226,8 @@ class AnalyticCost:
     if profile.timed:
       # Measured: its forward + backward on B/d rows, split t ways, on a device as fast as the
       # slowest of the group; plus the optimizer update, which the timed program does not run.
-      reference = profile.timed_flops_per_s or speed
-      time = profile.timed_seconds(batch / d) / split * reference / speed
+      fastest = max(w.flops_per_s for w in cluster.workers)
+      time = profile.timed_seconds(batch / d) / split * fastest / speed
       if all(bandwidths):
         time += self.update_traffic(profile, d, split, sharded) / min(bandwidths)
     else:

@@ -51,7 +51,6 @@ from hetjax._errors import ConfigError
 from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
-from hetjax.runtime._calibrate import device_flops_per_s
 from hetjax.train import HasSubmodels, Task, program_flops
 
 _COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
@@ -74,8 +73,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
     seed: seeds the model's (abstract) initialisation and picks the batch.
     timed: also time each sub-model's forward + backward on the default backend's first device,
       at ``batch_size`` and twice it (`hetjax.planner._profile_timing`): the profiles then carry
-      ``seconds_per_example``, ``seconds_per_step`` and the device's ``timed_flops_per_s``, and
-      the cost model prices their compute from those times. The programs are then compiled at
+      ``seconds_per_example`` and ``seconds_per_step``, and the cost model prices their compute
+      from those times (`hetjax.planner.AnalyticCost`). The programs are then compiled at
       XLA's default options (the times are those of the code a step runs), each once, analysed
       and timed.
 
@@ -99,7 +98,6 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
   # does not (a dense embedding gradient touches the whole table whatever the batch).
   doubled, doubled_inputs = _record_calls(
       task, model, task.data.global_batch(seed, 0, 2 * batch_size), state)
-  reference = device_flops_per_s([device]) if timed else None
   compile_cache: dict[Any, _Analysis] = {}
   profiles = []
   last = list(model.submodels())[-1]
@@ -115,8 +113,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
     timing = {}
     if timed:
       fixed, per_row = _profile_timing.fit_line(batch_size, one.seconds, two.seconds)
-      timing = {'seconds_per_step': fixed, 'seconds_per_example': per_row,
-                'timed_flops_per_s': reference}
+      timing = {'seconds_per_step': fixed, 'seconds_per_example': per_row}
     params = nnx.state(module, nnx.Param)
     leaves = jax.tree.leaves(params)
     split, shard = _axis_sizes(params)

@@ -42,9 +42,9 @@ class SubmodelProfile:
     seconds_per_example, seconds_per_step: the sub-model's forward + backward timed on a device
       (``profile_submodels(..., timed=True)``) at the profile's batch and twice it: the slope
       and the intercept of that line (`hetjax.planner._profile_timing`); None when not timed.
-      The cost model then prices its compute from them, not from FLOPs and bytes.
-    timed_flops_per_s: that device's matmul FLOP/s, measured as `measure_cluster` measures a
-      device: a device of the cluster that is k times slower runs the sub-model k times longer.
+      The cost model then prices its compute from them, not from FLOPs and bytes, taking the
+      device timed on to be as fast as the cluster's fastest: a worker k times slower
+      (``flops_per_s``) runs the sub-model k times longer.
   """
 
   name: str
@@ -61,7 +61,6 @@ class SubmodelProfile:
   fsdp_arrays: int = 1
   seconds_per_example: float | None = None
   seconds_per_step: float = 0.0
-  timed_flops_per_s: float | None = None
 
   @property
   def timed(self) -> bool:
