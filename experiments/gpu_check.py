@@ -4,26 +4,30 @@ one markdown table (issue 27).
 Made for the project's lent GPU machines (one H100 or H200, 16 cores, no network, 15 minutes in
 all): it installs and downloads nothing (``pip install --no-deps -e .`` or ``PYTHONPATH=.``),
 finishes in under 8 minutes on one H100 with compiles, and keeps every part's result if a later
-part fails. Parts (``--parts``, all by default), each timed:
+part fails. It starts no new part, and stops a part that yields rows between two, once
+``--budget_s`` (420 s) have passed; what did not run is listed as such. Parts (``--parts``,
+all by default, in this order), each timed, each row written as soon as it is measured:
 
 * ``device``: the device, JAX's version, bfloat16 and float32 matmul FLOP/s measured
   (`hetjax.runtime.measure_peak_flops`, 8192², 16 products in one program on an accelerator),
   float32 both at JAX's default precision (TF32 on an NVIDIA GPU) and at ``'highest'``.
-* ``tests`` (last): the exactness tests that fit one device (``pytest -m gpu``), on the device, with
+* ``tests``: the exactness tests that fit one device (``pytest -m gpu``), on the device, with
   float32 matmuls pinned to full precision (``JAX_DEFAULT_MATMUL_PRECISION=highest``: a GPU
   computes float32 matmuls in TF32 by default, 10 mantissa bits, and the tests' float32
   tolerances assume 23), in 4 processes where pytest-xdist is installed; ``--quick`` only
   collects them.
-* ``lm``: `experiments/_gpu_lm.py`: GPT-2 small (124M, sequence 1024, bfloat16 over float32)
-  in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat, with
-  cuDNN's and XLA's attention;
-  tokens/s and MFU; the largest batch that fits against the planner's memory estimate.
-* ``curve``: `experiments/_gpu_curve.py`: LB-BSP's GPU curve, step time against batch for two
-  models, the fitted ``max(c, a + b·x)`` and its error, the shares beside a half-speed GPU.
 * ``planner``: `experiments/_gpu_planner.py`: the planner's profile of the gpt and wide & deep
   sub-models on the device, its plan for one device, predicted against measured step time.
 * ``schmp``: `experiments/_gpu_schmp.py`: SchMP Lasso at 10⁵ features, rounds per second on the
   device against the CPU.
+* ``curve``: `experiments/_gpu_curve.py`: LB-BSP's GPU curve, step time against batch for two
+  models, the fitted ``max(c, a + b·x)`` and its error, the shares beside a half-speed GPU.
+* ``lm``: `experiments/_gpu_lm.py`: GPT-2 small (124M, sequence 1024, bfloat16 over float32)
+  in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat, with
+  cuDNN's and XLA's attention;
+  tokens/s and MFU; the largest batch that fits against the planner's memory estimate. Last:
+  its GPT-2 small compiles make it the longest part, and it yields its rows as it measures
+  them, so the budget can stop it between two.
 
 Goals on an H100 or H200 (each part prints its verdicts): hetjax's step ≤ 1.03× the plain
 loop's; MFU of the 124M model in bfloat16 ≥ 40%; the fitted curve within 10% of the measured
@@ -46,6 +50,7 @@ import datetime
 import importlib
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import platform as host_platform
@@ -65,8 +70,12 @@ from hetjax import ConfigError
 from hetjax.runtime import enable_compilation_cache, measure_peak_flops
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# The exactness tests last: the longest part, and the one a rerun can take alone.
-PARTS = ('device', 'lm', 'curve', 'planner', 'schmp', 'tests')
+# The lm part last: the longest (compiles of GPT-2 small), and the one that yields its rows as it
+# goes, so the budget can stop it between rows; the exactness tests early, in a subprocess.
+PARTS = ('device', 'tests', 'planner', 'schmp', 'curve', 'lm')
+#: Seconds the check may start new work for (`--budget_s`): the goal is 8 minutes in all, and
+#: the row running at the deadline still finishes.
+BUDGET_S = 420.0
 #: The part modules (``run(quick) -> rows``, ``markdown(rows) -> lines``).
 MODULES = {'lm': 'experiments._gpu_lm', 'curve': 'experiments._gpu_curve',
            'planner': 'experiments._gpu_planner', 'schmp': 'experiments._gpu_schmp'}
@@ -81,6 +90,10 @@ _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(PLATFORMS),
                               'the device to check (auto: JAX\'s default backend)')
 _QUICK = flags.DEFINE_bool('quick', False, 'tiny sizes: for a CPU, to check the code runs')
 _PARTS = flags.DEFINE_list('parts', list(PARTS), f'the parts to run, of {list(PARTS)}')
+_BUDGET = flags.DEFINE_float('budget_s', BUDGET_S,
+                             'no part starts, and a part that yields rows (lm) stops between '
+                             'them, once this many seconds have passed; what did not run is '
+                             'listed as not run')
 
 
 def _device_part(quick: bool) -> list[dict]:
@@ -187,6 +200,8 @@ def main() -> None:
   unknown = [p for p in parts if p not in PARTS]
   if unknown or not parts:
     raise ConfigError(f'--parts: unknown {unknown or "(none given)"}; choose from {list(PARTS)}')
+  if not _BUDGET.value > 0:
+    raise ConfigError(f'--budget_s must be positive, got {_BUDGET.value:g}')
   out = pathlib.Path(_OUT.value)
   if out.exists() and not out.is_dir():
     raise ConfigError(f'--out {out} is a file, not a directory')
@@ -201,7 +216,7 @@ def main() -> None:
     # The parts compile each step ahead of time (its FLOPs, memory, compile seconds) and then
     # run it under `jax.jit`: an empty persistent cache turns the second compile into a load.
     enable_compilation_cache(cache)
-    failed = _run_parts(parts, quick, out, report, lines)
+    failed = _run_parts(parts, quick, out, report, lines, _BUDGET.value)
   if failed:
     raise RuntimeError(f'part(s) failed: {", ".join(failed)} (see {out / "gpu_check.json"})')
 
@@ -222,26 +237,45 @@ def _progress(row: dict) -> str:
 
 
 def _run_parts(parts: list[str], quick: bool, out: pathlib.Path, report: dict,
-               lines: list[str]) -> list[str]:
-  """Runs ``parts`` in order, writing the JSON and markdown after each; the failed parts."""
+               lines: list[str], budget_s: float = math.inf) -> list[str]:
+  """Runs ``parts`` in order, writing the JSON and markdown after each (and after each row of
+  a part that yields them); none starts after ``budget_s`` seconds, and a part that yields rows
+  stops between them then. The failed parts."""
   failed = []
   start = time.perf_counter()
+  deadline = start + budget_s
   for name in parts:
     began = time.perf_counter()
+    if began > deadline:
+      entry = {'rows': [], 'not_run': f'the budget of {budget_s:g} s was spent', 'seconds': 0.0}
+      report['parts'][name] = entry
+      section = [f'### {name}', '', f'not run: {entry["not_run"]} (--budget_s)']
+      lines += [*section, '']
+      print('\n'.join(section), flush=True)
+      continue
     rows: list[dict] = []
+    cut = False
     try:
       run, markdown = _part(name)
       # A part may yield its rows one by one (the lm part does): each is written at once, so a
-      # part that is killed keeps what it measured.
-      for row in run(quick):
+      # part that is killed keeps what it measured, and the budget stops it between rows.
+      produced = run(quick)
+      for row in produced:
         rows.append(row)
         report['parts'][name] = {'rows': rows, 'partial': True,
                                  'seconds': time.perf_counter() - began}
         _write(out, report, lines)
         print(f'({name}: {_progress(row)} after {time.perf_counter() - began:.0f} s)',
               flush=True)
+        if time.perf_counter() > deadline and hasattr(produced, 'close'):
+          produced.close()  # what it had left to measure is not run
+          cut = True
+          break
       entry = {'rows': rows, 'seconds': time.perf_counter() - began}
       section = markdown(rows)
+      if cut:
+        entry['cut'] = f'stopped after {len(rows)} row(s): the budget of {budget_s:g} s was spent'
+        section += ['', f'{entry["cut"]} (--budget_s); the rest of the part did not run']
     except Exception as e:
       entry = {'rows': rows,
                'error': f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}',

@@ -37,7 +37,7 @@ def report(tmp_path_factory):
 def test_every_part_runs_on_a_cpu_and_writes_json_and_markdown(report):
   assert report['platform'] == 'cpu' and report['quick']
   parts = report['parts']
-  assert list(parts) == ['device', 'lm', 'curve', 'planner', 'schmp', 'tests']
+  assert list(parts) == ['device', 'tests', 'planner', 'schmp', 'curve', 'lm']
   assert all('error' not in p and p['rows'] for p in parts.values()), parts
   device = parts['device']['rows'][0]
   assert device['bfloat16_flops_per_s'] > 0 and device['float32_flops_per_s'] > 0
@@ -157,9 +157,27 @@ def test_schmp_rows_time_rounds_and_agree(report):
 @pytest.mark.parametrize('args, message', [
     (['--parts=device,warp'], "--parts: unknown ['warp']"),
     (['--platform=quantum'], 'platform'),
+    (['--budget_s=0'], '--budget_s must be positive, got 0'),
 ])
 def test_bad_input_is_one_line(args, message, tmp_path):
   result = subprocess.run([sys.executable, str(SCRIPT), f'--out={tmp_path}', *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 2, result.stderr
   assert result.stderr.strip().count('\n') == 0 and message in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_the_budget_stops_a_part_between_rows_and_skips_the_rest(tmp_path):
+  """With the budget spent during the lm part's first row, the part keeps that row and stops;
+  the parts after it are listed as not run; the exit is 0 (the budget is the check's plan)."""
+  result = subprocess.run([sys.executable, str(SCRIPT), '--platform=cpu', '--quick',
+                           '--parts=lm,device', '--budget_s=0.5', f'--out={tmp_path}'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  parts = json.loads((tmp_path / 'gpu_check.json').read_text())['parts']
+  assert len(parts['lm']['rows']) == 1 and 'budget of 0.5 s' in parts['lm']['cut']
+  assert parts['device'] == {'rows': [], 'not_run': 'the budget of 0.5 s was spent',
+                             'seconds': 0.0}
+  markdown = (tmp_path / 'gpu_check.md').read_text()
+  assert 'the rest of the part did not run' in markdown
+  assert 'not run: the budget of 0.5 s was spent (--budget_s)' in markdown
