@@ -131,3 +131,26 @@ def test_program_flops_is_xlas_count_where_it_sees_the_matmuls():
       return _Analysis({'flops': 1.0})
 
   assert program_flops(Blind()) == matmul_flops(traced.jaxpr)
+
+
+def test_matmul_flops_counts_cudnn_attention_as_its_two_matmuls():
+  """cuDNN's attention is one custom primitive (only a GPU can trace it): counted as the score
+  and value matmuls of XLA's attention, forward 4·B·N·T·S·H and backward twice that, whichever
+  layout. A stand-in jaxpr holds the equations as JAX writes them."""
+  from types import SimpleNamespace as NS
+
+  def eqn(name, query, key, layout):
+    aval = lambda shape: NS(aval=NS(shape=shape))  # noqa: E731
+    return NS(primitive=NS(name=name), invars=[aval(query), aval(key), aval(key)],
+              outvars=[aval(query)], params={'layout': layout})
+
+  b, t, s, n, h = 2, 16, 24, 4, 8
+  forward = 4 * b * n * t * s * h
+  jaxpr = NS(eqns=[eqn('dot_product_attention_fwd_wrapper', (b, t, n, h), (b, s, n, h), 0),
+                   eqn('dot_product_attention_bwd_wrapper', (b, n, t, h), (b, n, s, h), 1)])
+  assert matmul_flops(jaxpr) == forward + 2 * forward
+  # The same as XLA's attention's dot_generals: q·kᵀ and p·v.
+  q, k = jnp.ones((b, t, n, h)), jnp.ones((b, s, n, h))
+  xla = jax.make_jaxpr(lambda q, k: jnp.einsum('bnts,bsnh->btnh', jnp.einsum(
+      'btnh,bsnh->bnts', q, k), k))(q, k)
+  assert matmul_flops(xla) == forward

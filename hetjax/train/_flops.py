@@ -63,8 +63,11 @@ def matmul_flops(jaxpr: Any) -> float:
   """FLOPs of the matmuls in ``jaxpr`` (a ``ClosedJaxpr`` or ``Jaxpr``, e.g. a
   `jax.stages.Traced`'s ``.jaxpr``): 2 · output elements · contracted size of every
   ``dot_general``, counted in the jaxprs nested in its equations too (a ``scan``'s body times
-  its length, a ``cond``'s costliest branch, a ``while``'s body once). What XLA does not see
-  inside a custom call (cuDNN's fused attention) is not counted here either.
+  its length, a ``cond``'s costliest branch, a ``while``'s body once), and cuDNN's fused
+  attention (`jax.nn.dot_product_attention` with ``implementation='cudnn'``), which XLA sees
+  as a custom call: its two matmuls, 4 · B · N · T · S · H forward, twice that backward (the
+  scores recomputed there are not counted, as remat's are not), the causal mask not exploited
+  (so the same as XLA's attention's dot_generals).
 
   Example::
 
@@ -74,6 +77,9 @@ def matmul_flops(jaxpr: Any) -> float:
   inner = getattr(jaxpr, 'jaxpr', jaxpr)
   total = 0.0
   for eqn in inner.eqns:
+    if eqn.primitive.name.startswith(_CUDNN_ATTENTION):
+      total += _attention_flops(eqn)
+      continue
     if eqn.primitive.name == 'dot_general':
       (contracting, _), _ = eqn.params['dimension_numbers']
       lhs = eqn.invars[0].aval.shape
@@ -87,6 +93,21 @@ def matmul_flops(jaxpr: Any) -> float:
     else:
       total += sum(counts) * (eqn.params.get('length', 1) if eqn.primitive.name == 'scan' else 1)
   return total
+
+
+#: cuDNN's fused attention primitives (and their ``_wrapper`` and fp8 forms) start with this.
+_CUDNN_ATTENTION = 'dot_product_attention_'
+
+
+def _attention_flops(eqn: Any) -> float:
+  """Matmul FLOPs of one cuDNN attention equation: its query is ``[B, T, N, H]`` (or ``[B, N,
+  T, H]``, ``layout`` BNTH = 1), its key has S positions; forward 4·B·N·T·S·H, backward
+  twice that."""
+  query, key = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+  layout = eqn.params.get('layout')
+  seq_axis = 2 if getattr(layout, 'value', layout) == 1 else 1
+  forward = 4.0 * math.prod(query) * key[seq_axis]
+  return 2 * forward if 'bwd' in eqn.primitive.name else forward
 
 
 def _jaxprs(value: Any) -> list:
