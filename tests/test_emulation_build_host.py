@@ -21,6 +21,8 @@ class Board:
     self.values[key] = value
 
   def get(self, key):
+    if '/ready/' in key:  # the other workers are ready to time
+      return True
     return self.values[key]
 
 
@@ -114,3 +116,34 @@ def test_bad_calibrations_are_config_errors(kwargs, needle):
     Calibration(line, **kwargs)
   with pytest.raises(ConfigError, match='a calibration size must be a number > 0, got 0'):
     build_host(TRACE, 0, 1, calibration=Calibration(line, (0,)))
+
+
+def test_workers_warm_every_size_then_meet_before_timing():
+  """Each size runs once untimed (compiling), the worker says it is ready, and it times only
+  once every worker is: all of them calibrate under the same contention."""
+  events = []
+
+  class Recording(Board):
+    def set(self, key, value):
+      events.append(('set', key))
+      super().set(key, value)
+
+    def get(self, key):
+      events.append(('get', key))
+      return super().get(key)
+
+  def measure(rows):
+    events.append(('measure', rows))
+    return line(rows)
+
+  board = Recording({1: [1e-4, 1e-3, True, 1e-2], 2: [1e-4, 1e-3, True, 1e-2]})
+  build_host(TRACE, 0, 3, calibration=Calibration(measure, (10, 40), repeats=2), board=board)
+  ready = events.index(('set', 'calibrate/ready/0'))
+  assert events[:ready] == [('measure', 10), ('measure', 40)]
+  assert events[ready + 1:ready + 4] == [('get', f'calibrate/ready/{w}') for w in range(3)]
+  timed = [e for e in events[ready + 4:] if e[0] == 'measure']
+  assert sorted(r for _, r in timed) == [10, 10, 40, 40]
+  # Alone, nothing to wait for: no warm-up either (the calibration compiles as before).
+  events.clear()
+  build_host(TRACE, 0, 3, calibration=Calibration(measure, (10, 40), repeats=2))
+  assert len(events) == 4

@@ -150,3 +150,17 @@ def test_a_timed_profile_times_each_submodel_on_the_device():
     assert t.seconds_per_example >= 0 and t.seconds_per_step >= 0
     assert 0 < t.timed_seconds(8) < 1.0
   assert timed[1].timed_seconds(8) == timed[2].timed_seconds(8)
+
+
+def test_a_state_that_cannot_be_made_up_is_a_config_error():
+  from hetjax.planner._profile_timing import filled
+
+  keys = {'rng': jax.eval_shape(lambda: jax.random.key(0))}
+  with pytest.raises(ConfigError, match='cannot time the sub-models: their state holds a '
+                                        r'key<fry> array of shape \(\)'):
+    filled(keys, jax.devices()[0], np.random.default_rng(0))
+  made = filled({'w': jax.ShapeDtypeStruct((2, 3), np.float32),
+                 'n': jax.ShapeDtypeStruct((), np.int32)}, jax.devices()[0],
+                np.random.default_rng(0))
+  assert made['w'].shape == (2, 3) and 0 < float(np.abs(made['w']).max()) < 1
+  assert int(made['n']) == 0

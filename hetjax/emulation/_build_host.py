@@ -4,7 +4,8 @@ computation with the one `MARGIN`), agreed across the job's workers, as a `Known
 Every worker of a job runs as a host of the same base speed, slowed by its row of the trace, so
 a host's cost must be one number for all: each worker times its real step, publishes its cost,
 and every worker takes the largest (the slowest worker's compute must fit under its host's time
-too). A cost per row given (``row_s``, the config's ``emulation.host_row_s``) skips all of it.
+too). The workers time together: each runs every size once untimed (compiles), then waits for
+all the others on the board before its timed runs. A cost per row given (``row_s``, the config's ``emulation.host_row_s``) skips all of it.
 
 What is timed depends on the program; `Calibration` says how:
 
@@ -111,6 +112,8 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
     return KnownSpeedHost(trace, worker, row_s, 0.0, speed=speed)
   if calibration is None:
     raise ConfigError('an emulated host needs a cost per row (host_row_s) or a calibration')
+  if board is not None and workers > 1:
+    _start_together(calibration, worker, workers, board, key)
   cost = _calibrate(calibration, worker, attempts, say)
   mine = [cost.row_s * speed, cost.fixed_s, cost.resolved, cost.per_row_s * speed]
   every = [mine]
@@ -128,6 +131,20 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
         f'{1e3 * row:.3g} ms a row, nothing fixed (the slowest step over its fewest rows, with '
         'the margin); emulation.host_row_s sets it')
   return KnownSpeedHost(trace, worker, row, 0.0, speed=speed)
+
+
+def _start_together(calibration: Calibration, worker: int, workers: int, board: Board,
+                    key: str) -> None:
+  """Runs every size once, untimed (its compile, its buffers' first touch), then waits until
+  every worker has: the timings that follow carry the contention of all workers computing at
+  once, which the run will have. Without it a worker still compiling left the others a
+  quieter machine: one `make demo` in four calibrated its hosts up to 11x apart in time and
+  overran them (BUILD_NOTES, sixth session)."""
+  for size in calibration.sizes:
+    calibration.measure(size)
+  board.set(f'{key}/ready/{worker}', True)
+  for w in range(workers):
+    board.get(f'{key}/ready/{w}')
 
 
 def _calibrate(calibration: Calibration, worker: int, attempts: int,

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hetjax._errors import ConfigError
+
 ROUNDS = 5  # timing rounds per sub-model; the median is kept
 CALLS = 5  # back-to-back calls per round
 
@@ -42,16 +44,19 @@ def filled(abstract: Any, device: jax.Device, rng: np.random.Generator) -> Any:
   (integer counters, booleans).
 
   Raises:
-    ValueError: for a leaf that cannot be made on the host (a PRNG key array).
+    ConfigError: for a leaf that cannot be made on the host (a PRNG key array in the model's
+      state): such a model's sub-models cannot be timed.
   """
   def one(x):
-    dtype = jnp.dtype(x.dtype)
+    dtype = x.dtype
     if jnp.issubdtype(dtype, jnp.inexact):
       value = np.asarray(0.02 * rng.standard_normal(x.shape), dtype)
     elif jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_):
       value = np.zeros(x.shape, dtype)
     else:
-      raise ValueError(f'cannot fill a {dtype} array of shape {x.shape} from the host')
+      raise ConfigError(f'cannot time the sub-models: their state holds a {dtype} array of '
+                        f'shape {x.shape}, which cannot be made up on the host (profile them '
+                        'without timing: --profile=analysed)')
     return jax.device_put(value, device)
   return jax.tree.map(one, abstract)
 
