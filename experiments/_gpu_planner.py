@@ -33,9 +33,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
-import statistics
-import time
 from typing import Any
 
 import jax
@@ -44,6 +41,7 @@ import numpy as np
 import optax
 
 from hetjax import models, planner
+from hetjax.runtime import seconds_per_call
 
 GOAL = 0.25  # predicted within this fraction of measured
 
@@ -161,7 +159,7 @@ def _step_seconds(plan: planner.Plan, task, batch: int, devices: list, rounds: i
       state[0], metrics = program(state[0], b)
     return metrics
 
-  return _median_seconds(steps, (), rounds, 1) / calls
+  return seconds_per_call(steps, (), rounds, 1) / calls
 
 
 def _zeros(x: jax.ShapeDtypeStruct) -> np.ndarray:
@@ -173,20 +171,3 @@ def _values(x: jax.ShapeDtypeStruct, rng: np.random.Generator) -> np.ndarray:
   if not jnp.issubdtype(x.dtype, jnp.inexact):
     raise ValueError(f'cannot fill a {x.dtype} array of shape {x.shape} with made-up values')
   return np.asarray(0.02 * rng.standard_normal(x.shape), x.dtype)
-
-
-def _median_seconds(fn, args: tuple, rounds: int, calls: int) -> float:
-  """Median over ``rounds`` of the seconds per call of ``calls`` back-to-back calls of
-  ``fn(*args)``, waited for at the end, after one untimed call (compiling, first touch)."""
-  jax.block_until_ready(fn(*args))
-  samples = []
-  for _ in range(rounds):
-    start = time.perf_counter()
-    for _ in range(calls):
-      out = fn(*args)
-    jax.block_until_ready(out)
-    samples.append((time.perf_counter() - start) / calls)
-  seconds = statistics.median(samples)
-  if not (math.isfinite(seconds) and seconds > 0):
-    raise RuntimeError(f'a timing of {seconds} s: the clock or the device misbehaved')
-  return seconds

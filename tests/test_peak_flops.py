@@ -58,3 +58,16 @@ def test_a_dtype_that_is_not_floating_is_one_config_error(dtype):
 def test_a_size_that_is_not_positive_is_one_config_error():
   with pytest.raises(ConfigError, match='size and repeats must be positive'):
     runtime.measure_peak_flops(size=0)
+
+
+def test_seconds_per_call_times_back_to_back_calls_after_one_untimed():
+  from hetjax.runtime import seconds_per_call
+
+  calls = []
+
+  def fn(x):
+    calls.append(x)
+    return jax.numpy.asarray(x)
+
+  seconds = seconds_per_call(fn, (3.0,), rounds=4, calls=2)
+  assert len(calls) == 1 + 4 * 2 and 0 < seconds < 1

@@ -51,6 +51,7 @@ from hetjax._errors import ConfigError
 from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.runtime._calibrate import seconds_per_call
 from hetjax.train import HasSubmodels, Task, program_flops
 
 _COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}
@@ -298,7 +299,7 @@ def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any, cache: dic
   if values is not None:
     fill = functools.partial(_profile_timing.filled, device=jax.devices()[0],
                              rng=np.random.default_rng(0))
-    seconds = _profile_timing.seconds_per_call(
+    seconds = seconds_per_call(
         compiled, (fill(params), fill(rest), jax.tree.leaves(values), fill(outputs)))
   # XLA's count of the lowered program, or its matmuls' where XLA counted fewer (module
   # docstring); a backend with no analysis of lowered programs falls back to the compiled count.

@@ -16,16 +16,12 @@ the task's loss is run once, jitted, on a real batch, with parameters filled fro
 (`filled`: small normals; a step's time does not depend on the values), and every sub-model's
 arguments are taken from it (token ids in range, activations of the right scale). One untimed
 call compiles and touches the buffers; then the median over ``rounds`` of ``calls`` back-to-back
-calls, waited for at the end, per call (`seconds_per_call`): back-to-back, as a step issues its
-sub-models, so that a call's dispatch overlaps the previous one's work.
+calls, waited for at the end, per call (`hetjax.runtime.seconds_per_call`): back-to-back, as a
+step issues its sub-models, so that a call's dispatch overlaps the previous one's work.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -33,9 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax._errors import ConfigError
-
-ROUNDS = 5  # timing rounds per sub-model; the median is kept
-CALLS = 5  # back-to-back calls per round
 
 
 def filled(abstract: Any, device: jax.Device, rng: np.random.Generator) -> Any:
@@ -59,28 +52,6 @@ def filled(abstract: Any, device: jax.Device, rng: np.random.Generator) -> Any:
                         'without timing: --profile=analysed)')
     return jax.device_put(value, device)
   return jax.tree.map(one, abstract)
-
-
-def seconds_per_call(fn: Callable[..., Any], args: tuple, rounds: int = ROUNDS,
-                     calls: int = CALLS) -> float:
-  """Median over ``rounds`` of the seconds per call of ``calls`` back-to-back calls of
-  ``fn(*args)``, after one untimed call (module docstring).
-
-  Raises:
-    RuntimeError: if a timing is not a positive finite number (the clock misbehaved).
-  """
-  jax.block_until_ready(fn(*args))
-  samples = []
-  for _ in range(rounds):
-    start = time.perf_counter()
-    for _ in range(calls):
-      out = fn(*args)
-    jax.block_until_ready(out)
-    samples.append((time.perf_counter() - start) / calls)
-  seconds = statistics.median(samples)
-  if not (math.isfinite(seconds) and seconds > 0):
-    raise RuntimeError(f'a sub-model timed at {seconds} s: the clock or the device misbehaved')
-  return seconds
 
 
 def fit_line(batch: int, seconds: float, doubled_seconds: float) -> tuple[float, float]:

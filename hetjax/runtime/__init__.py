@@ -7,6 +7,7 @@ slowdown traces from `hetjax.emulation`; the virtual clock is `hetjax.simulation
 from hetjax.runtime._cache import enable_compilation_cache as enable_compilation_cache
 from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
 from hetjax.runtime._calibrate import fit_allreduce as fit_allreduce
+from hetjax.runtime._calibrate import seconds_per_call as seconds_per_call
 from hetjax.runtime._calibrate import time_allreduce as time_allreduce
 from hetjax.runtime._discovery import Cluster as Cluster
 from hetjax.runtime._discovery import WorkerInfo as WorkerInfo
@@ -60,6 +61,7 @@ __all__ = [
     'proc_stat',
     'restart_attempt',
     'restart_cause',
+    'seconds_per_call',
     'split_collective',
     'time_allreduce',
 ]

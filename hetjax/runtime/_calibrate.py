@@ -64,6 +64,28 @@ def median_seconds(fn, arg, repeats: int = 10) -> float:
   return float(np.median(times))
 
 
+def seconds_per_call(fn, args: tuple, rounds: int = 5, calls: int = 5) -> float:
+  """Median over ``rounds`` of the seconds per call of ``calls`` back-to-back calls of
+  ``fn(*args)``, waited for at the end, after one untimed call (compile, first touch): calls
+  issued as a step issues its programs, one's dispatch overlapping the last one's work.
+
+  Raises:
+    RuntimeError: if a timing is not a positive finite number (the clock misbehaved).
+  """
+  jax.block_until_ready(fn(*args))
+  samples = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    for _ in range(calls):
+      out = fn(*args)
+    jax.block_until_ready(out)
+    samples.append((time.perf_counter() - start) / calls)
+  seconds = float(np.median(samples))
+  if not (np.isfinite(seconds) and seconds > 0):
+    raise RuntimeError(f'a timing of {seconds} s: the clock or the device misbehaved')
+  return seconds
+
+
 def _stacked_ones(mesh: Mesh, axis: str, floats: int) -> jax.Array:
   n = mesh.shape[axis]
   sharding = NamedSharding(mesh, PartitionSpec(axis))
