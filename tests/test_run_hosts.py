@@ -60,6 +60,7 @@ def test_a_replica_host_is_its_timed_step_over_its_rows(monkeypatch):
   monkeypatch.setattr(_replicas, 'time_step', lambda d: 0.03)
   ctx, channel = runtime.WorkerContext(1, 2, None), runtime.LocalChannel()
   channel.set('calibrate/0', [0.5 * MARGIN * 0.03 / 8, 0.0, True, 0.0])  # worker 0: faster
+  channel.set('calibrate/ready/0', True)  # … and ready to time when worker 1 is
   host = _replicas.replica_host(ctx, driver, TRACE, channel)
   assert (host.row_s, host.fixed_s, host.worker) == (0.03 * MARGIN / 8, 0.0, 1)
   assert _replicas.replica_host(ctx, driver, TRACE, None, host_row_s=2e-3).row_s == 2e-3
@@ -71,6 +72,7 @@ def test_a_ps_worker_host_is_its_timed_share_and_the_slowest_wins():
   role = types.SimpleNamespace(index=0, workers=2)
   channel = runtime.LocalChannel()
   channel.set('ps-host/1', [1e-2, 0.0, True, 1e-2])
+  channel.set('ps-host/ready/1', True)
   host = _ps_run._host(config, runtime.WorkerContext(0, 2, None), role, worker, None, channel)
   assert channel.get('ps-host/0')[0] == MARGIN * 0.02 / 4 and host.row_s == 1e-2
   plain = run.override(config, ['slowdown='])
