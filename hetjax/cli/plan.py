@@ -22,10 +22,11 @@ cluster the planner sees is then the emulated one. Each sub-model may run on all
 the k fastest (k dividing the worker count), and the plan printed says, per sub-model, what
 every other group would have cost (`hetjax.planner.explain`).
 
-Sub-model costs come from XLA's analyses of each sub-model compiled alone (``--profile=timed``:
-their compute from each one's forward + backward timed on this job's first device, scaled to
-each worker's speed; what a GPU needs, where FLOP and byte counts miss kernel launches and
-unoverlapped memory traffic); with
+Sub-model costs come from XLA's analyses of each sub-model compiled alone (``--profile=timed``,
+the default on a GPU or TPU: their compute from each one's forward + backward timed on this
+job's first device, scaled to each worker's speed; FLOP and byte counts miss a GPU's kernel
+launches and memory traffic that does not overlap compute: an H200's step was 7.56x off with
+them, 1.03 timed); with
 ``--cost=compiled`` (the default) FSDP options are priced from each sub-model's FSDP step
 compiled on this job's devices and its optimizer update timed there
 (`hetjax.planner.CompiledCost`: its measurements describe this machine, not a ``--cluster``
@@ -35,6 +36,7 @@ or whose degrees do not multiply to the device count) prints one line and exits 
 
 from __future__ import annotations
 
+import jax
 from absl import flags
 
 from hetjax import ConfigError, configs, planner, run
@@ -58,10 +60,11 @@ _SLOWDOWN = flags.DEFINE_string('slowdown', None,
                                 'static:F0,F1,…: worker i\'s devices are Fi times slower')
 _MICRO = flags.DEFINE_integer('micro_batches', 1, 'micro-batches per step when the plan trains '
                               'as stages (a group must split their rows evenly)')
-_PROFILE = flags.DEFINE_enum('profile', 'analysed', ['analysed', 'timed'],
+_PROFILE = flags.DEFINE_enum('profile', 'auto', ['auto', 'analysed', 'timed'],
                              'analysed: each sub-model\'s compute priced from XLA\'s FLOP and '
                              'byte counts (a roofline); timed: its forward + backward timed on '
-                             'this job\'s first device (hetjax.planner.profile_submodels)')
+                             'this job\'s first device (hetjax.planner.profile_submodels); '
+                             'auto: timed on a GPU or TPU, analysed on a CPU')
 _COST = flags.DEFINE_enum('cost', 'compiled', ['compiled', 'analytic'],
                           'compiled: FSDP options priced from each sub-model\'s compiled step and '
                           'its update timed on this job\'s devices (hetjax.planner.CompiledCost); '
@@ -121,7 +124,9 @@ def plan_from_flags() -> planner.Plan:
     raise ConfigError(f'model {config.model.name!r} does not name its sub-models: give its model a '
                       'submodels() method returning {name: nnx.Module} in forward order '
                       '(hetjax.train.HasSubmodels), and the planner can place each part')
-  profiles = planner.profile_submodels(task, timed=_PROFILE.value == 'timed')
+  timed = _PROFILE.value == 'timed' or (_PROFILE.value == 'auto'
+                                         and jax.default_backend() != 'cpu')
+  profiles = planner.profile_submodels(task, timed=timed)
   cap = _MEMORY_CAP.value
   cost = planner.CompiledCost(task) if _COST.value == 'compiled' else planner.AnalyticCost()
   if _PLAN.value:
