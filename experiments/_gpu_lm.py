@@ -216,11 +216,11 @@ def _planner_memory(task, batch: int) -> float:
   return float(sum(sub.memory_bytes for sub in plan.submodels))
 
 
-def run(quick: bool) -> Iterator[dict]:
-  """The part's rows, each yielded as soon as it is measured (the check writes them at once,
-  so a run cut short keeps them): hetjax vs plain for the first variant, the largest batch,
-  then the other variants (the goals' numbers first). Each row says how many seconds its
-  measurement took (``seconds``: compiles included)."""
+def run(quick: bool) -> Iterator[dict | list[dict]]:
+  """The part's rows, yielded as soon as they are measured (the check writes them at once, so
+  a run cut short keeps them): hetjax's and the plain loop's rows of the first variant (a list:
+  measured together), the largest batch, then the other variants (the goals' numbers first).
+  Each row says how many seconds its measurement took (``seconds``: compiles included)."""
   s = sizes(quick)
   peak, source = peak_flops(None, 'bfloat16', jax.devices()[0])
   compared, seen = 0, set()
@@ -231,10 +231,10 @@ def run(quick: bool) -> Iterator[dict]:
       seen.add((implementation, remat))
       start = time.perf_counter()
       try:
-        for row in _compare(s.model, implementation, remat, s, peak):
-          compared += 1
-          yield {**row, 'peak_flops': peak, 'peak_source': source,
-                 'seconds': time.perf_counter() - start}
+        pair = _compare(s.model, implementation, remat, s, peak)
+        compared += 1
+        yield [{**row, 'peak_flops': peak, 'peak_source': source,
+                'seconds': time.perf_counter() - start} for row in pair]  # measured together
       except Exception as e:  # recorded as a row: the other variants still run
         yield {'part': 'lm', 'kind': 'failed', 'attention': attention, 'remat': remat,
                'error': _error(e), 'seconds': time.perf_counter() - start}

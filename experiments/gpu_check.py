@@ -257,16 +257,18 @@ def _run_parts(parts: list[str], quick: bool, out: pathlib.Path, report: dict,
     cut = False
     try:
       run, markdown = _part(name)
-      # A part may yield its rows one by one (the lm part does): each is written at once, so a
-      # part that is killed keeps what it measured, and the budget stops it between rows.
+      # A part may yield its rows as it measures them (the lm part does: a row, or a list of
+      # rows measured together): each is written at once, so a part that is killed keeps what
+      # it measured, and the budget stops it between two.
       produced = run(quick)
-      for row in produced:
-        rows.append(row)
+      for item in produced:
+        for row in item if isinstance(item, list) else [item]:
+          rows.append(row)
+          print(f'({name}: {_progress(row)} after {time.perf_counter() - began:.0f} s)',
+                flush=True)
         report['parts'][name] = {'rows': rows, 'partial': True,
                                  'seconds': time.perf_counter() - began}
         _write(out, report, lines)
-        print(f'({name}: {_progress(row)} after {time.perf_counter() - began:.0f} s)',
-              flush=True)
         if time.perf_counter() > deadline and hasattr(produced, 'close'):
           produced.close()  # what it had left to measure is not run
           cut = True

@@ -168,14 +168,16 @@ def test_bad_input_is_one_line(args, message, tmp_path):
 
 @pytest.mark.slow
 def test_the_budget_stops_a_part_between_rows_and_skips_the_rest(tmp_path):
-  """With the budget spent during the lm part's first row, the part keeps that row and stops;
-  the parts after it are listed as not run; the exit is 0 (the budget is the check's plan)."""
+  """With the budget spent during the lm part's first measurement (hetjax's and the plain
+  loop's rows, yielded together), the part keeps both rows and stops; the parts after it are
+  listed as not run; the exit is 0 (the budget is the check's plan)."""
   result = subprocess.run([sys.executable, str(SCRIPT), '--platform=cpu', '--quick',
                            '--parts=lm,device', '--budget_s=0.5', f'--out={tmp_path}'],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   parts = json.loads((tmp_path / 'gpu_check.json').read_text())['parts']
-  assert len(parts['lm']['rows']) == 1 and 'budget of 0.5 s' in parts['lm']['cut']
+  assert [r['side'] for r in parts['lm']['rows']] == ['hetjax', 'plain']
+  assert 'budget of 0.5 s' in parts['lm']['cut']
   assert parts['device'] == {'rows': [], 'not_run': 'the budget of 0.5 s was spent',
                              'seconds': 0.0}
   markdown = (tmp_path / 'gpu_check.md').read_text()
