@@ -132,7 +132,8 @@ def program_flops(traced: Any) -> float:
 
 def step_flops(trainer: Trainer) -> float:
   """FLOPs of one whole SPMD step of ``trainer`` (every device's part together): XLA's count
-  for one device (`compiled_flops` of `Trainer.compile_step`) times the mesh's devices.
+  for one device (`compiled_flops` of `Trainer.compile_step`) times the mesh's devices, or the
+  step's matmuls (`matmul_flops`) where that is fewer (a GPU's count misses them).
 
   It compiles the step ahead of time (abstract state: nothing is allocated), once more than the
   run itself does unless the persistent compilation cache holds it. Other modes run the same
@@ -153,7 +154,9 @@ def step_flops(trainer: Trainer) -> float:
   if not isinstance(trainer, Trainer):
     raise ConfigError(f'step_flops counts the step of a Trainer (SPMD), got '
                       f'{type(trainer).__name__}: count its task with a one-device Trainer')
-  return compiled_flops(trainer.compile_step()) * trainer.mesh.devices.size
+  counted = compiled_flops(trainer.compile_step()) * trainer.mesh.devices.size
+  # A GPU's compiled program hides its matmuls in cuBLAS calls (`program_flops`): at least those.
+  return max(counted, matmul_flops(trainer.trace_step().jaxpr))
 
 
 def flops_ratio(xla_flops: float, analytic_flops: float) -> float:
