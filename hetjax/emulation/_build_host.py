@@ -5,7 +5,8 @@ Every worker of a job runs as a host of the same base speed, slowed by its row o
 a host's cost must be one number for all: each worker times its real step, publishes its cost,
 and every worker takes the largest (the slowest worker's compute must fit under its host's time
 too). The workers time together: each runs every size once untimed (compiles), then waits for
-all the others on the board before its timed runs. A cost per row given (``row_s``, the config's ``emulation.host_row_s``) skips all of it.
+all the others on the board before its timed runs. A cost per row given (``row_s``, the
+config's ``emulation.host_row_s``) skips all of it.
 
 What is timed depends on the program; `Calibration` says how:
 

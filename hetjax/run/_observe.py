@@ -4,9 +4,9 @@ TensorBoard, assembled from the config for the runner (`hetjax.run.train`) in ev
 MFU divides the model FLOPs of a step by its time and the peak FLOP/s of the devices it runs
 on. The FLOPs are XLA's count of the task's step lowered on one device for a few rows (or its
 matmuls', where XLA counted fewer, as on a GPU: `hetjax.train.program_flops`), scaled to the
-global batch: the same count whatever the mode, so a
-shares, tokens, pipeline or ps run's MFU compares with an SPMD run's (each device's part of a
-partitioned program would count the collectives' and replicated updates' extra work instead).
+global batch: the same count whatever the mode, so a shares, tokens, pipeline or ps run's MFU
+compares with an SPMD run's (each device's part of a partitioned program would count the
+collectives' and replicated updates' extra work instead).
 The peak is ``logging.peak_flops`` per device, else measured once by a matmul in the compute
 dtype (`hetjax.runtime.peak_flops`), times the job's devices.
 """
