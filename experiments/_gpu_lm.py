@@ -143,9 +143,10 @@ def _compare(args: dict, implementation: str, remat: str, s: Sizes, peak: float)
   model_flops = gpt.flops_per_token(args) * tokens
   datasheet = datasheet_peak(jax.devices()[0].device_kind)
   rows = []
-  for side, traced in (('hetjax', sides.hetjax_traced), ('plain', sides.plain_traced)):
+  for side, traced, lowered in (('hetjax', sides.hetjax_traced, sides.hetjax_lowered),
+                                 ('plain', sides.plain_traced, sides.plain_lowered)):
     step_s = statistics.median(times[side]) / s.steps
-    flops = program_flops(traced)
+    flops = program_flops(traced, lowered)
     rows.append({'part': 'lm', 'kind': 'compare', 'attention': implementation,
                  'remat': remat, 'side': side,
                  'batch': s.batch, 'seq_len': args['seq_len'], 'step_s': step_s,

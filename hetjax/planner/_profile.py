@@ -303,7 +303,7 @@ def _analyse(module: nnx.Module, args: tuple, kwargs: dict, out: Any, cache: dic
         compiled, (fill(params), fill(rest), jax.tree.leaves(values), fill(outputs)))
   # XLA's count of the lowered program, or its matmuls' where XLA counted fewer (module
   # docstring); a backend with no analysis of lowered programs falls back to the compiled count.
-  flops = program_flops(traced) or float(cost['flops'])
+  flops = program_flops(traced, lowered) or float(cost['flops'])
   cache[key] = _Analysis(flops, float(cost['bytes accessed']), float(memory.temp_size_in_bytes),
                          seconds)
   return cache[key]

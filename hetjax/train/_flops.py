@@ -116,9 +116,10 @@ def _jaxprs(value: Any) -> list:
   return [v for v in items if hasattr(getattr(v, 'jaxpr', v), 'eqns')]
 
 
-def program_flops(traced: Any) -> float:
+def program_flops(traced: Any, lowered: Any = None) -> float:
   """FLOPs of a traced program (`jax.stages.Traced`): XLA's count of its lowered HLO
-  (`compiled_flops`), or its matmuls' (`matmul_flops`) where XLA counted fewer. On a GPU XLA's
+  (`compiled_flops`; ``lowered``, ``traced.lower()``, when the caller has it already, else it is
+  lowered here), or its matmuls' (`matmul_flops`) where XLA counted fewer. On a GPU XLA's
   analysis misses matmuls: an H200 counted 55.5 GFLOP for a transformer block whose matmuls do
   about 773 (jax#22249 shows the same for a dense layer). Where XLA counts them (a CPU), its
   count is the larger: the matmuls plus the elementwise work.
@@ -127,7 +128,8 @@ def program_flops(traced: Any) -> float:
 
     program_flops(trainer.trace_step())   # what hetjax's MFU counter divides by
   """
-  return max(compiled_flops(traced.lower()), matmul_flops(traced.jaxpr))
+  lowered = traced.lower() if lowered is None else lowered
+  return max(compiled_flops(lowered), matmul_flops(traced.jaxpr))
 
 
 def step_flops(trainer: Trainer) -> float:
