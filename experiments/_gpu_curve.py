@@ -8,8 +8,8 @@ within 10%). It then asks the fit what LB-BSP would do with this device beside o
 speed (the same curve, every coefficient doubled): `finish_time_shares` of the largest batch
 that fit, against the split in proportion to speed (2:1), which mis-splits a flat curve.
 
-What is measured and what is modelled: the step times (``step_s``, the median of several
-training steps after an untimed compile) are measured; the fit, its errors against the measured
+What is measured and what is modelled: the step times (``step_s``: after an untimed compile,
+the median over blocks of training steps dispatched back to back) are measured; the fit, its errors against the measured
 times, the shares and every predicted time come from the fit, and the half-speed device is
 assumed, not run. Each row's ``measured`` and ``modelled`` lists name the fields.
 
@@ -19,6 +19,7 @@ assumed, not run. Each row's ``measured`` and ``modelled`` lists name the fields
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import statistics
@@ -57,10 +58,13 @@ FULL_MODELS = {
 FULL_SIZES = {'mlp': tuple(2**k for k in range(13)), 'gpt': tuple(2**k for k in range(10))}
 
 # Keeps the full part near 90 s on an H100: a size's timed steps take about TIMED_S, no more
-# sizes once a step takes MAX_STEP_S or a model has used BUDGET_S (compiles included). Up to 41
-# steps a size: with 9, an H200's 1-ms mlp steps gave medians 23% off the fitted line at batch 1
-# (0.95 ms, against 1.25 at batch 2), one step's host wait being that noisy.
-TIMED_S, MIN_REPS, MAX_REPS = 0.5, 3, 41
+# sizes once a step takes MAX_STEP_S or a model has used BUDGET_S (compiles included). Steps are
+# timed in blocks of up to MAX_BLOCK, dispatched back to back and waited for once, the block's
+# time divided by its steps; the median of MIN_REPS … MAX_REPS blocks. Timed one step at a time
+# (the seventh session's H200 run, 41 steps a size), the mlp's 1-ms steps each paid a host wait:
+# medians 0.95 ms at batch 1, 1.25 at 2, 1.11 at 8, 23% off the fitted line where the sixth
+# session's run had them flat within 4%.
+TIMED_S, MIN_REPS, MAX_REPS, MAX_BLOCK = 0.5, 3, 41, 8
 MAX_STEP_S, BUDGET_S = 2.0, 35.0
 
 
@@ -76,14 +80,14 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
 
   One `Trainer` on a 1x1 mesh of the first device (data-parallel rules); its jitted step is
   traced again for each batch shape. A size's first step (compile and run) is untimed, then
-  ``MIN_REPS`` … ``MAX_REPS`` steps (about ``TIMED_S`` in all) are timed one by one, each
-  waited for with `jax.block_until_ready`, on a batch already on the device. The ladder stops
+  ``MIN_REPS`` … ``MAX_REPS`` blocks of steps (about ``TIMED_S`` in all) are timed, on a
+  batch already on the device. The ladder stops
   at the first size that runs out of device memory (recorded, not raised), once a step takes
   ``MAX_STEP_S``, or once ``budget_s`` is spent (the full run's is `BUDGET_S` a model).
 
   Returns:
-    ``{'batch_sizes', 'step_s', 'reps', 'first_step_s', 'stopped', 'stopped_at'}``: the sizes
-    that ran and their medians, and why (``'out of memory'``, ``'step time'``, ``'budget'``,
+    ``{'batch_sizes', 'step_s', 'reps', 'block_steps', 'first_step_s', 'stopped',
+    'stopped_at'}``: the sizes that ran, their medians, the blocks timed and their steps, and why (``'out of memory'``, ``'step time'``, ``'budget'``,
     or None) the ladder ended before its last size.
   """
   start = time.perf_counter()
@@ -91,8 +95,8 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
   task = make_task(name, **kwargs)
   trainer = Trainer(task, optax.adam(1e-3), sizes[0], mesh, Strategy.DATA_PARALLEL.rules())
   state = trainer.init_state()
-  out = {'batch_sizes': [], 'step_s': [], 'reps': [], 'first_step_s': [], 'stopped': None,
-         'stopped_at': None}
+  out = {'batch_sizes': [], 'step_s': [], 'reps': [], 'block_steps': [], 'first_step_s': [],
+         'stopped': None, 'stopped_at': None}
   batch = None
   for i, size in enumerate(sizes):
     try:
@@ -100,11 +104,15 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
       t0 = time.perf_counter()
       state = jax.block_until_ready(trainer.train_step(state, batch))[0]  # compiles
       first = time.perf_counter() - t0
-      times = []
-      while len(times) < MIN_REPS or (len(times) < MAX_REPS and sum(times) < TIMED_S):
+      block = _block_steps(trainer, state, batch)
+      state, times = block.state, []
+      while len(times) < MIN_REPS or (len(times) < MAX_REPS
+                                      and sum(times) * block.steps < TIMED_S):
         t0 = time.perf_counter()
-        state = jax.block_until_ready(trainer.train_step(state, batch))[0]
-        times.append(time.perf_counter() - t0)
+        for _ in range(block.steps):  # dispatched back to back: one wait a block
+          state = trainer.train_step(state, batch)[0]
+        jax.block_until_ready(state)
+        times.append((time.perf_counter() - t0) / block.steps)
     except jax.errors.JaxRuntimeError as err:
       if not is_out_of_memory(err):
         raise
@@ -112,7 +120,7 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
       break  # the donated state may be gone, and larger sizes need more memory still
     step_s = statistics.median(times)
     for key, value in (('batch_sizes', size), ('step_s', step_s), ('reps', len(times)),
-                       ('first_step_s', first)):
+                       ('block_steps', block.steps), ('first_step_s', first)):
       out[key].append(value)
     if size != sizes[-1] and (step_s >= MAX_STEP_S or time.perf_counter() - start > budget_s):
       out['stopped'] = 'step time' if step_s >= MAX_STEP_S else 'budget'
@@ -121,6 +129,23 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
   del state, trainer, batch
   gc.collect()  # this model's buffers go before the next model's are made
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+  """How many steps a timed block runs, and the state after the one step timed to decide."""
+
+  steps: int
+  state: Any
+
+
+def _block_steps(trainer: Trainer, state: Any, batch: Any) -> _Block:
+  """One step timed alone (waited for), and the block size it implies: steps enough for a
+  tenth of ``TIMED_S``, 1 … ``MAX_BLOCK``."""
+  t0 = time.perf_counter()
+  state = jax.block_until_ready(trainer.train_step(state, batch))[0]
+  one = time.perf_counter() - t0
+  return _Block(int(min(MAX_BLOCK, max(1, TIMED_S / 10 // max(one, 1e-9)))), state)
 
 
 def curve_row(name: str, kwargs: Mapping[str, Any], ladder: Mapping[str, Any]) -> dict:
@@ -134,7 +159,7 @@ def curve_row(name: str, kwargs: Mapping[str, Any], ladder: Mapping[str, Any]) -
   xs, ts = np.array(ladder['batch_sizes'], float), np.array(ladder['step_s'])
   row = {'part': PART, 'model': name, 'config': dict(kwargs), **ladder}
   if len(xs) < 2:
-    return {**row, 'measured': ['batch_sizes', 'step_s', 'reps', 'first_step_s'],
+    return {**row, 'measured': ['batch_sizes', 'step_s', 'reps', 'block_steps', 'first_step_s'],
             'modelled': [], 'fit_max_rel_err': math.nan}
   fit = fit_time_model(xs, ts)
   fitted = fit.time(xs)
@@ -157,7 +182,7 @@ def curve_row(name: str, kwargs: Mapping[str, Any], ladder: Mapping[str, Any]) -
       'proportional_shares': proportional.tolist(), 'proportional_share_s': prop_s,
       'proportional_finish_s': max(prop_s),
       'speedup_vs_proportional': max(prop_s) / max(share_s),
-      'measured': ['batch_sizes', 'step_s', 'reps', 'first_step_s'],
+      'measured': ['batch_sizes', 'step_s', 'reps', 'block_steps', 'first_step_s'],
       'modelled': ['fit_floor_s', 'fit_intercept_s', 'fit_slope_s', 'fit_s', 'fit_max_rel_err',
                    'fit_mean_rel_err', 'shares', 'share_s', 'finish_s', 'proportional_shares',
                    'proportional_share_s',
@@ -195,7 +220,8 @@ def markdown(rows: list[dict]) -> list[str]:
     return [*lines, 'no rows']
   r0 = rows[0]
   lines += [f'{r0["device"]} ({r0["platform"]}); training step (forward, backward, Adam) on '
-            'one device, median of the timed steps after an untimed compile. Measured:', '']
+            'one device, after an untimed compile; per step, the median over blocks of steps '
+            'dispatched back to back, each block waited for once. Measured:', '']
   sizes = sorted({x for r in rows for x in r['batch_sizes']} |
                  {r['stopped_at'] for r in rows if r['stopped_at']})
   lines += ['| model | ' + ' | '.join(f'{x}' for x in sizes) + ' |',
