@@ -77,7 +77,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
       ``seconds_per_example`` and ``seconds_per_step``, and the cost model prices their compute
       from those times (`hetjax.planner.AnalyticCost`). The programs are then compiled at
       XLA's default options (the times are those of the code a step runs), each once, analysed
-      and timed.
+      and timed; the loss's whole gradient is timed once more, as one program, to find what a
+      program call costs (``call_seconds``: the step pays it once, not once a sub-model).
 
   Returns:
     One `SubmodelProfile` per sub-model, in the order of ``submodels()``.
@@ -100,7 +101,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
   doubled, doubled_inputs = _record_calls(
       task, model, task.data.global_batch(seed, 0, 2 * batch_size), state)
   compile_cache: dict[Any, _Analysis] = {}
-  profiles = []
+  profiles, separate = [], []
   last = list(model.submodels())[-1]
   for name, module in model.submodels().items():
     if name not in calls:
@@ -115,6 +116,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
     if timed:
       fixed, per_row = _profile_timing.fit_line(batch_size, one.seconds, two.seconds)
       timing = {'seconds_per_step': fixed, 'seconds_per_example': per_row}
+      separate.append(one.seconds)
     params = nnx.state(module, nnx.Param)
     leaves = jax.tree.leaves(params)
     split, shard = _axis_sizes(params)
@@ -140,7 +142,29 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
         tensor_reductions=_tensor_reductions(params),
         fsdp_arrays=_fsdp_arrays(params),
         **timing))
+  if timed:  # one program call a step, not one a sub-model (`_profile_timing`)
+    call = _profile_timing.call_seconds(separate, _gradient_seconds(task, model, state, seed,
+                                                                    batch_size))
+    profiles = [dataclasses.replace(
+        p, call_seconds=call,
+        seconds_per_step=p.seconds_per_step if i == 0 else max(p.seconds_per_step - call, 0.0))
+        for i, p in enumerate(profiles)]
   return tuple(profiles)
+
+
+def _gradient_seconds(task: Task, model: nnx.Module, state: Any, seed: int,
+                      batch_size: int) -> float:
+  """Seconds per call of the task's loss gradient (with respect to the parameters) on
+  ``state``, the batch `profile_submodels` records at, as one program on the default device:
+  the sub-models' work as the step runs it, without the update."""
+  graphdef, _ = nnx.split(model)
+
+  def gradient(state, batch):
+    inner, params, rest = nnx.split(nnx.merge(graphdef, state), nnx.Param, ...)
+    return jax.grad(lambda p: task.loss(nnx.merge(inner, p, rest), batch).mean())(params)
+
+  batch = jax.device_put(task.data.global_batch(seed, 0, batch_size), jax.devices()[0])
+  return seconds_per_call(jax.jit(gradient), (state, batch))
 
 
 @dataclasses.dataclass(frozen=True)

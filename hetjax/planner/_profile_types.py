@@ -45,6 +45,11 @@ class SubmodelProfile:
       The cost model then prices its compute from them, not from FLOPs and bytes, taking the
       device timed on to be as fast as the cluster's fastest: a worker k times slower
       (``flops_per_s``) runs the sub-model k times longer.
+    call_seconds: of a timed program, the fixed cost of calling it (dispatch, launch), which a
+      step, one program, pays once: what the sub-models timed as separate programs took beyond
+      the loss's whole gradient timed as one, per call too many (`hetjax.planner.
+      _profile_timing.call_seconds`). Already taken off ``seconds_per_step`` of every
+      sub-model but the first, which carries the step's one call; 0 when not timed.
   """
 
   name: str
@@ -61,6 +66,7 @@ class SubmodelProfile:
   fsdp_arrays: int = 1
   seconds_per_example: float | None = None
   seconds_per_step: float = 0.0
+  call_seconds: float = 0.0
 
   @property
   def timed(self) -> bool:
