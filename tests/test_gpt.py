@@ -184,6 +184,28 @@ def test_bfloat16_compute_keeps_float32_parameters():
   assert not np.array_equal(low, full)  # it did compute in bfloat16
 
 
+def test_float32_logits_backward_is_the_einsums_in_the_compute_dtype():
+  """The head's logits are float32; its gradients are the bfloat16 einsum's, fed the
+  cotangent rounded to bfloat16, and its backward holds two matmuls, not a third (a dead
+  forward that a jaxpr's matmul count would see)."""
+  from hetjax.train import matmul_flops
+
+  rng = np.random.default_rng(0)
+  h = jnp.asarray(rng.standard_normal((2, 3, 8)), jnp.bfloat16)
+  w = jnp.asarray(rng.standard_normal((8, 5)), jnp.bfloat16)
+  cotangent = jnp.asarray(rng.standard_normal((2, 3, 5)), jnp.float32)
+  logits, pullback = jax.vjp(functools.partial(gpt.float32_logits, 'btd,dv->btv'), h, w)
+  assert logits.dtype == jnp.float32
+  _, reference = jax.vjp(lambda h, w: jnp.einsum('btd,dv->btv', h, w), h, w)
+  for got, want in zip(pullback(cotangent), reference(cotangent.astype(jnp.bfloat16)),
+                       strict=True):
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(got, want)
+  grad = jax.make_jaxpr(jax.grad(lambda h, w: jnp.sum(gpt.float32_logits('btd,dv->btv', h, w)),
+                                 argnums=(0, 1)))(h, w)
+  assert matmul_flops(grad) == 3 * 2 * (2 * 3 * 5 * 8)  # forward, and one per operand
+
+
 def test_attention_auto_is_cudnn_only_where_it_applies():
   def resolved(backend, **kwargs):
     return gpt.GPTConfig.of({**SMALL, **kwargs}).attention_implementation(backend)
