@@ -8,12 +8,16 @@ from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._evaluate import Evaluation as Evaluation
 from hetjax.train._flops import compiled_flops as compiled_flops
 from hetjax.train._flops import flops_ratio as flops_ratio
+from hetjax.train._flops import matmul_equations as matmul_equations
 from hetjax.train._flops import matmul_flops as matmul_flops
 from hetjax.train._flops import program_flops as program_flops
 from hetjax.train._flops import step_flops as step_flops
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
+from hetjax.train._matmul_time import MatmulTime as MatmulTime
+from hetjax.train._matmul_time import TimedMatmul as TimedMatmul
+from hetjax.train._matmul_time import time_matmuls as time_matmuls
 from hetjax.train._metrics import MetricsLogger as MetricsLogger
 from hetjax.train._optimizers import Optimizer as Optimizer
 from hetjax.train._optimizers import learning_rate_schedule as learning_rate_schedule
@@ -39,6 +43,7 @@ __all__ = [
     'Evaluation',
     'HasSubmodels',
     'Hook',
+    'MatmulTime',
     'MetricsLogger',
     'Optimizer',
     'OverlapEstimate',
@@ -47,6 +52,7 @@ __all__ = [
     'StepInfo',
     'Strategy',
     'Task',
+    'TimedMatmul',
     'TokenRules',
     'TokenTrainer',
     'TrainState',
@@ -56,6 +62,7 @@ __all__ = [
     'flops_ratio',
     'learning_rate_schedule',
     'local_batch_degree',
+    'matmul_equations',
     'matmul_flops',
     'may_leave',
     'micro_rows_of',
@@ -64,6 +71,7 @@ __all__ = [
     'step_flops',
     'summed_value_and_grad',
     'takes_token',
+    'time_matmuls',
     'training_steps',
     'worker_meshes',
 ]

@@ -74,25 +74,37 @@ def matmul_flops(jaxpr: Any) -> float:
     traced = jax.jit(lambda a, b: a @ b).trace(jnp.ones((8, 16)), jnp.ones((16, 4)))
     matmul_flops(traced.jaxpr)   # 2 · 8 · 4 · 16 = 1024.0
   """
+  return sum(equation_flops(eqn) * count for eqn, count in matmul_equations(jaxpr))
+
+
+def matmul_equations(jaxpr: Any) -> list[tuple[Any, int]]:
+  """The matmul equations of ``jaxpr`` (every ``dot_general`` and cuDNN attention equation)
+  with how many times the program runs each, as `matmul_flops` counts them: nested jaxprs
+  included, a ``scan``'s body times its length, a ``cond``'s costliest branch, a ``while``'s
+  body once. What `hetjax.train.time_matmuls` times."""
   inner = getattr(jaxpr, 'jaxpr', jaxpr)
-  total = 0.0
+  found: list[tuple[Any, int]] = []
   for eqn in inner.eqns:
-    if eqn.primitive.name.startswith(_CUDNN_ATTENTION):
-      total += _attention_flops(eqn)
+    if eqn.primitive.name == 'dot_general' or eqn.primitive.name.startswith(_CUDNN_ATTENTION):
+      found.append((eqn, 1))
       continue
-    if eqn.primitive.name == 'dot_general':
-      (contracting, _), _ = eqn.params['dimension_numbers']
-      lhs = eqn.invars[0].aval.shape
-      out = eqn.outvars[0].aval.shape
-      total += 2.0 * math.prod(out) * math.prod(lhs[d] for d in contracting)
-      continue
-    nested = [_jaxprs(v) for v in eqn.params.values()]
-    counts = [matmul_flops(j) for group in nested for j in group]
+    nested = [matmul_equations(j) for v in eqn.params.values() for j in _jaxprs(v)]
     if eqn.primitive.name == 'cond':
-      total += max(counts, default=0.0)
-    else:
-      total += sum(counts) * (eqn.params.get('length', 1) if eqn.primitive.name == 'scan' else 1)
-  return total
+      nested = [max(nested, key=lambda eqns: sum(equation_flops(e) * n for e, n in eqns),
+                    default=[])]
+    times = eqn.params.get('length', 1) if eqn.primitive.name == 'scan' else 1
+    found += [(e, n * times) for eqns in nested for e, n in eqns]
+  return found
+
+
+def equation_flops(eqn: Any) -> float:
+  """Matmul FLOPs of one run of a ``dot_general`` (2 · output elements · contracted size) or
+  cuDNN attention equation (`_attention_flops`)."""
+  if eqn.primitive.name.startswith(_CUDNN_ATTENTION):
+    return _attention_flops(eqn)
+  (contracting, _), _ = eqn.params['dimension_numbers']
+  lhs = eqn.invars[0].aval.shape
+  return 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in contracting)
 
 
 #: cuDNN's fused attention primitives (and their ``_wrapper`` and fp8 forms) start with this.
