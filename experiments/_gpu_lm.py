@@ -25,7 +25,14 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
   one device: parameters, optimizer state and activations) and what XLA's compiled step says it
   needs (``memory_analysis``: arguments, outputs and temporaries).
 
-Order: the first variant (the goals' numbers), the largest batch, the other variants; `run`
+* **where the step's time goes** (the first variant's hetjax step): each distinct matmul of
+  the step (and cuDNN's attention kernels) timed alone at its shapes
+  (`hetjax.train.time_matmuls`), times how often the step runs it; the step's time less theirs
+  is the rest (norms, activations, the loss's softmax over the vocabulary, the optimizer's
+  update); ``mfu_ceiling`` is the MFU the step would reach if only its matmuls ran.
+
+Order: the first variant (the goals' numbers), where its time goes, the largest batch, the
+other variants; `run`
 yields each row as it is measured, and the check writes it at once (a second H200 run was
 killed after 379 s of this part with nothing written: compiles of GPT-2 small dominate it).
 
@@ -51,7 +58,7 @@ from hetjax.models import gpt
 from hetjax.run import load_config
 from hetjax.runtime import peak_flops
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, program_flops
+from hetjax.train import Strategy, Trainer, program_flops, time_matmuls
 
 SEED = 0
 LR = 3e-4
@@ -160,7 +167,36 @@ def _compare(args: dict, implementation: str, remat: str, s: Sizes, peak: float)
                  'measured': ['step_s', 'tokens_per_s', 'mfu', 'hfu', 'first_step_s',
                               'loss_max_rel_diff']})
   rows[0]['ratio'] = rows[0]['step_s'] / rows[1]['step_s']
-  return rows
+  return rows, sides.hetjax_traced
+
+
+#: The costliest distinct matmuls the breakdown lists.
+TOP_MATMULS = 6
+
+
+def _breakdown(traced, compared: dict, peak: float) -> dict:
+  """Where hetjax's step of ``compared`` (its row) spends its time: its matmuls timed alone
+  (cuDNN's attention apart), and the rest."""
+  timed = time_matmuls(traced.jaxpr)
+  done = [m for m in timed.matmuls if m.seconds is not None]
+  attention = sum(m.seconds * m.count for m in done if m.primitive != 'dot_general')
+  top = sorted(done, key=lambda m: m.seconds * m.count, reverse=True)[:TOP_MATMULS]
+  return {'part': 'lm', 'kind': 'breakdown',
+          **{k: compared[k] for k in ('attention', 'remat', 'batch', 'step_s')},
+          'matmul_s': timed.seconds - attention, 'attention_kernel_s': attention,
+          'rest_s': compared['step_s'] - timed.seconds, 'matmul_flops': timed.flops,
+          'distinct': len(timed.matmuls), 'runs': sum(m.count for m in timed.matmuls),
+          'untimed': [f'{m.primitive} {m.shapes}: {m.error}' for m in timed.untimed],
+          'mfu_ceiling': compared['model_flops_per_step'] / timed.seconds / peak,
+          'mfu_ceiling_datasheet': (compared['model_flops_per_step'] / timed.seconds
+                                    / compared['datasheet_peak']
+                                    if compared['datasheet_peak'] else None),
+          'top': [{'primitive': m.primitive, 'shapes': [list(x) for x in m.shapes],
+                   'dtypes': list(m.dtypes), 'count': m.count, 'seconds': m.seconds,
+                   'flops_per_s': m.flops / m.seconds} for m in top],
+          'measured': ['matmul_s', 'attention_kernel_s', 'top[].seconds',
+                       'top[].flops_per_s'],
+          'derived': ['rest_s (step_s, measured, less the timed matmuls)', 'mfu_ceiling']}
 
 
 def _out_of_memory(error: Exception) -> bool:
@@ -231,14 +267,22 @@ def run(quick: bool) -> Iterator[dict | list[dict]]:
     if (implementation, remat) not in seen:
       seen.add((implementation, remat))
       start = time.perf_counter()
+      traced = None
       try:
-        pair = _compare(s.model, implementation, remat, s, peak)
+        pair, traced = _compare(s.model, implementation, remat, s, peak)
         compared += 1
         yield [{**row, 'peak_flops': peak, 'peak_source': source,
                 'seconds': time.perf_counter() - start} for row in pair]  # measured together
       except Exception as e:  # recorded as a row: the other variants still run
         yield {'part': 'lm', 'kind': 'failed', 'attention': attention, 'remat': remat,
                'error': _error(e), 'seconds': time.perf_counter() - start}
+      if i == 0 and traced is not None:
+        start = time.perf_counter()
+        try:
+          yield {**_breakdown(traced, pair[0], peak), 'seconds': time.perf_counter() - start}
+        except Exception as e:
+          yield {'part': 'lm', 'kind': 'failed', 'attention': implementation, 'remat': remat,
+                 'error': f'breakdown: {_error(e)}', 'seconds': time.perf_counter() - start}
     if i == 0:
       start = time.perf_counter()
       try:
@@ -281,6 +325,28 @@ def markdown(rows: list[dict]) -> list[str]:
               + (f'; {max(sheets):.1%} of the datasheet\'s {het[0]["datasheet_peak"]:.3g})'
                  if sheets else ')')]
   for r in rows:
+    if r['kind'] == 'breakdown':
+      ms = lambda x: f'{1e3 * x:.2f} ms'  # noqa: E731
+      rate = r['matmul_flops'] / (r['matmul_s'] + r['attention_kernel_s']) / 1e12
+      kernel = (f' + cuDNN attention {ms(r["attention_kernel_s"])}'
+                if r['attention'] == 'cudnn' else " (XLA's attention's among them)")
+      sheet = ('' if r['mfu_ceiling_datasheet'] is None
+               else f', {r["mfu_ceiling_datasheet"]:.1%} of the datasheet\'s')
+      lines += ['', f'Where the step\'s time goes (hetjax, {r["attention"]} attention, remat '
+                f'{r["remat"]}, batch {r["batch"]}): the step {ms(r["step_s"])} (measured) = its '
+                f'{r["runs"]} matmul runs ({r["distinct"]} distinct), timed alone at their '
+                f'shapes, {ms(r["matmul_s"])}{kernel}, at {rate:.3g} TFLOP/s, + '
+                f'the rest {ms(r["rest_s"])} (norms, activations, the loss\'s softmax, the '
+                'update). If only its matmuls ran, the MFU would be '
+                f'{r["mfu_ceiling"]:.1%} of the measured peak{sheet}.'
+                + (f' Not timed: {"; ".join(r["untimed"])}.' if r['untimed'] else ''), '',
+                '| matmul | operands | runs a step | ms each | ms a step | TFLOP/s |',
+                '|---|---|---:|---:|---:|---:|']
+      for m in r['top']:
+        operands = ' × '.join(f'{d}{x}' for d, x in zip(m['dtypes'], m['shapes'], strict=True))
+        lines.append(f'| {m["primitive"]} | {operands} | {m["count"]} | '
+                     f'{1e3 * m["seconds"]:.3f} | {1e3 * m["seconds"] * m["count"]:.2f} | '
+                     f'{m["flops_per_s"] / 1e12:.3g} |')
     if r['kind'] == 'largest_batch':
       gib = (lambda b: 'n/a' if b is None else f'{b / 2**30:.2f} GiB')  # noqa: E731
       failed = r['first_failed']

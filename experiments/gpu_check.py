@@ -25,7 +25,8 @@ all by default, in this order), each timed, each row written as soon as it is me
 * ``lm``: `experiments/_gpu_lm.py`: GPT-2 small (124M, sequence 1024, bfloat16 over float32)
   in hetjax's Trainer and a plain JAX + optax loop, interleaved, with and without remat, with
   cuDNN's and XLA's attention;
-  tokens/s and MFU; the largest batch that fits against the planner's memory estimate. Last:
+  tokens/s and MFU; where the step's time goes (its matmuls timed alone at their shapes, and
+  the rest); the largest batch that fits against the planner's memory estimate. Last:
   its GPT-2 small compiles make it the longest part, and it yields its rows as it measures
   them, so the budget can stop it between two.
 

@@ -55,6 +55,15 @@ def test_every_part_runs_on_a_cpu_and_writes_json_and_markdown(report):
   # The same model, data and optimizer on both sides: the same losses.
   assert all(r['loss_max_rel_diff'] == 0.0 for r in compare)
   assert [r['largest_batch'] for r in lm if r['kind'] == 'largest_batch'] == [8]
+  # Where the first variant's step goes: every matmul timed, the rest what remains of the step.
+  (breakdown,) = [r for r in lm if r['kind'] == 'breakdown']
+  assert [r['kind'] for r in lm][:3] == ['compare', 'compare', 'breakdown']
+  assert breakdown['untimed'] == [] and breakdown['matmul_s'] > 0
+  assert breakdown['attention_kernel_s'] == 0  # XLA's attention is dot_generals
+  assert breakdown['rest_s'] == pytest.approx(breakdown['step_s'] - breakdown['matmul_s'])
+  (first,) = [r for r in compare if r['remat'] == 'none' and r['side'] == 'hetjax']
+  assert 0 < breakdown['matmul_flops'] < first['xla_flops_per_step']  # XLA:CPU's: + elementwise
+  assert "Where the step's time goes" in report['markdown']
   for heading in ('### The device', '### Exactness tests', '### The gpt language model',
                   "### LB-BSP's GPU curve", '### The planner on the device',
                   '### SchMP Lasso on the device'):
