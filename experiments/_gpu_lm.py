@@ -20,7 +20,9 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
   a row with its error; the others still run.
 * **largest batch**: hetjax's step (the config's ``save_dots``) at doubling batches above the
   config's (64, 128, 256) until the device runs out of memory (or the ladder ends), one step
-  each; beside the largest that ran,
+  each, compiled fast (`LADDER_COMPILER_OPTIONS`: no autotuning, the lowest backend
+  optimisation; the same buffers), a batch whose compiled step needs more than the device's
+  limit not run; beside the largest that ran,
   the planner's memory estimate for it (`hetjax.planner.profile_submodels` and `search` for this
   one device: parameters, optimizer state and activations) and what XLA's compiled step says it
   needs (``memory_analysis``: arguments, outputs and temporaries).
@@ -204,17 +206,39 @@ def _out_of_memory(error: Exception) -> bool:
   return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
 
 
+#: How the ladder compiles its steps: without autotuning the GPU's matmuls and at the lowest
+#: backend optimisation. Buffers are assigned before either (the same memory, compiled faster);
+#: the step still runs, to show it fits, but is not timed.
+LADDER_COMPILER_OPTIONS = {'xla_gpu_autotune_level': 0, 'xla_backend_optimization_level': 0}
+
+
+def _compiled_bytes(compiled) -> float | None:
+  memory = compiled.memory_analysis()
+  return None if memory is None else float(
+      memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+
+
 def _largest_batch(args: dict, s: Sizes) -> dict:
   """hetjax's step (``save_dots``) at each ladder batch until one does not fit; the planner's
-  and XLA's memory for the largest that ran."""
+  and XLA's memory for the largest that ran. A batch whose compiled step needs more than the
+  device's limit (``memory_analysis``) is not fitted and not run; one that does is run once
+  (`LADDER_COMPILER_OPTIONS`), and running out of memory there ends the ladder too."""
   task = _task(args, 'save_dots')
   mesh = _one_device_mesh()
+  device = jax.devices()[0]
+  limit = (device.memory_stats() or {}).get('bytes_limit') if hasattr(
+      device, 'memory_stats') else None
   fitted, compiled_bytes, failed = None, None, None
   for batch in s.ladder:
     try:
       trainer = Trainer(task, optax.adamw(LR), batch, mesh, Strategy.DATA_PARALLEL.rules(),
                         SEED)
-      compiled = trainer.compile_step()
+      compiled = trainer.lower_step().compile(compiler_options=LADDER_COMPILER_OPTIONS)
+      needs = _compiled_bytes(compiled)
+      if limit and needs and needs > limit:
+        failed = {'batch': batch, 'error': f'its compiled step needs {needs / 2**30:.2f} GiB, '
+                  f'over the device\'s {limit / 2**30:.2f} (not run)'}
+        break
       state = trainer.init_state()
       # The compiled step itself runs: a second compile under jit would double the ladder's.
       state, _ = compiled(state, trainer.put_batch(trainer.global_batch_at(0)))
@@ -224,14 +248,8 @@ def _largest_batch(args: dict, s: Sizes) -> dict:
         raise
       failed = {'batch': batch, 'error': str(e).splitlines()[0][:200]}
       break
-    memory = compiled.memory_analysis()
-    compiled_bytes = None if memory is None else float(
-        memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
-    fitted = batch
+    compiled_bytes, fitted = needs, batch
     del state, trainer, compiled
-  device = jax.devices()[0]
-  limit = (device.memory_stats() or {}).get('bytes_limit') if hasattr(
-      device, 'memory_stats') else None
   estimate = _planner_memory(task, fitted) if fitted else None
   return {'part': 'lm', 'kind': 'largest_batch', 'remat': 'save_dots', 'ladder': list(s.ladder),
           'largest_batch': fitted, 'first_failed': failed,
