@@ -95,7 +95,10 @@ def run(quick: bool) -> list[dict]:
           'bytes_accessed_per_example': profile.bytes_accessed_per_example,
           'bytes_accessed_per_step': profile.bytes_accessed_per_step,
           'activation_bytes_per_example': profile.activation_bytes_per_example,
-          'measured_s': seconds, 'flops_per_s': flops / seconds, 'predicted_s': sub.predicted_s})
+          # A sub-model that took no longer than a program call's fixed cost is left 0 s:
+          # no rate.
+          'measured_s': seconds, 'flops_per_s': flops / seconds if seconds > 0 else None,
+          'predicted_s': sub.predicted_s})
     measured = _step_seconds(plan, task, batch, devices, rounds, calls)
     ratio = plan.predicted_step_s / measured
     rows.append({
@@ -121,10 +124,11 @@ def markdown(rows: list[dict]) -> list[str]:
               f'{(rows[0]["device_bytes_per_s"] or 0) / 1e9:.3g} GB/s (an update).', '']
   lines += ['| model | sub-model | layout | GFLOP/step | measured TFLOP/s | measured ms '
             '| predicted ms |', '|---|---|---|---:|---:|---:|---:|']
+  rate = lambda x: '—' if x is None else f'{x / 1e12:.3g}'  # noqa: E731
   for row in rows:
     for s in row['submodels']:
       lines.append(f'| {row["model"]} | {s["name"]} | {s["layout"]} | '
-                   f'{s["flops_per_step"] / 1e9:.4g} | {s["flops_per_s"] / 1e12:.3g} | '
+                   f'{s["flops_per_step"] / 1e9:.4g} | {rate(s["flops_per_s"])} | '
                    f'{1e3 * s["measured_s"]:.3f} | {1e3 * s["predicted_s"]:.3f} |')
   calls = ', '.join(f'{row["model"]} {1e3 * row["call_s"]:.3f} ms' for row in rows)
   lines += ['', 'Sub-model: forward + backward alone, measured on the device, less a program '

@@ -14,7 +14,8 @@ class SubmodelProfile:
   Attributes:
     name: the sub-model's name, as `HasSubmodels.submodels()` gives it.
     params: parameter count.
-    param_bytes: bytes of its parameters.
+    param_bytes: bytes of its parameters. A parameter shared with an earlier sub-model (a head
+      tied to the embedding's table) counts there, not here: it is stored and updated once.
     flops_per_example: forward + backward FLOPs per example (`cost_analysis()['flops']`).
     bytes_accessed_per_example: memory traffic per example (`cost_analysis()['bytes accessed']`
       at two batch sizes: the slope).
