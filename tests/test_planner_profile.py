@@ -1,6 +1,7 @@
 """Sub-model profiles from XLA against counts derived by hand from the models' shapes."""
 
 import dataclasses
+import doctest
 import math
 
 import jax
@@ -184,6 +185,9 @@ def test_a_program_calls_cost_is_paid_once_a_step():
   assert call_seconds([0.088e-3, 0.142e-3, 0.178e-3], 0.25e-3) == pytest.approx(79e-6)
   assert call_seconds([1e-3, 2e-3], 3.5e-3) == 0.0  # the one program is slower: no floor
   assert call_seconds([1e-3], 0.5e-3) == 0.0  # one sub-model: one call either way
+  from hetjax.planner import _profile_timing
+
+  assert doctest.testmod(_profile_timing, raise_on_error=True).attempted == 2
 
 
 def test_a_state_that_cannot_be_made_up_is_a_config_error():
