@@ -9,9 +9,10 @@ speed (the same curve, every coefficient doubled): `finish_time_shares` of the l
 that fit, against the split in proportion to speed (2:1), which mis-splits a flat curve.
 
 What is measured and what is modelled: the step times (``step_s``: after an untimed compile,
-the median over blocks of training steps dispatched back to back) are measured; the fit, its errors against the measured
-times, the shares and every predicted time come from the fit, and the half-speed device is
-assumed, not run. Each row's ``measured`` and ``modelled`` lists name the fields.
+the median over blocks of training steps dispatched back to back) are measured; the fit, its
+errors against the measured times, the shares and every predicted time come from the fit, and
+the half-speed device is assumed, not run. Each row's ``measured`` and ``modelled`` lists name
+the fields.
 
   rows = run(quick=True)          # tiny models, batches 2 … 16: 15-30 s on 2 CPU cores
   print('\\n'.join(markdown(rows)))
@@ -81,14 +82,15 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
   One `Trainer` on a 1x1 mesh of the first device (data-parallel rules); its jitted step is
   traced again for each batch shape. A size's first step (compile and run) is untimed, then
   ``MIN_REPS`` … ``MAX_REPS`` blocks of steps (about ``TIMED_S`` in all) are timed, on a
-  batch already on the device. The ladder stops
-  at the first size that runs out of device memory (recorded, not raised), once a step takes
-  ``MAX_STEP_S``, or once ``budget_s`` is spent (the full run's is `BUDGET_S` a model).
+  batch already on the device. The ladder stops at the first size that runs out of device
+  memory (recorded, not raised), once a step takes ``MAX_STEP_S``, or once ``budget_s`` is
+  spent (the full run's is `BUDGET_S` a model).
 
   Returns:
     ``{'batch_sizes', 'step_s', 'reps', 'block_steps', 'first_step_s', 'stopped',
-    'stopped_at'}``: the sizes that ran, their medians, the blocks timed and their steps, and why (``'out of memory'``, ``'step time'``, ``'budget'``,
-    or None) the ladder ended before its last size.
+    'stopped_at'}``: the sizes that ran, their medians, the blocks timed and their steps, and
+    why (``'out of memory'``, ``'step time'``, ``'budget'``, or None) the ladder ended before
+    its last size.
   """
   start = time.perf_counter()
   mesh = make_mesh((1, 1), devices=jax.devices()[:1])

@@ -22,10 +22,10 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
   config's (64, 128, 256) until the device runs out of memory (or the ladder ends), one step
   each, compiled fast (`LADDER_COMPILER_OPTIONS`: no autotuning, the lowest backend
   optimisation; the same buffers), a batch whose compiled step needs more than the device's
-  limit not run; beside the largest that ran,
-  the planner's memory estimate for it (`hetjax.planner.profile_submodels` and `search` for this
-  one device: parameters, optimizer state and activations) and what XLA's compiled step says it
-  needs (``memory_analysis``: arguments, outputs and temporaries).
+  limit not run; beside the largest that ran, the planner's memory estimate for it
+  (`hetjax.planner.profile_submodels` and `search` for this one device: parameters, optimizer
+  state and activations) and what XLA's compiled step says it needs (``memory_analysis``:
+  arguments, outputs and temporaries, the donated state once).
 
 * **where the step's time goes** (the first variant's hetjax step): each distinct matmul of
   the step (and cuDNN's attention kernels) timed alone at its shapes
@@ -34,9 +34,9 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
   update); ``mfu_ceiling`` is the MFU the step would reach if only its matmuls ran.
 
 Order: the first variant (the goals' numbers), where its time goes, the largest batch, the
-other variants; `run`
-yields each row as it is measured, and the check writes it at once (a second H200 run was
-killed after 379 s of this part with nothing written: compiles of GPT-2 small dominate it).
+other variants; `run` yields each row as it is measured, and the check writes it at once (a
+second H200 run was killed after 379 s of this part with nothing written: compiles of GPT-2
+small dominate it).
 
 ``--quick`` (the suite's CPU run): the same code on a gpt of 1 layer, d_model 32, sequence 32,
 batch 4, one round of one step and a ladder to 8; its numbers only show the code runs.
