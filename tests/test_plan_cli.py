@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,8 @@ def test_plan_prints_a_table_and_the_plan_trains(tmp_path):
   assert result.returncode == 0, result.stderr
   for name in ('embedding', 'wide', 'tower', 'predicted step', 'baseline pure_dp'):
     assert name in result.stdout
+  assert re.search(r'sub-models timed on cpu: a program call costs \d+ µs, paid once a step',
+                   result.stdout), result.stdout
   plan = json.loads(out.read_text())
   assert set(plan['submodels']) == {'embedding', 'wide', 'tower'}
   trained = _run('train.py', '--config=wide_deep', *SMALL_WD, '--steps=2', f'--plan={out}',

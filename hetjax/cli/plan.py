@@ -139,6 +139,10 @@ def plan_from_flags() -> planner.Plan:
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
   print(_table(plan, profiles, batch))
+  if timed:
+    print(f'sub-models timed on {jax.devices()[0].device_kind}: a program call costs '
+          f'{1e6 * profiles[0].call_seconds:.0f} µs, paid once a step (taken off every '
+          'sub-model\'s time but the first\'s)')
   if isinstance(cost, planner.CompiledCost):
     print('FSDP options priced (compiled: from the sub-model\'s compiled step and timed update; '
           'fallback: the formulas):')
