@@ -20,7 +20,6 @@ the fields.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import math
 import statistics
@@ -106,15 +105,14 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
       t0 = time.perf_counter()
       state = jax.block_until_ready(trainer.train_step(state, batch))[0]  # compiles
       first = time.perf_counter() - t0
-      block = _block_steps(trainer, state, batch)
-      state, times = block.state, []
-      while len(times) < MIN_REPS or (len(times) < MAX_REPS
-                                      and sum(times) * block.steps < TIMED_S):
+      block, state = _block_steps(trainer, state, batch)
+      times = []
+      while len(times) < MIN_REPS or (len(times) < MAX_REPS and sum(times) * block < TIMED_S):
         t0 = time.perf_counter()
-        for _ in range(block.steps):  # dispatched back to back: one wait a block
+        for _ in range(block):  # dispatched back to back: one wait a block
           state = trainer.train_step(state, batch)[0]
         jax.block_until_ready(state)
-        times.append((time.perf_counter() - t0) / block.steps)
+        times.append((time.perf_counter() - t0) / block)
     except jax.errors.JaxRuntimeError as err:
       if not is_out_of_memory(err):
         raise
@@ -122,7 +120,7 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
       break  # the donated state may be gone, and larger sizes need more memory still
     step_s = statistics.median(times)
     for key, value in (('batch_sizes', size), ('step_s', step_s), ('reps', len(times)),
-                       ('block_steps', block.steps), ('first_step_s', first)):
+                       ('block_steps', block), ('first_step_s', first)):
       out[key].append(value)
     if size != sizes[-1] and (step_s >= MAX_STEP_S or time.perf_counter() - start > budget_s):
       out['stopped'] = 'step time' if step_s >= MAX_STEP_S else 'budget'
@@ -133,21 +131,13 @@ def measure_ladder(name: str, kwargs: Mapping[str, Any], sizes: Sequence[int],
   return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Block:
-  """How many steps a timed block runs, and the state after the one step timed to decide."""
-
-  steps: int
-  state: Any
-
-
-def _block_steps(trainer: Trainer, state: Any, batch: Any) -> _Block:
-  """One step timed alone (waited for), and the block size it implies: steps enough for a
-  tenth of ``TIMED_S``, 1 … ``MAX_BLOCK``."""
+def _block_steps(trainer: Trainer, state: Any, batch: Any) -> tuple[int, Any]:
+  """One step timed alone (waited for): the block size it implies (steps enough for a tenth
+  of ``TIMED_S``, 1 … ``MAX_BLOCK``) and the state after it."""
   t0 = time.perf_counter()
   state = jax.block_until_ready(trainer.train_step(state, batch))[0]
   one = time.perf_counter() - t0
-  return _Block(int(min(MAX_BLOCK, max(1, TIMED_S / 10 // max(one, 1e-9)))), state)
+  return int(min(MAX_BLOCK, max(1, TIMED_S / 10 // max(one, 1e-9)))), state
 
 
 def curve_row(name: str, kwargs: Mapping[str, Any], ladder: Mapping[str, Any]) -> dict:

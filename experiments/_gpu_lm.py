@@ -54,6 +54,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from experiments import _harness
+from experiments._gpu_curve import is_out_of_memory
 from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import models, planner
 from hetjax.models import gpt
@@ -201,11 +202,6 @@ def _breakdown(traced, compared: dict, peak: float) -> dict:
           'derived': ['rest_s (step_s, measured, less the timed matmuls)', 'mfu_ceiling']}
 
 
-def _out_of_memory(error: Exception) -> bool:
-  text = str(error)
-  return 'RESOURCE_EXHAUSTED' in text or 'out of memory' in text.lower()
-
-
 #: How the ladder compiles its steps: without autotuning the GPU's matmuls and at the lowest
 #: backend optimisation. Buffers are assigned before either (the same memory, compiled faster);
 #: the step still runs, to show it fits, but is not timed.
@@ -213,11 +209,9 @@ LADDER_COMPILER_OPTIONS = {'xla_gpu_autotune_level': 0, 'xla_backend_optimizatio
 
 
 def _compiled_bytes(compiled) -> float | None:
-  memory = compiled.memory_analysis()
-  # The state is donated: its outputs alias its arguments, counted once.
-  return None if memory is None else float(
-      memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-      - memory.alias_size_in_bytes)
+  """`hetjax.planner.compiled_bytes` (the donated state counted once), None without an
+  analysis."""
+  return None if compiled.memory_analysis() is None else float(planner.compiled_bytes(compiled))
 
 
 def _largest_batch(args: dict, s: Sizes) -> dict:
@@ -246,7 +240,7 @@ def _largest_batch(args: dict, s: Sizes) -> dict:
       state, _ = compiled(state, trainer.put_batch(trainer.global_batch_at(0)))
       jax.block_until_ready(state)
     except Exception as e:
-      if not _out_of_memory(e):
+      if not is_out_of_memory(e):
         raise
       failed = {'batch': batch, 'error': str(e).splitlines()[0][:200]}
       break

@@ -2,6 +2,7 @@
 
 from hetjax.planner._check import CompiledPlan as CompiledPlan
 from hetjax.planner._check import compile_plan as compile_plan
+from hetjax.planner._check import compiled_bytes as compiled_bytes
 from hetjax.planner._cluster import ClusterSpec as ClusterSpec
 from hetjax.planner._cluster import WorkerSpec as WorkerSpec
 from hetjax.planner._compiled_cost import CompiledCost as CompiledCost
@@ -53,6 +54,7 @@ __all__ = [
     'alternatives',
     'collective_bytes',
     'compile_plan',
+    'compiled_bytes',
     'device_memory',
     'evaluate',
     'explain',

@@ -79,7 +79,10 @@ class CompiledPlan:
     return max(per_device.values(), default=0.0)
 
 
-def _used(compiled: jax.stages.Compiled) -> int:
+def compiled_bytes(compiled: jax.stages.Compiled) -> int:
+  """Device bytes a compiled program holds while it runs, as XLA's ``memory_analysis()`` says:
+  arguments, outputs and temporaries, donated arguments that its outputs alias counted once
+  (a train step's state)."""
   m = compiled.memory_analysis()
   return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
              - m.alias_size_in_bytes)
@@ -115,7 +118,7 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
     trainer = Trainer(task, optimizer, global_batch, plan.mesh(devices), plan.rules(), seed,
                       accumulate=accumulate)
     compiled = trainer.compile_step()
-    used = _used(compiled)
+    used = compiled_bytes(compiled)
     memory = compiled.memory_analysis()
     if memory_cap is not None and used > memory_cap:
       raise ConfigError(

@@ -122,6 +122,4 @@ def _timed(eqn: Any, count: int, device: jax.Device, rounds: int, calls: int) ->
   except Exception as e:
     return TimedMatmul(**row, seconds=None, error=f'{type(e).__name__}: '
                        f'{str(e).splitlines()[0][:200] if str(e) else ""}')
-  finally:
-    del operands
   return TimedMatmul(**row, seconds=seconds)
