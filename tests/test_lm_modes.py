@@ -69,9 +69,11 @@ def test_lbbsp_shares_train_the_one_device_losses_and_resume(tmp_path):
   its own number of micro-batches, and the losses are one device's (all 8 devices, mode spmd,
   the same accumulation) to float32 reduction order."""
   workdir = tmp_path / 'shares'
-  # 10 ms a row on the emulated hosts: well above this tiny model's own compute, so the
-  # padded times, not the machine's noise, are what LB-BSP sees.
-  lbbsp = ['--mode=shares', '--policy=lbbsp', '--slowdown=static:1,3', '--set', 'host_row_s=0.01']
+  # 50 ms a row on the emulated hosts, so the padded times, not the machine's noise, are what
+  # LB-BSP sees. At 10 ms a row a loaded 2-core machine (CI, or four busy loops beside the test)
+  # took 0.18-0.43 s to compute worker 0's 10-12 rows, past its 0.10-0.12 s of padding: worker 0
+  # looked as slow as worker 1, and the shares went back to 8 and 8 (a failed CI run).
+  lbbsp = ['--mode=shares', '--policy=lbbsp', '--slowdown=static:1,3', '--set', 'host_row_s=0.05']
   result = _launch(workdir, *lbbsp, '--steps=4')
   assert 'gpt: shares' in result.stdout
   # Two more steps: LB-BSP's new share sizes compile in the background, and on a loaded machine
