@@ -112,9 +112,11 @@ def test_planner_rows_with_profiles_plan_and_times(report):
     assert row['plan'] == ', '.join(f'{s["name"]} {s["layout"]}' for s in row['submodels'])
     assert row['call_s'] >= 0
     for s in row['submodels']:
-      for field in ('flops_per_step', 'measured_s', 'predicted_s'):
+      for field in ('flops_per_step', 'predicted_s'):
         assert _finite(s[field]), (row['model'], s['name'], field, s[field])
-      # A sub-model no longer than a call's fixed cost (on a loaded CPU) is 0 s, with no rate.
+      # A sub-model no longer than a call's fixed cost (on a loaded CPU) is 0 s, with no rate:
+      # wide & deep's linear `wide`, in a suite run beside two busy loops.
+      assert math.isfinite(s['measured_s']) and s['measured_s'] >= 0, (row['model'], s)
       assert _finite(s['flops_per_s']) if s['measured_s'] > 0 else s['flops_per_s'] is None
       assert s['layout'] == 'dp1'  # one device: nothing to split
   assert [s['name'] for s in rows[0]['submodels']] == ['embed', 'block_0', 'head']
