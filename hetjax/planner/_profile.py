@@ -95,7 +95,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
   # then taken from the loss run on it (`_record_calls`).
   state = (_profile_timing.filled(nnx.split(model)[1], device, np.random.default_rng(seed))
            if timed else None)
-  calls, inputs = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size), state)
+  batch = task.data.global_batch(seed, 0, batch_size)
+  calls, inputs = _record_calls(task, model, batch, state)
   # Bytes accessed (and times) at two batch sizes separate what grows with the rows from what
   # does not (a dense embedding gradient touches the whole table whatever the batch).
   doubled, doubled_inputs = _record_calls(
@@ -144,8 +145,7 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
         fsdp_arrays=_fsdp_arrays(params),
         **timing))
   if timed:  # one program call a step, not one a sub-model (`_profile_timing`)
-    call = _profile_timing.call_seconds(separate, _gradient_seconds(task, model, state, seed,
-                                                                    batch_size))
+    call = _profile_timing.call_seconds(separate, _gradient_seconds(task, model, state, batch))
     profiles = [dataclasses.replace(
         p, call_seconds=call,
         seconds_per_step=p.seconds_per_step if i == 0 else max(p.seconds_per_step - call, 0.0))
@@ -153,19 +153,17 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
   return tuple(profiles)
 
 
-def _gradient_seconds(task: Task, model: nnx.Module, state: Any, seed: int,
-                      batch_size: int) -> float:
+def _gradient_seconds(task: Task, model: nnx.Module, state: Any, batch: Any) -> float:
   """Seconds per call of the task's loss gradient (with respect to the parameters) on
-  ``state``, the batch `profile_submodels` records at, as one program on the default device:
-  the sub-models' work as the step runs it, without the update."""
+  ``state`` and ``batch`` (the one `profile_submodels` records at), as one program on the
+  default device: the sub-models' work as the step runs it, without the update."""
   graphdef, _ = nnx.split(model)
 
   def gradient(state, batch):
     inner, params, rest = nnx.split(nnx.merge(graphdef, state), nnx.Param, ...)
     return jax.grad(lambda p: task.loss(nnx.merge(inner, p, rest), batch).mean())(params)
 
-  batch = jax.device_put(task.data.global_batch(seed, 0, batch_size), jax.devices()[0])
-  return seconds_per_call(jax.jit(gradient), (state, batch))
+  return seconds_per_call(jax.jit(gradient), (state, jax.device_put(batch, jax.devices()[0])))
 
 
 @dataclasses.dataclass(frozen=True)
