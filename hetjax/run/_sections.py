@@ -227,6 +227,11 @@ class ParallelismConfig:
       gradient, no message) or ``int8`` (every worker's gradient, all-gathered first in 8 bits:
       a short blocking exchange for an estimate within rounding of the exact parameters).
     compilation_cache: keep compiled programs across runs (~/.cache/hetjax/jax).
+    rules: logical-axis rules on top of the strategy's table (MaxText's ``logical_axis_rules``):
+      ``{logical name: mesh axis, tuple of mesh axes, or None (replicated)}``, e.g.
+      ``{'kv': 'model', 'experts': None}``. A name given here is resolved by this rule first,
+      for parameters and for compute; every other name keeps the strategy's rule, and a name
+      no rule maps is replicated.
   """
 
   NAME = 'parallelism'
@@ -239,12 +244,42 @@ class ParallelismConfig:
   overlap_scale: float = 1.0
   overlap_estimate: str = 'own'
   compilation_cache: bool = True
+  rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     parse_choice(Mode, self.mode, 'parallelism.mode')
+    object.__setattr__(self, 'rules', rules_of(self.rules, f'{self.NAME}.rules'))
     at_least(self.bucket_bytes, 0, f'{self.NAME}.bucket_bytes', note=' (0: one fused buffer)')
     fraction(self.overlap_scale, f'{self.NAME}.overlap_scale')
     parse_choice(OverlapEstimate, self.overlap_estimate, f'{self.NAME}.overlap_estimate')
+
+
+def rules_of(value: Any, what: str) -> dict[str, str | tuple[str, ...] | None]:
+  """``{logical name: mesh axis, tuple of mesh axes, or None}`` checked (`ParallelismConfig.rules`):
+  a mapping (or a sequence of ``(name, axes)`` pairs, as JSON keeps a tuple) of non-empty names
+  onto None, a mesh axis name or a sequence of them; a one-line `ConfigError` otherwise."""
+  if isinstance(value, (list, tuple)) and all(
+      isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+    value = dict(value)
+  if not isinstance(value, Mapping):
+    raise ConfigError(f"{what} must map logical names onto mesh axes, e.g. {{'kv': 'model'}}, "
+                      f'got {type(value).__name__}')
+  out: dict[str, str | tuple[str, ...] | None] = {}
+  for name, axes in value.items():
+    if not isinstance(name, str) or not name:
+      raise ConfigError(f'{what}: a logical name must be a non-empty string, got {name!r}')
+    if isinstance(axes, (list, tuple)) and len(axes) == 1:
+      axes = axes[0]
+    if isinstance(axes, (list, tuple)):
+      axes = tuple(axes)
+    ok = axes is None or (isinstance(axes, str) and axes) or (
+        isinstance(axes, tuple) and all(isinstance(a, str) and a for a in axes)
+        and len(set(axes)) == len(axes))
+    if not ok:
+      raise ConfigError(f'{what}[{name!r}] must be a mesh axis name, a tuple of distinct mesh '
+                        f'axis names, or None (replicated), got {axes!r}')
+    out[name] = axes or None
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,7 +470,7 @@ FLAT_NAMES = {
     'steps': 'optimizer.steps',
     **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
                                        'bucket_bytes', 'overlap_scale', 'overlap_estimate',
-                                       'compilation_cache')},
+                                       'compilation_cache', 'rules')},
     **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
                                    'endgame', 'prefetch')},
     **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',
