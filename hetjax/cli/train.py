@@ -6,8 +6,9 @@
 
 Every option of a run is a field of `hetjax.run.Config` (in sections), set with
 ``--set section.field=value`` or its flat name
-(``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``); the flags
-below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
+(``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``; a name two
+sections share is refused: ``--set schedule=cosine`` names ``optimizer.schedule`` and
+``pipeline.schedule``); the flags below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
 ``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
 (stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
 ``sync`` policy), ``plan`` (a Fela plan: each sub-model on its group of workers with its own
@@ -74,7 +75,9 @@ _CONFIG = flags.DEFINE_string(
     'get_config(), or module:function returning a Config')
 _SET = flags.DEFINE_multi_string(
     'set', [], 'override a config field: section.field=value or its flat name, e.g. '
-    'optimizer.learning_rate=0.01, model.args.hidden=64, checkpoint_every=5 (repeatable)')
+    'optimizer.learning_rate=0.01, model.args.hidden=64, parallelism.rules.kv=model, '
+    'checkpoint_every=5 (repeatable; a name two sections share, e.g. schedule, needs its '
+    'section)')
 _STEPS = flags.DEFINE_integer('steps', None, 'total steps (default: the config\'s)')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory (default: runs/CONFIG)')
 _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoint in --workdir')

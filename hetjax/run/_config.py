@@ -4,10 +4,13 @@ and ``key=value`` overrides with a "did you mean" for a mistyped key.
   config = Config(model=ModelConfig('mlp', {'hidden': 64}), data=DataConfig(global_batch=64))
   config = override(config, ['optimizer.learning_rate=0.01', 'mesh=1x1'])
 
-A key is dotted (``optimizer.learning_rate``, ``model.args.hidden``) or one of the flat names
-the options had before they were grouped (``learning_rate``, ``model_args.hidden``,
-``checkpoint_every``; `FLAT_NAMES`); values are Python literals checked against the field's
-type.
+A key is dotted (``optimizer.learning_rate``) or one of the flat names the options had before
+they were grouped (``learning_rate``, ``checkpoint_every``; `FLAT_NAMES`). A bare name that two
+sections share is refused, naming both (``schedule``: ``optimizer.schedule`` or
+``pipeline.schedule``). A mapping field takes one entry at a time (``model.args.hidden=64``,
+``parallelism.rules.kv=model``, or flat ``model_args.hidden``, ``rules.kv``), and
+``parallelism.rules`` also a whole mapping. Values are Python literals checked against the
+field's type; a bare word is text.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetjax import ConfigError
 from hetjax.run._sections import (
+  AMBIGUOUS,
+  FLAT_FORM,
   FLAT_NAMES,
   SECTIONS,
   BalanceConfig,
@@ -108,12 +114,12 @@ class Config:
     if not isinstance(data, Mapping):
       raise ConfigError(f'{where}: a config must be a JSON object, got {type(data).__name__}')
     if 'model' in data and not isinstance(data['model'], Mapping):  # the flat form
-      unknown = sorted(set(data) - set(FLAT_NAMES))
+      unknown = sorted(set(data) - set(FLAT_FORM))
       if unknown:
         raise ConfigError(f'{where}: unknown config field {unknown[0]!r}{_hint(unknown[0])}')
       nested: dict[str, dict] = {}
       for key, value in data.items():
-        section, field = FLAT_NAMES[key].split('.')
+        section, field = FLAT_FORM[key].split('.')
         nested.setdefault(section, {})[field] = value
       data = nested
     sections = {}
@@ -143,44 +149,75 @@ def keys() -> list[str]:
                  for f in dataclasses.fields(cls)] + list(FLAT_NAMES))
 
 
+def _either(keys: tuple[str, ...], quote: bool = False) -> str:
+  """``'a or b'``, ``'a, b or c'``."""
+  keys = tuple(repr(k) if quote else k for k in keys)
+  return f'{", ".join(keys[:-1])} or {keys[-1]}' if len(keys) > 1 else keys[0]
+
+
 def _hint(key: str) -> str:
   """``'; did you mean …?'`` naming the closest key, or nothing."""
-  candidates = keys() + list(SECTIONS)
+  candidates = keys() + list(SECTIONS) + list(AMBIGUOUS)
   close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
   if not close:  # a right field under a wrong section: match on the field alone
     field = key.rpartition('.')[2]
     close = [k for k in keys() if '.' in k and k.rpartition('.')[2] == field][:1]
+  if close and close[0] in AMBIGUOUS:  # a bare name two sections share: name them all
+    return f'; did you mean {_either(AMBIGUOUS[close[0]], quote=True)}?'
   return f'; did you mean {close[0]!r}?' if close else ''
 
 
+@functools.cache
+def _types(section: str) -> dict[str, Any]:
+  """Each field of a section → its type."""
+  return typing.get_type_hints(SECTIONS[section])
+
+
+def _is_mapping(section: str, field: str) -> bool:
+  return typing.get_origin(_types(section)[field]) in (Mapping, dict)
+
+
+def _field(key: str) -> tuple[str, str] | None:
+  """(section, field) of a dotted or flat key naming a field, else None."""
+  section, _, field = FLAT_NAMES.get(key, key).partition('.')
+  if section in SECTIONS and field in _types(section):
+    return section, field
+  return None
+
+
 def _resolve(key: str) -> tuple[str, str, str | None]:
-  """(section, field, model argument or None) of an override key.
+  """(section, field, entry or None) of an override key: the entry is the name set in a mapping
+  field (``model.args.hidden``, ``rules.kv``).
 
   Raises:
-    ConfigError: an unknown key, with the closest known one.
+    ConfigError: an ambiguous bare name (naming each key it could be), or an unknown key (with
+      the closest known one).
   """
-  for old, new in (('model_args.', 'model.args.'),):
-    if key.startswith(old):
-      key = new + key.removeprefix(old)
-  if key.startswith('model.args.') and len(key) > len('model.args.'):
-    return 'model', 'args', key.removeprefix('model.args.')
-  key = FLAT_NAMES.get(key, key)
-  section, _, field = key.partition('.')
-  if section in SECTIONS and field in {f.name for f in dataclasses.fields(SECTIONS[section])}:
-    if (section, field) == ('model', 'args'):
-      raise ConfigError('override model.args: set one argument at a time, '
-                        'model.args.NAME=value')
-    return section, field, None
+  if key in AMBIGUOUS:
+    raise ConfigError(f'override {key!r} is ambiguous: {_either(AMBIGUOUS[key])}')
+  found = _field(key)
+  if found == ('model', 'args'):
+    raise ConfigError('override model.args: set one argument at a time, '
+                      'model.args.NAME=value')
+  if found:
+    return *found, None
+  base, _, entry = key.rpartition('.')
+  found = _field(base) if base and entry else None
+  if found and _is_mapping(*found):
+    return *found, entry
   raise ConfigError(f'override {key!r}: unknown key{_hint(key)} (keys are section.field, e.g. '
-                    'optimizer.learning_rate, or model.args.NAME for a model argument)')
+                    'optimizer.learning_rate, or section.field.NAME for one entry of a mapping, '
+                    'e.g. model.args.hidden)')
 
 
 def _allowed(section: str, field: str) -> tuple[type, ...]:
   """The types a field's value may have."""
-  hint = typing.get_type_hints(SECTIONS[section])[field]
+  hint = _types(section)[field]
   args = typing.get_args(hint)
   if typing.get_origin(hint) is tuple:
     return (tuple,)
+  if _is_mapping(section, field):
+    return (Mapping,)
   if args:  # X | None, tuple[...] | None
     return tuple(tuple if typing.get_origin(a) is tuple else typing.get_origin(a) or a
                  for a in args)
@@ -212,17 +249,19 @@ def _typed(key: str, text: str, allowed: tuple[type, ...]) -> Any:
       isinstance(v, int) and not isinstance(v, bool) for v in value):
     ok = False
   if not ok:
-    names = ' or '.join('None' if t is type(None) else
-                        'a tuple of ints' if t is tuple else t.__name__ for t in allowed)
+    names = ' or '.join('None' if t is type(None) else 'a tuple of ints' if t is tuple else
+                        'a mapping' if t is Mapping else t.__name__ for t in allowed)
     raise ConfigError(f'override {key}={text!r}: expected {names}, got {type(value).__name__}')
   return value
 
 
-def _model_arg(key: str, text: str, current: Any) -> Any:
-  """A model argument's value: a literal, of the type of the value it replaces (if any)."""
+def _entry(section: str, key: str, text: str, current: Any) -> Any:
+  """A mapping entry's value: a literal (its section checks it), a model argument's of the type
+  of the value it replaces (if any)."""
   value = _literal(text)
-  if current is None or (isinstance(value, type(current))
-                         and isinstance(value, bool) == isinstance(current, bool)):
+  if section != 'model' or current is None:
+    return value
+  if isinstance(value, type(current)) and isinstance(value, bool) == isinstance(current, bool):
     return value
   if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
     return float(value)
@@ -242,16 +281,15 @@ def override(config: Config, assignments: Sequence[str]) -> Config:
     key = key.strip()
     if not sep or not key:
       raise ConfigError(f'override {assignment!r} is not of the form key=value')
-    section, field, arg = _resolve(key)
-    if arg is not None:
-      model = config.model
-      value = _model_arg(key, text, model.args.get(arg))
-      config = dataclasses.replace(
-          config, model=dataclasses.replace(model, args={**model.args, arg: value}))
-      continue
-    value = _typed(key, text, _allowed(section, field))
+    section, field, entry = _resolve(key)
+    part = getattr(config, section)
+    if entry is None:
+      value = _typed(key, text, _allowed(section, field))
+    else:
+      mapping = getattr(part, field)
+      value = {**mapping, entry: _entry(section, key, text, mapping.get(entry))}
     try:
-      part = dataclasses.replace(getattr(config, section), **{field: value})
+      part = dataclasses.replace(part, **{field: value})
     except TypeError as e:  # a comparison in a section's check with a value of another type
       raise ConfigError(f'override {key}={text!r}: {e}') from None
     config = dataclasses.replace(config, **{section: part})

@@ -8,6 +8,17 @@ A bad value fails where it is set, in one line naming the section and the field:
   >>> BalanceConfig(bucket=-1)
   Traceback (most recent call last):
   hetjax._errors.ConfigError: balance.bucket must be >= 0 (0: automatic), got -1
+
+A field that takes one of a set of names (a strategy, a policy, a schedule …) declares them with
+`hetjax.run._choices.choice`, and a mistyped one names the closest, without importing JAX::
+
+  >>> PipelineConfig(schedule='gpipe2')
+  Traceback (most recent call last):
+  hetjax._errors.ConfigError: unknown pipeline.schedule 'gpipe2'; did you mean 'gpipe'? choose
+  one of: gpipe, 1f1b
+
+`AMBIGUOUS` and `FLAT_NAMES` are derived from the sections: a bare name two of them share
+(``schedule``) is never a flat name.
 """
 
 from __future__ import annotations
@@ -18,10 +29,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetjax._checks import at_least, fraction
-from hetjax._errors import ConfigError, parse_choice
-from hetjax.ps import parse_ps
-from hetjax.sync._policy import parse_sync_name
-from hetjax.train import OverlapEstimate
+from hetjax._errors import ConfigError
+from hetjax.run._choices import (
+  DTYPES,
+  LR_SCHEDULES,
+  OPTIMIZERS,
+  OVERLAP_ESTIMATES,
+  PIPELINE_SCHEDULES,
+  POLICIES,
+  PS_SYNCS,
+  REMATS,
+  RENAMED_SYNC_NAMES,
+  STRATEGIES,
+  SYNC_NAMES,
+  check_choices,
+  choice,
+  ps_protocol,
+)
 
 
 class Mode(enum.Enum):
@@ -40,6 +64,10 @@ class Mode(enum.Enum):
   PLAN = 'plan'          # a Fela plan: a layout and device group per sub-model (`compile_plan`)
   SCHMP = 'schmp'        # scheduled model parallelism: rounds over parameter blocks
   PS = 'ps'              # a parameter server: ``launch --servers K`` (`hetjax.ps`)
+
+
+#: What None means in the model's fields, said after their names in a message.
+_OR_DEFAULT = " (or None: the model's default)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +92,9 @@ class ModelConfig:
   NAME = 'model'
   name: str
   args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  dtype: str | None = None
-  param_dtype: str | None = None
-  remat: str | None = None
+  dtype: str | None = choice(None, DTYPES, note=_OR_DEFAULT)
+  param_dtype: str | None = choice(None, DTYPES, note=_OR_DEFAULT)
+  remat: str | None = choice(None, REMATS, note=_OR_DEFAULT)
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -74,12 +102,9 @@ class ModelConfig:
     if not isinstance(self.args, Mapping):
       raise ConfigError(f'model.args must be a mapping of keyword arguments, got '
                         f'{type(self.args).__name__}')
-    for field, allowed in (('dtype', DTYPES), ('param_dtype', DTYPES), ('remat', REMATS)):
-      value = getattr(self, field)
-      if value is not None and value not in allowed:
-        raise ConfigError(f'model.{field} must be one of {", ".join(allowed)} (or None: the '
-                          f"model's default), got {value!r}")
-      if value is not None and field in self.args:
+    check_choices(self)
+    for field in PRECISION_FIELDS:
+      if getattr(self, field) is not None and field in self.args:
         raise ConfigError(f'model.{field} and model.args.{field} are both set: keep one')
 
   def task_args(self) -> dict[str, Any]:
@@ -89,10 +114,6 @@ class ModelConfig:
                             if getattr(self, f) is not None}}
 
 
-#: The compute and parameter dtypes a config names.
-DTYPES = ('float32', 'bfloat16', 'float16')
-#: Rematerialisation policies (`ModelConfig.remat`).
-REMATS = ('none', 'full', 'save_dots')
 #: The `ModelConfig` fields a model takes as ``make_task`` arguments.
 PRECISION_FIELDS = ('dtype', 'param_dtype', 'remat')
 
@@ -145,10 +166,10 @@ class OptimizerConfig:
   """
 
   NAME = 'optimizer'
-  name: str = 'adam'
+  name: str = choice('adam', OPTIMIZERS)
   learning_rate: float = 1e-3
   steps: int = 100
-  schedule: str = 'constant'
+  schedule: str = choice('constant', LR_SCHEDULES)
   warmup: int = 0
   final_fraction: float = 0.0
   decay_steps: int = 0
@@ -157,12 +178,10 @@ class OptimizerConfig:
   accumulate: int = 1
 
   def __post_init__(self):
+    check_choices(self)
     at_least(self.steps, 1, f'{self.NAME}.steps')
     if self.learning_rate <= 0:
       raise ConfigError(f'optimizer.learning_rate must be > 0, got {self.learning_rate}')
-    if self.schedule not in SCHEDULES:
-      raise ConfigError(f'optimizer.schedule must be one of {", ".join(SCHEDULES)}, got '
-                        f'{self.schedule!r}')
     at_least(self.warmup, 0, f'{self.NAME}.warmup')
     at_least(self.decay_steps, 0, f'{self.NAME}.decay_steps', note=' (0: optimizer.steps)')
     if not 0 <= self.final_fraction <= 1:
@@ -173,10 +192,6 @@ class OptimizerConfig:
       raise ConfigError(f'optimizer.clip_norm must be >= 0 (0: no clipping), got '
                         f'{self.clip_norm}')
     at_least(self.accumulate, 1, f'{self.NAME}.accumulate')
-
-
-#: Learning-rate schedules (`OptimizerConfig.schedule`).
-SCHEDULES = ('constant', 'cosine', 'linear')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,23 +250,22 @@ class ParallelismConfig:
   """
 
   NAME = 'parallelism'
-  mode: str = 'auto'
-  strategy: str = 'hybrid'
+  mode: str = choice('auto', tuple(m.value for m in Mode))
+  strategy: str = choice('hybrid', STRATEGIES)
   mesh: str = '4x2'
   plan: str | None = None
   overlap: bool = False
   bucket_bytes: int = 0
   overlap_scale: float = 1.0
-  overlap_estimate: str = 'own'
+  overlap_estimate: str = choice('own', OVERLAP_ESTIMATES)
   compilation_cache: bool = True
   rules: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    parse_choice(Mode, self.mode, 'parallelism.mode')
+    check_choices(self)
     object.__setattr__(self, 'rules', rules_of(self.rules, f'{self.NAME}.rules'))
     at_least(self.bucket_bytes, 0, f'{self.NAME}.bucket_bytes', note=' (0: one fused buffer)')
     fraction(self.overlap_scale, f'{self.NAME}.overlap_scale')
-    parse_choice(OverlapEstimate, self.overlap_estimate, f'{self.NAME}.overlap_estimate')
 
 
 def rules_of(value: Any, what: str) -> dict[str, str | tuple[str, ...] | None]:
@@ -300,7 +314,7 @@ class BalanceConfig:
   """
 
   NAME = 'balance'
-  policy: str = 'uniform'
+  policy: str = choice('uniform', POLICIES)
   shares: tuple[int, ...] | None = None
   bucket: int = 0
   memory_caps: tuple[int, ...] | None = None
@@ -309,6 +323,7 @@ class BalanceConfig:
   prefetch: bool = True
 
   def __post_init__(self):
+    check_choices(self)
     at_least(self.bucket, 0, f'{self.NAME}.bucket', note=' (0: automatic)')
     at_least(self.token_rows, 0, f'{self.NAME}.token_rows', note=' (0: automatic)')
 
@@ -331,14 +346,14 @@ class PipelineConfig:
   NAME = 'pipeline'
   stages: int = 2
   micro_batches: int = 2
-  schedule: str = '1f1b'
-  sync: str = 'sdpipe'
+  schedule: str = choice('1f1b', PIPELINE_SCHEDULES)
+  sync: str = choice('sdpipe', SYNC_NAMES, renamed=RENAMED_SYNC_NAMES)
   sync_overlap: bool = False
 
   def __post_init__(self):
+    check_choices(self)
     at_least(self.stages, 1, f'{self.NAME}.stages')
     at_least(self.micro_batches, 1, f'{self.NAME}.micro_batches')
-    parse_sync_name(self.sync)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,10 +395,10 @@ class ParameterServerConfig:
   """
 
   NAME = 'ps'
-  protocol: str = 'asp'
+  protocol: str = choice('asp', PS_SYNCS, parse=ps_protocol)
 
   def __post_init__(self):
-    parse_ps(self.protocol)
+    check_choices(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,9 +476,10 @@ SECTIONS = {s.NAME: s for s in (
     SchmpConfig, ParameterServerConfig, EmulationConfig, CheckpointConfig, LoggingConfig,
     EvalConfig)}
 
-#: The flat names of the options before they had sections (``--set checkpoint_every=5``, old
-#: run directories' ``config.json``): each the same as its dotted name.
-FLAT_NAMES = {
+#: The flat form of the options before they had sections, as older run directories'
+#: ``config.json`` holds them (`Config.from_json`): each name → its dotted key. ``schedule`` was
+#: the pipeline's then: the optimizer had none.
+FLAT_FORM = {
     'model': 'model.name', 'model_args': 'model.args',
     'global_batch': 'data.global_batch', 'seed': 'data.seed',
     'optimizer': 'optimizer.name', 'learning_rate': 'optimizer.learning_rate',
@@ -482,3 +498,24 @@ FLAT_NAMES = {
     'checkpoint_every': 'checkpoint.every', 'checkpoint_async': 'checkpoint.asynchronous',
     'log_every': 'logging.every',
 }
+
+
+def _meanings() -> dict[str, tuple[str, ...]]:
+  """Each bare name (a field's, or one of the flat form) → every dotted key it could mean."""
+  keys = {name: {key} for name, key in FLAT_FORM.items()}
+  for name, section in SECTIONS.items():
+    for field in dataclasses.fields(section):
+      keys.setdefault(field.name, set()).add(f'{name}.{field.name}')
+  return {name: tuple(sorted(k)) for name, k in keys.items()}
+
+
+#: A bare name that could mean two or more fields → their dotted keys, e.g. ``'schedule'``:
+#: ``('optimizer.schedule', 'pipeline.schedule')``. `hetjax.run.override` refuses it. Derived
+#: from the sections: a field added later that shares a name is refused too, never silently
+#: routed to one of them.
+AMBIGUOUS = {name: keys for name, keys in _meanings().items() if len(keys) > 1}
+
+#: The flat names ``--set`` takes (``--set checkpoint_every=5``, ``--set policy=lbbsp``): the flat
+#: form less every name that is `AMBIGUOUS` (``schedule``: give ``optimizer.schedule`` or
+#: ``pipeline.schedule``).
+FLAT_NAMES = {name: key for name, key in FLAT_FORM.items() if name not in AMBIGUOUS}
