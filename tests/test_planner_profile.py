@@ -94,13 +94,15 @@ def test_transformer_blocks_cost_the_same():
   assert SubmodelProfile.from_json(block_0.to_json()) == block_0
 
 
-def test_model_without_submodels_is_refused():
+def test_model_without_submodels_is_profiled_whole():
+  """As one part, ``'model'`` (`tests/test_planner_whole_model.py` plans and trains one)."""
   source = hdata.ArraySource({'x': np.zeros((8, 2), np.float32), 'y': np.zeros(8, np.int32)})
   task = Task('plain', lambda rngs: nnx.Linear(2, 2, rngs=rngs),
               lambda m, b: optax.softmax_cross_entropy_with_integer_labels(m(b['x']), b['y']),
               source)
-  with pytest.raises(ConfigError, match=r"^model 'plain' has no submodels\(\)[^\n]*$"):
-    profile_submodels(task)
+  [whole] = profile_submodels(task, batch_size=4)
+  assert (whole.name, whole.params, whole.param_bytes) == ('model', 6, 24.0)
+  assert whole.tensor_bytes_per_example is None  # nothing tensor parallelism splits
   with pytest.raises(ConfigError, match='batch_size'):
     profile_submodels(task, batch_size=0)
 

@@ -20,7 +20,9 @@ standing for a job of several), ``--slowdown`` (a static trace, one factor per w
 `python -m hetjax.launch --slowdown` emulates) divides each worker's speed by its factor: the
 cluster the planner sees is then the emulated one. Each sub-model may run on all workers or on
 the k fastest (k dividing the worker count), and the plan printed says, per sub-model, what
-every other group would have cost (`hetjax.planner.explain`).
+every other group would have cost (`hetjax.planner.explain`). A model that lists no
+``submodels()`` is planned whole, as one part named ``model`` (`hetjax.planner.WHOLE_MODEL`):
+its best layout and group, which the output says in one line.
 
 Sub-model costs come from XLA's analyses of each sub-model compiled alone (``--profile=timed``,
 the default on a GPU or TPU: their compute from each one's forward + backward timed on this
@@ -119,11 +121,7 @@ def plan_from_flags() -> planner.Plan:
   cluster = (planner.ClusterSpec.load(_CLUSTER.value) if _CLUSTER.value
              else planner.measure_cluster())
   cluster = _emulated(cluster)
-  names = submodel_names(task.make_model)
-  if not names:
-    raise ConfigError(f'model {config.model.name!r} does not name its sub-models: give its model a '
-                      'submodels() method returning {name: nnx.Module} in forward order '
-                      '(hetjax.train.HasSubmodels), and the planner can place each part')
+  names = submodel_names(task.make_model)  # none: the whole model is one part
   timed = _PROFILE.value == 'timed' or (_PROFILE.value == 'auto'
                                          and jax.default_backend() != 'cpu')
   profiles = planner.profile_submodels(task, timed=timed)
@@ -138,6 +136,10 @@ def plan_from_flags() -> planner.Plan:
   print(f'{config.model.name} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
+  if not names:
+    print(f'model {config.model.name!r} lists no submodels(), so it is planned whole, as one part '
+          f'{planner.WHOLE_MODEL!r} (a submodels() method returning {{name: nnx.Module}} in '
+          'forward order lets the planner place each part)')
   print(_table(plan, profiles, batch))
   if timed:
     print(f'sub-models timed on {jax.devices()[0].device_kind}: a program call costs '

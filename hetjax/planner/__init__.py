@@ -1,4 +1,6 @@
-"""Fela's planner: a layout per sub-model from measured costs, as a `Plan` the trainer runs."""
+"""Fela's planner: a layout per sub-model from measured costs, as a `Plan` the trainer runs.
+
+A model without ``submodels()`` is planned whole, as one part named `WHOLE_MODEL`."""
 
 from hetjax.planner._check import CompiledPlan as CompiledPlan
 from hetjax.planner._check import compile_plan as compile_plan
@@ -33,9 +35,11 @@ from hetjax.planner._search import evaluate as evaluate
 from hetjax.planner._search import search as search
 from hetjax.planner._stages import plan_stages as plan_stages
 from hetjax.planner._stages import worker_devices as worker_devices
+from hetjax.planner._whole import WHOLE_MODEL as WHOLE_MODEL
 
 __all__ = [
     'TIE_TOLERANCE',
+    'WHOLE_MODEL',
     'Alternative',
     'AnalyticCost',
     'ClusterSpec',

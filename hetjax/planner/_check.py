@@ -7,6 +7,10 @@ compiled before any training, and the memory each device needs is read from XLA'
 `memory_analysis()`: for a step, arguments + outputs + temporaries − donated aliases; for
 stages, per device, the parameters, optimizer state and gradient accumulator of every stage it
 holds, plus the largest temporaries of one of them, plus its micro-batches' carries in flight.
+
+A plan of the whole model (a model without ``submodels()``, `Plan.whole_model`) has one part:
+on every device of one process it is one SPMD step; on a group of the workers, or across
+processes, one stage on its group's devices, whose chain is the whole loss (`whole_model_task`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from hetjax.pipeline._chain import check_chain
 from hetjax.planner._hlo import collective_bytes
 from hetjax.planner._plan import Plan
 from hetjax.planner._stages import plan_stages
+from hetjax.planner._whole import whole_model_task
 from hetjax.train import Task, Trainer
 
 
@@ -109,8 +114,9 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
 
   Raises:
     ConfigError: the plan does not apply to the model (a dimension its degree does not
-      divide, the wrong device count, a grouped plan for a model without a chain) or needs more
-      than ``memory_cap`` bytes on some device (the message names the stage and its group).
+      divide, the wrong device count, a grouped plan of sub-models for a model without a chain)
+      or needs more than ``memory_cap`` bytes on some device (the message names the stage and
+      its group).
   """
   devices = list(jax.devices() if devices is None else devices)
   one_process = len({d.process_index for d in devices}) == 1
@@ -126,6 +132,8 @@ def compile_plan(plan: Plan, task: Task, optimizer: optax.GradientTransformation
           f'(arguments {memory.argument_size_in_bytes:,}, temporaries '
           f'{memory.temp_size_in_bytes:,}), the cap is {int(memory_cap):,}')
     return CompiledPlan(plan, trainer, {'step': compiled}, used)
+  if plan.whole_model:  # one stage, one link: the whole loss (module docstring)
+    task = whole_model_task(task)
   with nnx.use_eager_sharding(False):
     model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
   if plan.grouped and not hasattr(model, 'chain'):

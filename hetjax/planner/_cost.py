@@ -163,8 +163,9 @@ class AnalyticCost:
     worker.
   * tensor parallel (t > 1): r = ``tensor_reductions`` output-sized activations are all-reduced
     over t in the forward and r gradients in the backward: 2r·2(t−1)·α +
-    2r·2(t−1)/t·(output_bytes_per_example·B/d)/β; inside a worker when t divides its device
-    count (tensor axes are the mesh's last axes).
+    2r·2(t−1)/t·(output_bytes_per_example·B/d)/β (``tensor_bytes_per_example`` instead where
+    the profile gives it: the whole model's row-parallel layers); inside a worker when t
+    divides its device count (tensor axes are the mesh's last axes).
   * memory per device = P/t (P/(t·d) with FSDP) · (1 + optimizer_slots) +
     activation_bytes_per_example · B/d. Gathered FSDP parameters are transient (layer by layer)
     and not counted; set ``optimizer_slots`` one higher to count a full gradient buffer.
@@ -244,7 +245,9 @@ class AnalyticCost:
     if split > 1:
       link = cluster.link(_inside_one_worker(cluster, group, t))
       passes = 2 * profile.tensor_reductions  # forward and backward, each an all-reduce
-      moved = ring_bytes(profile.output_bytes_per_example, t, passes * 2) * batch / d
+      activation = (profile.output_bytes_per_example if profile.tensor_bytes_per_example is None
+                    else profile.tensor_bytes_per_example)
+      moved = ring_bytes(activation, t, passes * 2) * batch / d
       tensor = Cost(link.time_s(ring_steps(t, passes * 2), moved), moved)
     state = (held / d if sharded else held) * (1 + self.optimizer_slots)
     memory = state + profile.activation_bytes_per_example * batch / d

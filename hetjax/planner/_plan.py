@@ -12,6 +12,10 @@ A sub-model may run on a group of the workers (``"group": [0, 1]``, default all 
 workers may hold different numbers of devices (``"worker_devices": [2, 1, 1]``, default equal):
 a plan whose sub-models use different groups trains as stages on those groups
 (`hetjax.planner.plan_stages`), an all-workers plan as one SPMD program.
+
+A model that lists no ``submodels()`` has one part, the whole model, named ``"model"``
+(`hetjax.planner.WHOLE_MODEL`): ``{"devices": 8, "submodels": {"model": {"data": 2, "tensor":
+4}}}``, or ``"*"``. Its layout's rules then apply to every parameter and activation of the model.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from jax.sharding import AxisType, Mesh
 
 from hetjax._errors import ConfigError
 from hetjax.planner._layout import Layout, axis_names, group_factors
+from hetjax.planner._whole import WHOLE_MODEL
 from hetjax.sharding import LogicalRules, ShardingRules
 
 
@@ -36,7 +41,8 @@ class SubmodelPlan:
   """One sub-model's part of a plan, with what the cost model predicted for it.
 
   Attributes:
-    name: the sub-model (a key of the model's ``submodels()``).
+    name: the sub-model (a key of the model's ``submodels()``, or `WHOLE_MODEL` for the whole
+      of a model without them).
     layout: its tensor-parallel degree and FSDP flag.
     group: the workers whose devices run it (all of them in an SPMD plan).
     predicted_s: modelled seconds per step (compute + its communication + resharding into it).
@@ -97,6 +103,12 @@ class Plan:
     return group_factors(tuple(self.counts[w] for w in self.members(submodel)))
 
   @property
+  def whole_model(self) -> bool:
+    """Whether the plan's one part is the whole model (`WHOLE_MODEL`: a model without
+    ``submodels()``); it then trains as one SPMD step, or as one stage on its group."""
+    return len(self.submodels) == 1 and self.submodels[0].name == WHOLE_MODEL
+
+  @property
   def grouped(self) -> bool:
     """Whether some sub-model runs on a subset of the workers (then it trains as stages)."""
     return any(set(self.members(s)) != set(range(self.workers)) for s in self.submodels)
@@ -124,6 +136,8 @@ class Plan:
   def rules(self, submodels: Sequence[SubmodelPlan] | None = None,
             factors: tuple[int, ...] | None = None) -> ShardingRules:
     """Scoped rules: each sub-model's layout inside its scope; the input batch over all axes.
+    The whole model's layout (`whole_model`) is the top-level table, and its scope's: it lays
+    out every parameter and activation, wherever it sits (a stage scopes its one link).
 
     Args:
       submodels: the sub-models to give rules (default: all; a stage's, for its own mesh).
@@ -132,6 +146,12 @@ class Plan:
     factors = self.factors if factors is None else factors
     parts = self.submodels if submodels is None else submodels
     every = axis_names(factors)
+    if self.whole_model and len(parts) == 1:
+      layout = parts[0].layout
+      params, compute = layout.params_rules(factors), layout.compute_rules(factors)
+      return ShardingRules(
+          params=dataclasses.replace(params, scopes=((WHOLE_MODEL, params),)),
+          compute=dataclasses.replace(compute, scopes=((WHOLE_MODEL, compute),)))
     params = LogicalRules(scopes=tuple((s.name, s.layout.params_rules(factors)) for s in parts))
     compute = LogicalRules((('batch', every),), scopes=tuple(
         (s.name, s.layout.compute_rules(factors)) for s in parts))
@@ -150,7 +170,8 @@ class Plan:
   @classmethod
   def from_json(cls, data: Mapping, submodels: Sequence[str] | None = None) -> Plan:
     """Reads a plan; ``submodels`` (the model's, in forward order) expands ``"*"`` and checks
-    every name.
+    every name. Empty ``submodels`` (a model without ``submodels()``,
+    `hetjax.sharding.submodel_names`) means one part, the whole model (`WHOLE_MODEL`).
 
     Raises:
       ConfigError: a missing field, an unknown sub-model, degrees that do not multiply to the
@@ -166,11 +187,13 @@ class Plan:
                         f'mapping); {type(e).__name__}: {e}') from None
     counts = worker_counts(devices, workers, counts, name)
     default = entries.pop('*', None)
-    order = list(submodels) if submodels is not None else list(entries)
+    order = list(entries) if submodels is None else list(submodels) or [WHOLE_MODEL]
     unknown = sorted(set(entries) - set(order))
     if unknown:
+      has = (f'the model has {", ".join(order)}' if submodels else
+             f'the model lists no submodels(), so its one part is {WHOLE_MODEL!r}')
       raise ConfigError(f'plan {name!r}: no sub-model named {", ".join(map(repr, unknown))}; '
-                        f'the model has {", ".join(order)}')
+                        + has)
     parts = []
     for sub in order:
       entry = entries.get(sub, default)

@@ -31,6 +31,11 @@ and twice that: the slope is the per-example traffic, the rest the per-step traf
 These analyses are made on the optimised HLO, before machine code, so the programs are compiled
 with ``xla_backend_optimization_level=0``: the numbers are the same and compiling is about twice
 as fast.
+
+A model that lists no ``submodels()`` is profiled as one part, `WHOLE_MODEL` (``'model'``): its
+program is the task's loss on the batch (`WholeModel`), forward and backward, so its output is
+the per-example losses and its activations are the step's. What tensor parallelism all-reduces
+is then not that output but the outputs of its row-parallel layers (`_row_outputs`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from hetjax._errors import ConfigError
 from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
+from hetjax.planner._whole import WHOLE_MODEL, WholeModel
 from hetjax.runtime._calibrate import seconds_per_call
 from hetjax.train import HasSubmodels, Task, program_flops
 
@@ -67,8 +73,14 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
     [p.name for p in profiles]   # ['up', 'down', 'head']
     profiles[0].params           # 64·64 + 64 = 4160
 
+  A model without ``submodels()`` is measured whole, as one part named ``'model'``
+  (`hetjax.planner.WHOLE_MODEL`)::
+
+    [p.name for p in profile_submodels(task_of_a_plain_model)]   # ['model']
+
   Args:
-    task: a task whose model has ``submodels()`` (`hetjax.train.HasSubmodels`).
+    task: a task; the parts measured are its model's ``submodels()``
+      (`hetjax.train.HasSubmodels`), or the whole model as one.
     batch_size: rows of the batch the sub-models are compiled for; per-example numbers are the
       measured ones divided by it.
     seed: seeds the model's (abstract) initialisation and picks the batch.
@@ -81,11 +93,11 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
       program call costs (``call_seconds``: the step pays it once, not once a sub-model).
 
   Returns:
-    One `SubmodelProfile` per sub-model, in the order of ``submodels()``.
+    One `SubmodelProfile` per sub-model, in the order of ``submodels()``; one for the whole
+    model when it lists none.
 
   Raises:
-    ConfigError: if the model has no ``submodels()``, ``batch_size`` is not positive, or the
-      loss never calls a sub-model.
+    ConfigError: if ``batch_size`` is not positive, or the loss never calls a sub-model.
   """
   if batch_size < 1:
     raise ConfigError(f'batch_size must be positive, got {batch_size}')
@@ -104,8 +116,11 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
   compile_cache: dict[Any, _Analysis] = {}
   profiles, separate = [], []
   held: set[int] = set()  # the parameters an earlier sub-model holds (`_own_parameters`)
-  last = list(model.submodels())[-1]
-  for name, module in model.submodels().items():
+  parts = _parts(task, model)
+  # The whole model's tensor-parallel activation is its row-parallel layers' (module docstring).
+  tensor = None if isinstance(model, HasSubmodels) else _row_outputs(task, model, batch)
+  last = list(parts)[-1]
+  for name, module in parts.items():
     if name not in calls:
       raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
     args, kwargs, out = calls[name]
@@ -143,8 +158,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
         shard_sizes=shard,
         tensor_reductions=_tensor_reductions(params),
         fsdp_arrays=_fsdp_arrays(params),
-        **timing))
-  if timed:  # one program call a step, not one a sub-model (`_profile_timing`)
+        tensor_bytes_per_example=tensor, **timing))
+  if timed and len(profiles) > 1:  # one program call a step, not one a sub-model
     call = _profile_timing.call_seconds(separate, _gradient_seconds(task, model, state, batch))
     profiles = [dataclasses.replace(
         p, call_seconds=call,
@@ -197,7 +212,7 @@ def submodel_calls(task: Task, batch_size: int, seed: int = 0) -> dict[str, Subm
   model = _abstract_model(task, seed)
   calls, _ = _record_calls(task, model, task.data.global_batch(seed, 0, batch_size))
   out = {}
-  for name, module in model.submodels().items():
+  for name, module in _parts(task, model).items():
     if name not in calls:
       raise ConfigError(f'the loss of {task.name!r} never calls its sub-model {name!r}')
     out[name] = SubmodelCall(module, *calls[name])
@@ -206,11 +221,14 @@ def submodel_calls(task: Task, batch_size: int, seed: int = 0) -> dict[str, Subm
 
 def _abstract_model(task: Task, seed: int) -> nnx.Module:
   with nnx.use_eager_sharding(False):
-    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
-  if not isinstance(model, HasSubmodels):
-    raise ConfigError(f'model {task.name!r} has no submodels(), so it cannot be profiled per '
-                      'sub-model')
-  return model
+    return nnx.eval_shape(lambda: task.make_model(nnx.Rngs(seed)))
+
+
+def _parts(task: Task, model: nnx.Module) -> dict[str, nnx.Module]:
+  """The parts to measure: the model's sub-models, or the whole model with its loss as one."""
+  if isinstance(model, HasSubmodels):
+    return model.submodels()
+  return {WHOLE_MODEL: WholeModel(model, task.loss)}
 
 
 class _Recorder(nnx.Module):
@@ -248,6 +266,10 @@ def _record_calls(task: Task, model: nnx.Module, batch, state: Any = None
 
   def loss(state, batch):
     copy = nnx.merge(graphdef, state)
+    if not isinstance(copy, HasSubmodels):  # the whole model: one call, of the loss itself
+      _Recorder(WholeModel(copy, task.loss),
+                lambda a, k, o: note(WHOLE_MODEL, a, k, o))(batch)
+      return values
     names = {id(module): name for name, module in copy.submodels().items()}
     for path, node in list(nnx.iter_graph(copy)):
       if path and id(node) in names:
@@ -262,11 +284,17 @@ def _record_calls(task: Task, model: nnx.Module, batch, state: Any = None
   return calls, jax.jit(loss)(state, batch)
 
 
+def _at(root: nnx.Module, path: tuple) -> Any:
+  """The node at ``path`` under ``root``: attributes, and items of `nnx.List`s."""
+  node = root
+  for key in path:
+    node = node[key] if isinstance(key, int) else getattr(node, key)
+  return node
+
+
 def _replace(root: nnx.Module, path: tuple, new: nnx.Module) -> None:
   """Puts ``new`` at ``path`` under ``root``: an attribute, or an item of an `nnx.List`."""
-  parent = root
-  for key in path[:-1]:
-    parent = parent[key] if isinstance(key, int) else getattr(parent, key)
+  parent = _at(root, path[:-1])
   if isinstance(path[-1], int):
     parent[path[-1]] = new
   else:
@@ -367,6 +395,56 @@ def _specs(params: nnx.State) -> list[tuple[set, ...]]:
   specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
   return [tuple(set(e) if isinstance(e, tuple) else {e} - {None} for e in (spec or ()))
           for spec in specs]
+
+
+def _row_outputs(task: Task, model: nnx.Module, batch: Any) -> float | None:
+  """Of a model profiled whole, the bytes per example of one tensor-parallel all-reduce: the
+  output of the layer that holds each row-parallel parameter (those `_tensor_reductions`
+  counts: rank ≥ 2, a tensor axis on the first, input, dimension, whose partial sums are added
+  up), averaged over them; None when it has none.
+
+  The outputs are read from the loss traced abstractly on ``batch`` with each such layer
+  wrapped in a `_Recorder`. A parameter the model's root holds itself, or whose layer the loss
+  never calls, counts as a row-parallel matmul's output: its last dimension per position, times
+  the task's ``tokens_per_example`` (at least one position); so does every one if the loss
+  fails with its layers wrapped (it reads an attribute of a layer, not only calls it).
+
+  Example: an MLP ``x → ('embed', 'mlp') → ('mlp', 'embed') → ('embed', 'classes')`` has one
+  row-parallel kernel, the second; its output is ``float32[B, embed]``: ``4 · embed`` bytes.
+  """
+  params = nnx.state(model, nnx.Param)
+  paths = [tuple(getattr(k, 'key', getattr(k, 'idx', k)) for k in path) for path, _ in
+           jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(params))[0]]
+  rows = [(path, leaf) for path, leaf, dims in zip(
+      paths, jax.tree.leaves(nnx.to_pure_dict(params)), _specs(params), strict=True)
+      if len(dims) >= 2 and dims[0] & set(TENSOR_AXES)]
+  if not rows:
+    return None
+  layers = sorted({path[:-1] for path, _ in rows if len(path) > 1}, key=len, reverse=True)
+  graphdef, abstract = nnx.split(model)
+  rows_in_batch = jax.tree.leaves(batch)[0].shape[0]
+  outputs: dict[tuple, float] = {}
+
+  def note(layer, out):
+    if layer not in outputs:
+      outputs[layer] = sum(_nbytes(o) for o in jax.tree.leaves(out)
+                           if jnp.issubdtype(o.dtype, jnp.inexact)) / rows_in_batch
+
+  def loss(state, batch):
+    copy = nnx.merge(graphdef, state)
+    for layer in layers:  # deepest first: a wrapped layer's own layers are wrapped already
+      _replace(copy, layer, _Recorder(_at(copy, layer),
+                                      lambda a, k, o, layer=layer: note(layer, o)))
+    return task.loss(copy, batch)
+
+  try:
+    jax.eval_shape(loss, abstract, batch)
+  except Exception:  # a model that needs its layers unwrapped: estimated below instead
+    outputs.clear()
+  positions = max(1, task.tokens_per_example)
+  sizes = [outputs.get(path[:-1], leaf.shape[-1] * jnp.dtype(leaf.dtype).itemsize * positions)
+           for path, leaf in rows]
+  return sum(sizes) / len(sizes)
 
 
 def _tensor_reductions(params: nnx.State) -> int:

@@ -12,7 +12,8 @@ class SubmodelProfile:
   in tests). Per-example quantities scale linearly with the batch.
 
   Attributes:
-    name: the sub-model's name, as `HasSubmodels.submodels()` gives it.
+    name: the sub-model's name, as `HasSubmodels.submodels()` gives it (``'model'``,
+      `hetjax.planner.WHOLE_MODEL`, for the whole of a model without them).
     params: parameter count.
     param_bytes: bytes of its parameters. A parameter shared with an earlier sub-model (a head
       tied to the embedding's table) counts there, not here: it is stored and updated once.
@@ -51,6 +52,12 @@ class SubmodelProfile:
       the loss's whole gradient timed as one, per call too many (`hetjax.planner.
       _profile_timing.call_seconds`). Already taken off ``seconds_per_step`` of every
       sub-model but the first, which carries the step's one call; 0 when not timed.
+    tensor_bytes_per_example: bytes per example each of the ``tensor_reductions`` all-reduces
+      moves, when that is not the output's; None: ``output_bytes_per_example``. A sub-model
+      ends in its row-parallel layer, so its output is what the all-reduce adds up. The whole
+      model as one part (`hetjax.planner.WHOLE_MODEL`) outputs its per-example losses, 4 bytes,
+      while its row-parallel layers' outputs are what tensor parallelism all-reduces: the mean
+      of those (`hetjax.planner.profile_submodels`).
   """
 
   name: str
@@ -68,6 +75,7 @@ class SubmodelProfile:
   seconds_per_example: float | None = None
   seconds_per_step: float = 0.0
   call_seconds: float = 0.0
+  tensor_bytes_per_example: float | None = None
 
   @property
   def timed(self) -> bool:
