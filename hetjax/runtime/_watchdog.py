@@ -14,7 +14,7 @@ names the culprit:
 
 It prints one line, leaves the verdict for the launcher (`hetjax.runtime._verdict`), and ends
 the job by exiting worker 0 with status 3. Each report is one key-value write (~0.4 ms on
-loopback); the watcher reads 2 keys per worker every half second.
+loopback); the watcher reads 3 keys per worker every half second.
 
 The timeout is the one given, or it follows the step time measured from the first step on, so
 that a healthy job is never ended for being slow:
@@ -31,24 +31,42 @@ done 34 s after the start (20 s of it compiling). Until step 2 is done the timeo
 170 s; once step 3 is done it is 5 x median(34, 14, 14) = 70 s. A worker that hangs in step 6
 is named 70 s after every worker had finished step 5. (A 10 s floor with nothing measured ended
 that job 10 s into its second step.)
+
+A worker inside a known long phase (`ProgressWatchdog.busy`: a checkpoint save, an evaluation)
+is not stalled: its heartbeat thread publishes the phase's name as ``busy/{w}`` at its next beat
+(a phase under a second is never published; nothing is written while the phase stays the same)
+and ``''`` at the first beat after it ends. While any worker is busy the step timeout does not
+apply; the phase has a bound of its own, `BUSY_FACTOR` times the step timeout and never under
+`BUSY_FLOOR_S`, after which its worker is named as stuck in it. Once no worker is busy, the step
+timeout counts again, from the last poll that saw one busy.
+
+Worked example: 4 workers whose step takes 80 ms (timeout: the 10 s floor), and the last step's
+checkpoint save takes 25 s (orbax compiles a slice program per array on its first save). Worker
+0's phase is seen within 1.5 s of its start, so at 10 s the job is not stalled; the bound is
+max(120, 10 x 10) = 120 s, the save ends at 25 s, the step is reported, the job ends normally. A
+save that hangs is named 120 s after its phase was first seen: ``worker 0 stuck in its checkpoint
+save for 120.0 s after step 59``.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from hetjax.runtime._verdict import write_verdict
 
 STALL_EXIT_STATUS = 3
 FLOOR_S = 10.0
 FACTOR = 5.0
+BUSY_FLOOR_S = 120.0  # the least a long phase (a checkpoint save) may take
+BUSY_FACTOR = 10.0  # a long phase may take this many step timeouts
 _KEPT_STEP_TIMES = 20
 _HEARTBEAT_S = 1.0
 _POLL_S = 0.5
@@ -63,12 +81,13 @@ class StallDetector:
 
     detector = StallDetector(4, started=time.monotonic())
     ...
-    verdict = detector.observe(time.monotonic(), {'progress/0': 7, 'alive/0': 120, ...})
+    verdict = detector.observe(time.monotonic(), {'progress/0': 7, 'alive/0': 120,
+                                                  'busy/0': 'checkpoint save', ...})
     if verdict is not None:
       worker, cause = verdict   # worker None: every worker is stuck in the same step
 
   Args:
-    workers: how many workers publish ``progress/{w}`` and ``alive/{w}``.
+    workers: how many workers publish ``progress/{w}``, ``alive/{w}`` and ``busy/{w}``.
     timeout_s: seconds without progress that make a stall; None: follow the step time.
     started: when watching began (`time.monotonic`), just before the first step: the first
       measured step time counts from here.
@@ -83,11 +102,13 @@ class StallDetector:
     self._step_times: collections.deque[float] = collections.deque(maxlen=_KEPT_STEP_TIMES)
     self._slowest: int | None = None  # the slowest worker's last step, once all finished one
     self._since = started  # when the slowest worker's step last advanced
+    self._busy_seen = -math.inf  # the last poll that saw a worker busy
 
   @property
   def keys(self) -> list[str]:
     """The channel keys to poll."""
-    return [f'{kind}/{w}' for w in range(self.workers) for kind in ('progress', 'alive')]
+    return [f'{kind}/{w}' for w in range(self.workers)
+            for kind in ('progress', 'alive', 'busy')]
 
   def timeout_s(self) -> float | None:
     """Seconds without progress that make a stall now; None before every worker finished a
@@ -98,12 +119,23 @@ class StallDetector:
       return self._timeout_s
     return max(FLOOR_S, FACTOR * statistics.median(self._step_times))
 
+  def busy_timeout_s(self) -> float | None:
+    """Seconds a worker may spend in one long phase (`ProgressWatchdog.busy`) before it is
+    named as stuck in it; None before every worker finished a step."""
+    timeout = self.timeout_s()
+    return None if timeout is None else max(BUSY_FLOOR_S, BUSY_FACTOR * timeout)
+
   def observe(self, now: float, values: dict[str, object]) -> tuple[int | None, str] | None:
     """Takes the values polled at ``now``; returns ``(worker or None, cause)`` once the job is
-    stalled, else None."""
+    stalled, else None. A value None (a key not written yet, or a failed read) keeps the last
+    one seen: a failed read of ``busy/{w}`` does not end a worker's phase."""
     for key, value in values.items():
       if value is not None and (key not in self._seen or self._seen[key][0] != value):
         self._seen[key] = (value, now)
+    busy = {w: phase for w in range(self.workers)
+            if (phase := self._seen.get(f'busy/{w}', ('', now))[0])}
+    if busy:
+      self._busy_seen = now
     steps = [self._seen.get(f'progress/{w}', (None, now))[0] for w in range(self.workers)]
     if any(s is None for s in steps):
       return None  # not armed until every worker finished a step
@@ -116,9 +148,24 @@ class StallDetector:
       self._step_times.append((now - self._since) / max(1, low - self._slowest))
       self._slowest, self._since = low, now
       return None
-    if now - self._since >= self.timeout_s():
-      return self._blame(steps, now, now - self._since)
-    return None
+    if now - self._since < self.timeout_s():
+      return None
+    if busy:  # a long phase has a bound of its own
+      return self._stuck(busy, steps, now)
+    if now - self._busy_seen < self.timeout_s():  # the step timeout counts from a phase's end
+      return None
+    return self._blame(steps, now, now - self._since)
+
+  def _stuck(self, busy: dict[int, str], steps, now) -> tuple[int, str] | None:
+    """The busy worker whose phase began first, once it has lasted the busy bound. A phase
+    begins when its name was seen or, if later, the worker's last report (a phase of the same
+    name after the next step is another phase)."""
+    began = {w: max(self._seen[f'busy/{w}'][1], self._seen[f'progress/{w}'][1]) for w in busy}
+    w = min(began, key=began.__getitem__)
+    if now - began[w] < self.busy_timeout_s():
+      return None
+    return w, (f'{self._names[w]} stuck in its {busy[w]} for {now - began[w]:.1f} s after step '
+               f'{steps[w]}')
 
   def _blame(self, steps, now, stalled_s) -> tuple[int | None, str]:
     silent = [w for w in range(self.workers)  # a heartbeat never seen is silent too
@@ -144,7 +191,10 @@ class ProgressWatchdog:
   Example::
 
     watchdog = ProgressWatchdog(Channel('run'), ctx.worker, ctx.workers)
-    hooks.append(Hook(lambda info: watchdog.report(info.step)))   # after the other hooks
+    def save(info):
+      with watchdog.busy('checkpoint save'):   # may take minutes: not a stall
+        ckpt.save(info.state)
+    hooks += [Hook(save), Hook(lambda info: watchdog.report(info.step))]   # report last
     ...
     watchdog.close()
 
@@ -166,6 +216,7 @@ class ProgressWatchdog:
     self._detector = StallDetector(workers, timeout_s=timeout_s, started=time.monotonic(),
                                    names=names)
     self._on_stall = on_stall or self._exit
+    self._phase = ''  # the long phase this worker is in ('': none); the heartbeat publishes it
     self._stop = threading.Event()
     self._threads = [threading.Thread(target=self._beat, name='hetjax-heartbeat', daemon=True)]
     if worker == 0:
@@ -178,17 +229,33 @@ class ProgressWatchdog:
     """Publishes that this worker finished ``step`` (call after the step's other hooks)."""
     self._channel.set(f'progress/{self.worker}', int(step))
 
+  @contextlib.contextmanager
+  def busy(self, phase: str) -> Iterator[None]:
+    """Runs the ``with`` block as the long phase ``phase`` (``'checkpoint save'``,
+    ``'evaluation'``): no stall while it lasts, up to the busy bound (module docstring). Costs
+    no key-value write: the heartbeat thread publishes the phase at its next beat, so a block
+    under a second (a checkpoint hook on a step that saves nothing) is free."""
+    outer, self._phase = self._phase, phase
+    try:
+      yield
+    finally:
+      self._phase = outer
+
   def close(self) -> None:
     self._stop.set()
     for thread in self._threads:
       thread.join(timeout=2 * _HEARTBEAT_S)
 
   def _beat(self) -> None:
-    beat = 0
+    beat, published = 0, ''
     while not self._stop.is_set():
       beat += 1
+      phase = self._phase
       try:
         self._channel.set(f'alive/{self.worker}', beat)
+        if phase != published:
+          self._channel.set(f'busy/{self.worker}', phase)
+          published = phase
       except Exception:  # the service is gone: the job is ending anyway
         return
       self._stop.wait(_HEARTBEAT_S)
