@@ -3,6 +3,7 @@ telemetry and the stall watchdog (`train`, which ``hetjax-train`` calls after pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
@@ -11,7 +12,7 @@ import time
 from hetjax import ConfigError, checkpoint, report, runtime
 from hetjax import train as train_lib
 from hetjax.report import summary_fields
-from hetjax.run import _observe, _restarts
+from hetjax.run import _observe, _restarts, _rules
 from hetjax.run._build import Built, build
 from hetjax.run._config import Config
 
@@ -148,7 +149,18 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       _restarts.trim_after(workdir, start)
     if ctx.is_chief:  # before the hooks: it times the checkpoint and evaluation hooks
       logger, writer, observed = _observe.metrics_logger(config, built, workdir, evaluation)
-    timed = logger.timed if logger is not None else (lambda hook, name: hook)
+
+    def timed(hook: train_lib.Hook, name: str) -> train_lib.Hook:
+      """``hook`` as a long phase of the watchdog's (made below, before the first step: a slow
+      save is not a stall), timed by the chief's logger."""
+      phase = {'checkpoint': 'checkpoint save', 'eval': 'evaluation'}.get(name, name)
+
+      def run(info: train_lib.StepInfo) -> None:
+        with watchdog.busy(phase) if watchdog is not None else contextlib.nullcontext():
+          hook.fn(info)
+
+      watched = train_lib.Hook(run, every=hook.every, at_end=hook.at_end)
+      return watched if logger is None else logger.timed(watched, name)
     # Evaluation first: the logger's line of the step carries its result.
     hooks = ([] if evaluation is None else [_observe.eval_hook(evaluation, program, config,
                                                                timed)])
@@ -166,10 +178,13 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       run_info = {'workers': built.workers, 'global_batch': config.data.global_batch,
                   'model': task.name, 'mode': built.mode.value,
                   'slowdown': config.emulation.slowdown or ctx.slowdown,
-                  'started_unix_s': _started(workdir, called), **observed, **built.run_info}
+                  'started_unix_s': _started(workdir, called), **observed,
+                  **_rules.recorded(config, built.mode), **built.run_info}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
+      if notice := _rules.notice(config, built.mode, task):
+        print(notice, flush=True)
       # After the evaluation (its line carries the result) and the checkpoint: a step is
       # logged done only once the checkpoint before it is committed, so a failure loses at
       # most checkpoint.every of the steps logged, background saves included.

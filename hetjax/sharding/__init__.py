@@ -16,6 +16,7 @@ from hetjax.sharding._state import init_sharded as init_sharded
 from hetjax.sharding._state import param_shardings as param_shardings
 from hetjax.sharding._state import submodel_names as submodel_names
 from hetjax.sharding._state import submodel_prefixes as submodel_prefixes
+from hetjax.sharding._state import unmapped_names as unmapped_names
 
 __all__ = [
     'DEFAULT_AXES',
@@ -34,4 +35,5 @@ __all__ = [
     'scope',
     'submodel_names',
     'submodel_prefixes',
+    'unmapped_names',
 ]

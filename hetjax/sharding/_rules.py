@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from jax.sharding import Mesh, PartitionSpec
 
@@ -19,6 +19,32 @@ def _as_axes(value: str | Sequence[str] | None) -> MeshAxes:
   if isinstance(value, str):
     return (value,)
   return tuple(value)
+
+
+def padded(names: Sequence[str | None], rank: int) -> tuple[str | None, ...]:
+  """``names`` with ``None`` appended up to ``rank``: fewer names than dimensions leave the
+  trailing dimensions unnamed (replicated), as JAX and Flax read a shorter `PartitionSpec`.
+
+  Flax's own ``nnx.MultiHeadAttention`` kernels, of shape ``(in_features, num_heads,
+  head_dim)``, are typically annotated with two names::
+
+    >>> padded(('embed', 'heads'), 3)
+    ('embed', 'heads', None)
+
+  More names than ``rank`` are returned as they are (`LogicalRules.checked_spec` refuses them).
+  """
+  return tuple(names) + (None,) * (rank - len(names))
+
+
+def dimension_names(names: Iterable[str | Sequence[str] | None]) -> tuple[str, ...]:
+  """The logical names in one array's ``names``, in order: a dimension's ``None`` is skipped and
+  a tuple of names (Flax allows several on one dimension) gives each of its names."""
+  out = []
+  for entry in names:
+    for name in (entry,) if entry is None or isinstance(entry, str) else entry:
+      if isinstance(name, str):
+        out.append(name)
+  return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +79,10 @@ class LogicalRules:
   ``scopes``: inside `hetjax.sharding.scope('tower')` (activations) or for parameters under the
   sub-model ``'tower'``, `in_scope('tower')` is used instead of the top-level table.
 
+  An array may carry fewer names than dimensions: the trailing ones are replicated, as JAX and
+  Flax read a shorter `PartitionSpec` (`padded`). Rules given on top of a table (a run's
+  ``parallelism.rules``) come first, so they win: `overlay`.
+
   Attributes:
     rules: ``(logical name, mesh axes)`` pairs; mesh axes is a tuple of axis names, ``()`` for
       replicated. Several pairs may name the same logical axis: they are tried in order.
@@ -60,12 +90,18 @@ class LogicalRules:
     fallback: mesh axes for an array none of whose dimensions a rule splits, applied by
       `checked_spec` only (it needs the shape): its largest dimension divisible by their total
       size (the first of equal ones) is split over them; ``()`` (default) replicates it.
+      A dimension whose name an `overlay` rule replicates is never the one split.
       A scope's table has its own ``fallback``.
+    sources: ``(logical name, where its first rule came from)`` pairs, e.g.
+      ``(('kv', 'parallelism.rules'),)``, set by `overlay`: an error about a dimension that rule
+      splits names it (``parallelism.rules['kv']``), and ``fallback`` leaves a dimension it
+      replicates whole.
   """
 
   rules: tuple[tuple[str, MeshAxes], ...] = ()
   scopes: tuple[tuple[str, LogicalRules], ...] = ()
   fallback: MeshAxes = ()
+  sources: tuple[tuple[str, str], ...] = ()
 
   @classmethod
   def of(cls, mapping: Mapping[str, str | Sequence[str] | None],
@@ -73,6 +109,36 @@ class LogicalRules:
     """Builds rules from a ``{logical name: mesh axis or axes or None}`` mapping."""
     return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()),
                fallback=_as_axes(fallback))
+
+  def overlay(self, mapping: Mapping[str, str | Sequence[str] | None], source: str = ''
+              ) -> LogicalRules:
+    """This table with ``mapping``'s rules first, in every scope too: resolution takes the first
+    usable rule of a name, so a name given here is split as ``mapping`` says, and ``None`` (or
+    ``()``) replicates it whatever this table's rule for it was.
+
+    Example::
+
+      >>> tp = LogicalRules.of({'heads': 'model', 'mlp': 'model'})
+      >>> tp.overlay({'heads': None, 'kv': 'model'}).spec(('embed', 'heads', 'kv'))
+      PartitionSpec(None, None, 'model')
+
+    Args:
+      mapping: ``{logical name: mesh axis or axes or None}``.
+      source: where ``mapping`` came from (e.g. ``'parallelism.rules'``), named in errors
+        about the dimensions its rules split (`checked_spec`).
+    """
+    first = tuple((name, _as_axes(axes)) for name, axes in mapping.items())
+    given = tuple((name, source) for name, _ in first) if source else ()
+    return dataclasses.replace(
+        self, rules=first + self.rules,
+        scopes=tuple((scope, rules.overlay(mapping, source)) for scope, rules in self.scopes),
+        sources=given + tuple(p for p in self.sources if p[0] not in mapping))
+
+  def named(self) -> frozenset[str]:
+    """Every logical name a rule of this table or of one of its scopes names (replicating rules
+    included): the names this table decides; any other name is replicated."""
+    return frozenset(name for name, _ in self.rules).union(
+        *(rules.named() for _, rules in self.scopes))
 
   def in_scope(self, name: str | None) -> LogicalRules:
     """The table that applies inside sub-model ``name`` (this one if it has none of its own)."""
@@ -109,38 +175,69 @@ class LogicalRules:
     """Like `spec`, but fails if a sharded dimension is not divisible by its mesh axes, and
     applies ``fallback`` to an array that no rule splits.
 
+    Fewer names than dimensions name the leading ones; the rest are replicated (`padded`).
+
+    Example::
+
+      rules = LogicalRules.of({'heads': 'model'})
+      rules.checked_spec(('embed', 'heads'), (16, 4, 8), mesh_4x2, "parameter 'key/kernel'")
+      # PartitionSpec(None, 'model', None)
+
     Args:
-      names: logical name of each dimension (``None`` for an unnamed dimension).
+      names: logical name of each dimension (``None`` for an unnamed dimension); may be
+        shorter than ``shape``.
       shape: the array's shape.
       mesh: the mesh the array will live on.
       what: how to name the array in an error, e.g. ``"parameter 'tower/kernel'"``.
 
     Raises:
-      ShardingError: one line naming the array, the dimension and the sizes.
+      ShardingError: one line naming the array, the dimension and the sizes (and the rule's
+        source, `overlay`), or more names than dimensions.
     """
-    if len(names) != len(shape):
+    if len(names) > len(shape):
       raise ShardingError(
-          f'{what}: {len(names)} logical names {tuple(names)} for a rank-{len(shape)} array')
-    wanted = {a for axes in self.mesh_axes(names) for a in axes} | set(self.fallback)
-    for missing in wanted - set(mesh.shape):
+          f'{what}: {len(names)} logical names {tuple(names)} for a rank-{len(shape)} array (at '
+          'most one a dimension; fewer leave the trailing dimensions replicated)')
+    names = padded(names, len(shape))
+    axes_of = self.mesh_axes(names)
+    for dim, (name, axes) in enumerate(zip(names, axes_of, strict=True)):
+      missing = [a for a in axes if a not in mesh.shape]
+      if missing:
+        raise ShardingError(
+            f'{what}: dimension {dim} ({name!r}) maps onto mesh axis {missing[0]!r}, which mesh '
+            f'{dict(mesh.shape)} lacks{self._source(name, axes)}')
+    missing = [a for a in self.fallback if a not in mesh.shape]
+    if missing:
       raise ShardingError(
-          f'{what}: rule maps onto mesh axis {missing!r}, which mesh {dict(mesh.shape)} lacks')
-    for dim, (name, size, axes) in enumerate(zip(names, shape, self.mesh_axes(names), strict=True)):
+          f'{what}: the fallback maps onto mesh axis {missing[0]!r}, which mesh '
+          f'{dict(mesh.shape)} lacks')
+    for dim, (name, size, axes) in enumerate(zip(names, shape, axes_of, strict=True)):
       ways = math.prod(mesh.shape[a] for a in axes)
       if size % ways:
         raise ShardingError(
             f'{what}: dimension {dim} ({name!r}, size {size}) is not divisible by mesh axes '
-            f'{axes} of total size {ways}')
+            f'{axes} of total size {ways}{self._source(name, axes)}')
     spec = self.spec(names)
     if self.fallback and all(entry is None for entry in spec):
-      return self._fallback_spec(shape, mesh)
+      given = dict(self.sources)
+      whole = {dim for dim, name in enumerate(names) if name in given and not axes_of[dim]}
+      return self._fallback_spec(shape, mesh, whole)
     return spec
 
-  def _fallback_spec(self, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
-    """``fallback`` on the largest dimension it divides (the first of equal ones); replicated
-    when it divides none, or when its axes have one device (nothing to split)."""
+  def _source(self, name: str | None, axes: MeshAxes) -> str:
+    """`` (parallelism.rules['kv'])`` when ``axes`` came from the first rule of ``name``,
+    given by `overlay` with that source; else empty."""
+    source = dict(self.sources).get(name) if name is not None else None
+    first = next((a for n, a in self.rules if n == name), None)
+    return f' ({source}[{name!r}])' if source and first == axes else ''
+
+  def _fallback_spec(self, shape: Sequence[int], mesh: Mesh, whole: set[int]) -> PartitionSpec:
+    """``fallback`` on the largest dimension it divides (the first of equal ones) outside
+    ``whole``; replicated when it divides none, or when its axes have one device (nothing to
+    split)."""
     ways = math.prod(mesh.shape[a] for a in self.fallback)
-    divisible = [dim for dim, size in enumerate(shape) if size % ways == 0] if ways > 1 else []
+    divisible = [dim for dim, size in enumerate(shape)
+                 if size % ways == 0 and dim not in whole] if ways > 1 else []
     entries: list[str | MeshAxes | None] = [None] * len(shape)
     if divisible:
       dim = max(divisible, key=lambda d: (shape[d], -d))
@@ -162,3 +259,18 @@ class ShardingRules:
 
   params: LogicalRules
   compute: LogicalRules
+
+  def overlay(self, mapping: Mapping[str, str | Sequence[str] | None], source: str = ''
+              ) -> ShardingRules:
+    """Both tables with ``mapping``'s rules first (`LogicalRules.overlay`): a name given there
+    lives and computes as it says.
+
+    Example::
+
+      >>> rules = ShardingRules(LogicalRules.of({'heads': 'model'}),
+      ...                       LogicalRules.of({'batch': 'data', 'heads': 'model'}))
+      >>> rules.overlay({'heads': None}).params.spec(('embed', 'heads'))
+      PartitionSpec(None, None)
+    """
+    return ShardingRules(self.params.overlay(mapping, source),
+                         self.compute.overlay(mapping, source))

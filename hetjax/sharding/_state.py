@@ -9,7 +9,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hetjax.sharding._rules import LogicalRules
+from hetjax.sharding._rules import LogicalRules, dimension_names, padded
 
 PyTree = Any
 
@@ -22,7 +22,10 @@ def abstract_model(make_model: Callable[[nnx.Rngs], nnx.Module], seed: int = 0):
   """Returns ``(graphdef, abstract params, logical names)`` without allocating anything.
 
   ``abstract params`` is a pure nested dict of `jax.ShapeDtypeStruct`; ``logical names`` has the
-  same structure with a tuple of logical names (or ``None`` per dimension) at each leaf.
+  same structure with a tuple of logical names (or ``None``) per dimension at each leaf. A
+  parameter annotated with fewer names than dimensions (Flax's ``nnx.MultiHeadAttention``
+  kernels: ``('embed', 'heads')`` on ``(in_features, num_heads, head_dim)``) gets ``None`` for
+  the trailing ones (`hetjax.sharding._rules.padded`), as JAX and Flax read it.
   """
   with nnx.use_eager_sharding(False):
     model = nnx.eval_shape(lambda: make_model(nnx.Rngs(seed)))
@@ -30,9 +33,34 @@ def abstract_model(make_model: Callable[[nnx.Rngs], nnx.Module], seed: int = 0):
   shapes = nnx.to_pure_dict(state)
   specs = nnx.to_pure_dict(nnx.get_partition_spec(state))
   names = jax.tree.map(
-      lambda spec, shape: tuple(spec) if spec else (None,) * len(shape.shape),
-      specs, shapes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+      lambda spec, shape: padded(tuple(spec or ()), len(shape.shape)),
+      specs, shapes, is_leaf=lambda x: x is None or isinstance(x, PartitionSpec))
   return graphdef, shapes, names
+
+
+def unmapped_names(names: PyTree, rules: LogicalRules) -> tuple[str, ...]:
+  """The logical names on a model's parameters that no rule of ``rules`` names, in the order
+  they first appear: `LogicalRules.mesh_axes` replicates them (or ``fallback`` splits their
+  parameter), which a run's start-up lines say once.
+
+  A name that some rule names counts as mapped even where that rule cannot be used (its mesh
+  axes taken by another dimension), and a name an explicit ``None`` rule replicates is mapped:
+  the table decided it. A scope's rules count for every sub-model.
+
+  Example::
+
+    _, _, names = abstract_model(make_model)   # {'attn': {'qkv': ('embed', 'qkv')}, ...}
+    unmapped_names(names, Strategy.HYBRID.rules().params)   # ('qkv',)
+
+  Args:
+    names: the logical names of `abstract_model`.
+    rules: a parameter table (``ShardingRules.params``).
+  """
+  known = rules.named()
+  found = dict.fromkeys(
+      name for leaf in jax.tree.leaves(names, is_leaf=lambda x: isinstance(x, tuple))
+      for name in dimension_names(leaf) if name not in known)
+  return tuple(found)
 
 
 def submodel_names(make_model: Callable[[nnx.Rngs], nnx.Module]) -> tuple[str, ...]:
