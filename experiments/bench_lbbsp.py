@@ -52,8 +52,15 @@ Compiled share sizes are kept in memory and in a persistent compilation cache th
 when the benchmark starts and shared by its scenarios (as a relaunched job would share it), so
 the first scenario pays cold compiles and later ones mostly load them.
 
+Part ``harm`` (`experiments._lbbsp_harm`) asks whether LB-BSP ever makes a run slower than
+uniform shares on work nobody tuned it for: `experiments/train.py` launched as a user runs it,
+on foreign models (``tests/foreign``) and a shipped one, hosts calibrated (equal, one 3x slow)
+or declared (one 3x slow), each job from an empty compilation cache, whole runs timed (compiles
+included), uniform and LB-BSP in turn, ``--harm_runs`` times.
+
   .venv/bin/python experiments/bench_lbbsp.py --quick --json runs/bench_lbbsp.json
   .venv/bin/python experiments/bench_lbbsp.py --quick --scenarios=links,both
+  .venv/bin/python experiments/bench_lbbsp.py --parts=harm --json runs/bench_lbbsp_harm.json
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ if __package__ in (None, ''):
 import numpy as np
 from absl import flags
 
-from experiments import _analysis, _harness, _markov_limit
+from experiments import _analysis, _harness, _lbbsp_harm, _markov_limit
 from experiments._bench_launch import launch_workers, make_policy
 from experiments._lbbsp_worker import LINKS_POLICY
 from hetjax import ConfigError, balance, emulation, simulation
@@ -99,6 +106,14 @@ _BLOCK = flags.DEFINE_integer('block', None, 'steps per block (default 5)')
 _SCENARIOS = flags.DEFINE_list('scenarios', None, 'scenarios to run (default all; quick: '
                                'static, markov)')
 _POLICIES = flags.DEFINE_list('policies', list(POLICIES), 'policies to compare')
+PARTS = ('policies', 'harm')
+_PARTS = flags.DEFINE_list('parts', list(PARTS), 'policies: the scenarios above; harm: LB-BSP '
+                           'against uniform on foreign models, whole launched runs')
+_HARM_MODELS = flags.DEFINE_list('harm_models', None, 'models of part harm (default all; quick: '
+                                 'nnx_transformer)')
+_HARM_HOSTS = flags.DEFINE_list('harm_hosts', list(_lbbsp_harm.HOSTS), 'hosts of part harm')
+_HARM_RUNS = flags.DEFINE_integer('harm_runs', None, 'runs of each policy (default 3, quick 1)')
+_HARM_STEPS = flags.DEFINE_integer('harm_steps', None, 'steps of each run (default 100, quick 60)')
 
 
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
@@ -201,13 +216,32 @@ def main() -> None:
   if bad or 'uniform' not in _POLICIES.value or rounds < 1 or block < 2:
     raise ConfigError(f'bad arguments {bad} (scenarios: {", ".join(SCENARIOS)}; policies: '
                       f'{", ".join(POLICIES)}, uniform among them; rounds >= 1, block >= 2)')
+  models = _HARM_MODELS.value or (['nnx_transformer'] if quick else list(_lbbsp_harm.MODELS))
+  runs = (1 if quick else 3) if _HARM_RUNS.value is None else _HARM_RUNS.value
+  steps = (60 if quick else 100) if _HARM_STEPS.value is None else _HARM_STEPS.value
+  bad = ([p for p in _PARTS.value if p not in PARTS]
+         + [m for m in models if m not in _lbbsp_harm.MODELS]
+         + [h for h in _HARM_HOSTS.value if h not in _lbbsp_harm.HOSTS])
+  if bad or runs < 1 or steps <= _lbbsp_harm.WARM_UP + 1:
+    raise ConfigError(f'bad arguments {bad} (parts: {", ".join(PARTS)}; harm models: '
+                      f'{", ".join(_lbbsp_harm.MODELS)}; hosts: {", ".join(_lbbsp_harm.HOSTS)}; '
+                      f'harm_runs >= 1, harm_steps > {_lbbsp_harm.WARM_UP + 1})')
   start = time.perf_counter()
+  rows, harm = [], []
   with _harness.run_directory(FLAGS.keep.value) as root:
-    rows = run(root, rounds, block, scenarios, _POLICIES.value)
-  print(table(rows))
-  print(f'{rounds} rounds x {block} steps per policy and scenario; '
-        f'{time.perf_counter() - start:.0f} s')
-  _harness.finish(rows, FLAGS.json.value)
+    if 'policies' in _PARTS.value:
+      rows = run(root, rounds, block, scenarios, _POLICIES.value)
+    if 'harm' in _PARTS.value:
+      harm = _lbbsp_harm.measure(root / 'harm', models, _HARM_HOSTS.value, runs, steps)
+  if rows:
+    print(table(rows))
+    print(f'{rounds} rounds x {block} steps per policy and scenario')
+  if harm:
+    print(_lbbsp_harm.table(harm))
+    print(f'part harm: {runs} run(s) of {steps} steps per policy, model and hosts; whole runs '
+          'from empty compilation caches (wall_s of summary.json), measured')
+  print(f'{time.perf_counter() - start:.0f} s')
+  _harness.finish(rows + [{'part': 'harm', **r} for r in harm], FLAGS.json.value)
 
 
 if __name__ == '__main__':

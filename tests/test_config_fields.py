@@ -170,6 +170,7 @@ def test_the_choices_are_the_librarys_own():
       'PS_LR_RULES': tuple(r.value for r in ps.LrRule),
       'DTYPES': tuple(gpt.DTYPES),
       'REMATS': tuple(r.value for r in gpt.Remat),
+      'GRANULARITIES': tuple(g.value for g in train.Granularity),
   }
   assert library == {name: getattr(_choices, name) for name in library}
   for schedule in _choices.LR_SCHEDULES:  # learning_rate_schedule takes these and no other

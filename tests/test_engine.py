@@ -114,7 +114,8 @@ def test_step_head_names_every_workers_slots():
   head = StepHead(3)
   values = np.zeros(head.size)
   for worker in range(3):
-    values[list(head.slots(worker))] += [0.1 * (worker + 1), worker, worker != 1, 10 * worker]
+    values[list(head.slots(worker))] += [0.1 * (worker + 1), worker, worker != 1, 10 * worker,
+                                         0.5 * worker]
   values[0] = 2.5
   read = head.read(values)
   assert read['loss'] == 2.5
@@ -122,6 +123,7 @@ def test_step_head_names_every_workers_slots():
   np.testing.assert_array_equal(read['load'], [0, 1, 2])
   np.testing.assert_array_equal(read['sampled'], [1, 0, 1])
   np.testing.assert_array_equal(read['rows'], [0, 10, 20])
+  np.testing.assert_allclose(read['compile_s'], [0.0, 0.5, 1.0])
 
 
 @pytest.mark.parametrize('batch, workers, degree, bucket', [

@@ -28,7 +28,7 @@ from hetjax.train import Strategy
 from hetjax.train._worker_mesh import local_shapes, replicated_layout
 from tests.conftest import require_devices
 from tests.test_workers import _reference
-from tests.workers.common import MODELS, OPTIMIZER, STEPS
+from tests.workers.common import LBBSP_STEPS, MODELS, OPTIMIZER, STEPS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 180
@@ -50,6 +50,11 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope='module')
 def reference():
   return _reference('mlp')
+
+
+@pytest.fixture(scope='module')
+def lbbsp_reference():
+  return _reference('mlp', LBBSP_STEPS)
 
 
 def _assert_same_sgd(run, reference):
@@ -78,14 +83,14 @@ def test_uniform_shares_are_equal_per_device_and_train_like_one_device(runs, ref
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
-def test_lbbsp_moves_rows_off_the_slow_host_and_trains_like_one_device(runs, reference):
+def test_lbbsp_moves_rows_off_the_slow_host_and_trains_like_one_device(runs, lbbsp_reference):
   for run in runs:
     shares = run['lbbsp']['shares']
     assert shares == runs[0]['lbbsp']['shares']  # one decision, taken on every worker
     assert shares[0] == [32, 16, 16]  # its first decision: equal rows per device
     assert all(sum(s) == BATCH and all(x % 4 == 0 for x in s) for s in shares)
     assert shares[-1][2] < 16  # the 3x slow host gave rows away
-    _assert_same_sgd(run['lbbsp'], reference)
+    _assert_same_sgd(run['lbbsp'], lbbsp_reference)
 
 
 @pytest.mark.multiprocess
@@ -103,7 +108,7 @@ def test_a_layout_splitting_parameters_is_refused_in_one_line_on_every_worker(ru
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 def test_train_py_runs_lbbsp_on_workers_of_2_1_and_1_devices(tmp_path):
-  steps = 6
+  steps = LBBSP_STEPS
   command = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',
              '--strategy=data_parallel', '--mesh=2x1', '--policy=lbbsp', f'--steps={steps}',
              f'--workdir={tmp_path}', '--bucket=4', '--set', 'global_batch=64', '--set',

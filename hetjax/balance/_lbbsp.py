@@ -9,12 +9,51 @@ oscillate, so the move is guarded by the predicted gain g = makespan(current) / 
 * g ≤ ``dead_band``: keep the current shares (a 1-bucket shuffle for a 1% speed wobble gains
   nothing, may cost a compile for the new share size, and feeds noise into the next reading);
 * ``dead_band`` < g ≤ ``jump``: move ``damping`` of the way (a drift or a noisy reading);
-* g > ``jump``, or the first decision: go straight to the target (a regime change such as a
-  new straggler; waiting costs a whole slow step per step of delay).
+* g > ``jump``, or the first decision where a change costs no compile: go straight to the
+  target (a regime change such as a new straggler; waiting costs a whole slow step per step of
+  delay).
 
 The dead band is on predicted time rather than per-share change because with coarse buckets a
 one-bucket difference on the straggler can be worth ~5% of the step (X = 4096 in 64-row buckets,
 speeds (1, 1, 1, ⅓): 7 buckets on the straggler is 91% of the ideal speedup, 6 buckets 96%).
+
+A step's time is not always rows × a cost: on a GPU at small batch, and on a loaded CPU at small
+shares, most of it is a fixed cost (dispatch, launches, the step's own overhead). With a fixed
+cost a split ∝ speed over-feeds the fast workers and predicts gains that are not there, and a
+policy that reads them moves rows for nothing. So each worker's time is a fixed part plus a
+per-row part, tᵢ(x) = (φ·uᵢ + (1 − φ)·x) / vᵢ with uᵢ its uniform share: φ is the fraction of a
+uniform share's time that does not depend on its rows, the same for every worker (slowdowns
+scale a host's whole step), and vᵢ the worker's speed in "effective rows" per second, which the
+predictor predicts. φ starts at ``fixed_fraction`` (0: the paper's time ∝ rows; the emulated
+hosts' calibrated fixed cost and per-row cost give it, `hetjax.run`), and is measured once
+shares move: a worker whose share changed by at least a quarter of a uniform share between two
+sampled steps gives one estimate of φ, the one that explains the ratio of its two times (its
+speed taken as unchanged), and φ is the median of the last estimates of every worker (a
+slowdown that changed between the two steps spoils an estimate; the median outvotes it). The
+target then equalises finish times (`min_max_shares`: fixed plus per-row, in whole buckets).
+
+A move must pay for itself, and the dead band alone does not see what a move costs:
+
+* **noise**: the predicted gain must exceed the step-time noise as measured (`NOISE_Z` × the
+  median of the recent |log(makespan / the last one)| over clean steps of unchanged shares: a
+  regime change moves it once, noise every step) (a noisy machine's 10–40%
+  wobble would otherwise read as imbalance); where a change costs compiles, no move before
+  `MIN_NOISE_SAMPLES` such steps (one noisy first step read as speeds sent rows to the wrong
+  workers; where a change is free, a wrong move is undone at the next step at no cost);
+* **cost**: the seconds a move saves per step, times ``horizon`` steps (how long a split is
+  expected to hold), must exceed what a change costs in compiles: the compile seconds the last
+  change caused (every worker's, from `StepStats.worker_compile_s`, summed over the steps until
+  one was clean again), or the first program's compile before any change. A change that
+  compiles nothing (shares in micro-batches of compiled programs) costs nothing, and the next
+  change is then free;
+* **a second look**: under material noise, a costly move is made once two decisions in a row
+  want it (`CONFIRM`): one outlying step restarts a predictor's level and predicts a large gain
+  once;
+* where a change costs compiles, a move goes all the way to its target (damping would pay the
+  compile twice).
+
+A step during which any worker compiled is no speed sample for anyone (`StepStats.sampled`): its
+contention says nothing about the hosts.
 
 Communication (LB-BSP's federated version): with ``transfer_s`` each worker's step is its
 compute on its share plus its own transfer tᵢ, so the target minimises maxᵢ xᵢ / v̂ᵢ + tᵢ
@@ -26,8 +65,8 @@ its own transfer plus its wait for the slowest, which cannot be told apart. Know
 they keep the policy causal; equal transfers (a ring all-reduce, paced by its slowest link)
 leave the compute-only split unchanged.
 
-The predictor's state, the hedge and the current shares are all in `LBBSPState`, so a resumed
-run decides exactly as the uninterrupted one would have.
+The predictor's state, the hedge, the fitted curve, the noise and the cost of a change are all
+in `LBBSPState`, so a resumed run decides exactly as the uninterrupted one would have.
 
 Example::
 
@@ -48,7 +87,6 @@ import numpy as np
 from hetjax._errors import ConfigError
 from hetjax.balance._policy import (
   load_of,
-  makespan,
   observed_speeds,
   shares_array,
   shares_of,
@@ -59,6 +97,24 @@ from hetjax.balance._simple import min_max_shares
 from hetjax.core._shares import ShareRules, Shares
 from hetjax.core._stats import StepStats
 
+#: Noise samples (pairs of clean steps of unchanged shares) measured before a costly move.
+MIN_NOISE_SAMPLES = 2
+#: Under material noise (its band at least half the dead band) and where a change costs
+#: compiles, consecutive decisions that must want a move before it is made: one outlying step (a
+#: 3x scheduler spike on a loaded machine) restarts a predictor's level and predicts a large gain
+#: for one decision only. Hosts whose steps are padded to a declared time have no such noise and
+#: move at once.
+CONFIRM = 2
+#: A move's predicted gain must exceed this many times the measured noise (the median error):
+#: 1.5 held a static straggler under a per-worker noise of CV 0.4 (the virtual clock, 100 steps,
+#: 3 seeds) to 5–7 changes where 1.0 made 9–12, at a better mean step than either 1.0 or 3.0.
+NOISE_Z = 1.5
+_NOISE_WINDOW = 9  # recent makespan errors whose median is the noise
+_FIT_WINDOW = 15  # recent estimates of φ whose median is used
+_FIT_MOVE = 0.25  # a share change of at least this fraction of a uniform share estimates φ
+_FIT_MIN = 3  # estimates before φ replaces its prior
+_MAX_FRACTION = 0.95
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +123,26 @@ class LBBSPState:
 
   Attributes:
     shares: the shares in force (the next step's), int64[workers].
-    speeds: the speeds observed at the last step, float64[workers] (zeros before any).
-    steps: steps learned from. Before the first one there is no proposal to score and the first
-      decision goes straight to its target.
+    speeds: the speeds observed at the last step, float64[workers] (zeros before any), in
+      effective rows (``fraction``) per second.
+    steps: steps learned from. Before the first one there is no proposal to score, and where a
+      change costs no compile the first decision goes straight to its target.
     predictor: the speed predictor's state.
     edge: the discounted log-makespan advantage of the proposals over uniform shares.
     proposal: the shares proposed at the last step (all of the predictor's target, before the
       hedge), int64[workers]; uniform before any step.
+    fraction: φ, the fixed fraction of a uniform share's time in use.
+    errors: the recent |log(makespan / the last one)| of clean steps of unchanged shares,
+      float64[window] (NaN: none yet).
+    samples: errors recorded.
+    move_cost_s: the compile seconds a change of the shares is expected to cost.
+    open_cost_s: compile seconds since the last change, while its compiles still run (NaN: no
+      change awaiting its cost).
+    rows: each worker's share at its last sampled step, float64[workers] (NaN: none yet).
+    times: its busy seconds then, float64[workers].
+    estimates: the recent estimates of φ, float64[window] (NaN: empty), a ring.
+    seen: estimates written to the ring.
+    wanted: consecutive decisions whose gain cleared the bands without a move (`CONFIRM`).
   """
 
   shares: np.ndarray
@@ -82,6 +151,16 @@ class LBBSPState:
   predictor: Any
   edge: float
   proposal: np.ndarray
+  fraction: float = 0.0
+  errors: np.ndarray = dataclasses.field(default_factory=lambda: np.full(_NOISE_WINDOW, np.nan))
+  samples: int = 0
+  move_cost_s: float = 0.0
+  open_cost_s: float = float('nan')
+  rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  estimates: np.ndarray = dataclasses.field(default_factory=lambda: np.full(_FIT_WINDOW, np.nan))
+  seen: int = 0
+  wanted: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,11 +170,18 @@ class LBBSP:
   Args:
     rules: the job's share rules.
     predictor: next-step speed predictor (its settings: its state is in `LBBSPState`).
-    damping: fraction of the way to the target moved on a moderate predicted gain.
-    dead_band: predicted relative gain at or below which the shares are kept.
+    damping: fraction of the way to the target moved on a moderate predicted gain (when a
+      change costs no compile).
+    dead_band: predicted relative gain at or below which the shares are kept (the measured
+      noise raises it).
     jump: predicted relative gain above which the target is taken at once.
     transfer_s: each worker's own transfer a step, seconds (module docstring); empty: compute
       only.
+    fixed_fraction: φ before it is fitted: the fraction of a uniform share's step time that does
+      not depend on the rows (0: time ∝ rows). `hetjax.run` sets it from the emulated hosts'
+      calibrated fixed and per-row costs.
+    horizon: steps a new split is expected to hold: a change's compile cost is weighed against
+      its saving over them.
   """
 
   rules: ShareRules
@@ -104,6 +190,8 @@ class LBBSP:
   dead_band: float = 0.1
   jump: float = 0.25
   transfer_s: tuple[float, ...] = ()
+  fixed_fraction: float = 0.0
+  horizon: int = 50
 
   # Hedging against uniform: after each step both LB-BSP's proposal and uniform shares are
   # scored on the speeds that actually happened (full information: no need to have played
@@ -119,7 +207,11 @@ class LBBSP:
     if not 0 < self.damping <= 1 or not 0 <= self.dead_band <= self.jump:
       raise ConfigError(f'LB-BSP needs 0 < damping <= 1 and 0 <= dead_band <= jump; got '
                         f'damping={self.damping}, dead_band={self.dead_band}, jump={self.jump}')
+    if not 0 <= self.fixed_fraction < 1 or self.horizon < 1:
+      raise ConfigError(f'LB-BSP needs 0 <= fixed_fraction < 1 and horizon >= 1; got '
+                        f'fixed_fraction={self.fixed_fraction}, horizon={self.horizon}')
     object.__setattr__(self, 'transfer_s', transfer_of(self.transfer_s, self.rules.workers))
+    object.__setattr__(self, 'fixed_fraction', float(self.fixed_fraction))
 
   @property
   def name(self) -> str:
@@ -127,36 +219,118 @@ class LBBSP:
 
   def init(self) -> LBBSPState:
     n, uniform = self.rules.workers, shares_array(self.rules.uniform())
-    return LBBSPState(uniform, np.zeros(n), 0, self.predictor.init(n), self.OPTIMISM, uniform)
+    return LBBSPState(uniform, np.zeros(n), 0, self.predictor.init(n), self.OPTIMISM, uniform,
+                      fraction=self.fixed_fraction, rows=np.full(n, np.nan),
+                      times=np.full(n, np.nan))
+
+  # -- the time model ------------------------------------------------------------------------------
+
+  def _uniform(self) -> np.ndarray:
+    return np.asarray(self.rules.uniform().values, dtype=np.float64)
+
+  def _effective(self, rows, fraction: float) -> np.ndarray:
+    """Effective rows φ·uᵢ + (1 − φ)·xᵢ: what a worker's time is proportional to."""
+    return fraction * self._uniform() + (1 - fraction) * np.asarray(rows, dtype=np.float64)
+
+  def _times(self, shares, speeds: np.ndarray, fraction: float) -> np.ndarray:
+    """Each worker's predicted step: effective rows over speed, plus its own transfer."""
+    time = self._effective(shares, fraction) / speeds
+    return time + np.asarray(self.transfer_s, dtype=np.float64) if self.transfer_s else time
+
+  def _makespan(self, shares, speeds: np.ndarray, fraction: float) -> float:
+    return float(np.max(self._times(shares, speeds, fraction)))
+
+  def _estimates(self, x1: np.ndarray, t1: np.ndarray, x2: np.ndarray,
+                 t2: np.ndarray) -> np.ndarray:
+    """φ for each worker whose share moved by `_FIT_MOVE` of its uniform share between two
+    sampled steps (NaN for the others): (φu + (1 − φ)x₂) / (φu + (1 − φ)x₁) = t₂ / t₁, the
+    worker's speed taken as unchanged; clipped to [0, `_MAX_FRACTION`]."""
+    u = self._uniform()
+    with np.errstate(divide='ignore', invalid='ignore'):
+      ratio = t2 / t1
+      phi = (ratio * x1 - x2) / (u * (1 - ratio) - x2 + ratio * x1)
+    moved = np.isfinite(phi) & (np.abs(x2 - x1) >= _FIT_MOVE * u)
+    return np.where(moved, np.clip(phi, 0.0, _MAX_FRACTION), np.nan)
+
+  # -- one decision --------------------------------------------------------------------------------
 
   def update(self, state: LBBSPState, stats: StepStats | None) -> tuple[Shares, LBBSPState]:
     if stats is None:
       return shares_of(state.shares, self.rules), state
-    uniform = self.rules.uniform()
-    speeds = observed_speeds(stats, state.speeds if state.steps else None)
+    n = self.rules.workers
+    rows = np.asarray(stats.rows, dtype=np.float64)
+    busy = np.asarray(stats.compute_s, dtype=np.float64)
+    sampled = np.asarray(stats.sampled, dtype=bool) if stats.sampled else np.ones(n, bool)
+    clean = bool(sampled.all()) and len(rows) == n
+    # The noise: how much the makespan moved between two clean steps of the same shares.
+    errors, samples = state.errors, state.samples
+    usable = clean and np.isfinite(busy).all() and (busy > 0).all()
+    if usable and np.array_equal(rows, state.rows) and np.isfinite(state.times).all():
+      errors = np.roll(errors, 1)
+      errors[0] = min(abs(float(np.log(busy.max() / state.times.max()))), 1.0)
+      samples += 1
+    # What a change costs: the compiles it caused, every worker's, until a step is clean.
+    compiled = float(np.max(stats.worker_compile_s, initial=0.0))
+    move_cost, open_cost = state.move_cost_s, state.open_cost_s
+    if state.steps == 0:
+      move_cost = compiled  # the first program's compile: what a new share size may cost
+    elif np.isfinite(open_cost):
+      open_cost += compiled
+      if clean:
+        move_cost, open_cost = open_cost, float('nan')
+    # The curve: φ from the workers whose share moved since their last sampled step.
+    seen, xs, ts, estimates = state.seen, state.rows, state.times, state.estimates
+    if usable:
+      new = self._estimates(xs, ts, rows, busy)
+      new = new[np.isfinite(new)]
+      if len(new):
+        estimates = estimates.copy()
+        estimates[(seen + np.arange(len(new))) % _FIT_WINDOW] = new
+        seen += len(new)
+      xs, ts = rows, busy
+    fraction = (float(np.nanmedian(estimates)) if np.isfinite(estimates).sum() >= _FIT_MIN
+                else self.fixed_fraction)
+    effective = dataclasses.replace(stats, rows=tuple(self._effective(rows, fraction).tolist()))
+    speeds = observed_speeds(effective, state.speeds if state.steps else None)
     load = load_of(stats)
     predictor = self.predictor.update(
         state.predictor, speeds, load if load is None or len(load) == len(speeds) else None)
     edge = state.edge
+    uniform = self.rules.uniform()
     if state.steps:  # score the last proposal against uniform, with what happened
-      edge = self.MEMORY * edge + float(np.log(makespan(uniform, speeds, self.transfer_s) /
-                                               makespan(state.proposal, speeds, self.transfer_s)))
+      edge = self.MEMORY * edge + float(np.log(self._makespan(uniform, speeds, fraction) /
+                                               self._makespan(state.proposal, speeds, fraction)))
     predicted = self.predictor.predict(predictor)
-    proposal = self._proposal(predicted)
-    shares = self._decide(stats, state.steps == 0, predicted, proposal, edge)
+    proposal = self._proposal(predicted, fraction)
+    noise = float(np.nanmedian(errors)) if samples else 0.0
+    shares, wants = self._decide(stats, state.steps == 0, predicted, proposal, edge, fraction,
+                                 noise if samples >= MIN_NOISE_SAMPLES else None, move_cost,
+                                 state.wanted)
+    moved = shares.values != tuple(int(x) for x in rows)
+    if moved and state.steps:
+      open_cost = 0.0  # a change: its compile seconds are counted from the next step on
+    wanted = state.wanted + 1 if wants and not moved else 0
     return shares, LBBSPState(shares_array(shares), speeds, state.steps + 1, predictor, edge,
-                              shares_array(proposal))
+                              shares_array(proposal), fraction, errors, samples, move_cost,
+                              open_cost, xs, ts, estimates, seen, wanted)
 
-  def _proposal(self, predicted: np.ndarray) -> Shares:
-    """The split that finishes the predicted slowest worker earliest: xᵢ ∝ v̂ᵢ when every
-    transfer is alike (none, or a ring's), else the min-max split of compute plus transfer."""
-    if len(set(self.transfer_s)) <= 1:
+  def _proposal(self, predicted: np.ndarray, fraction: float) -> Shares:
+    """The split that finishes the predicted slowest worker earliest: xᵢ ∝ v̂ᵢ when time is
+    proportional to rows and every transfer is alike (none, or a ring's), else the min-max
+    split of fixed plus per-row time (and transfer)."""
+    if fraction == 0 and len(set(self.transfer_s)) <= 1:
       return self.rules.from_weights(predicted)
-    return min_max_shares(self.rules, 1.0 / predicted, self.transfer_s)
+    fixed = fraction * self._uniform() / predicted
+    if self.transfer_s:
+      fixed = fixed + np.asarray(self.transfer_s, dtype=np.float64)
+    return min_max_shares(self.rules, (1 - fraction) / predicted, fixed)
 
   def _decide(self, stats: StepStats, first: bool, predicted: np.ndarray, proposal: Shares,
-              edge: float) -> Shares:
-    """The next shares: the hedged target, reached through the dead band and damping."""
+              edge: float, fraction: float, noise: float | None, move_cost_s: float,
+              wanted: int) -> tuple[Shares, bool]:
+    """The next shares, and whether they wanted to move (the gain cleared the bands): the
+    hedged target, reached through the dead band (raised to the measured noise), a second
+    look under noise, the cost of a change, and damping."""
     trust = 1.0 / (1.0 + np.exp(-edge / self.TEMPERATURE))
     u = np.asarray(self.rules.uniform().values, dtype=np.float64)
     target = self.rules.from_weights(u + trust * (np.asarray(proposal.values) - u))
@@ -164,13 +338,20 @@ class LBBSP:
       current = Shares(tuple(int(x) for x in stats.rows), self.rules)
     except ConfigError:
       current = None  # the last step ran under other rules: nothing to move from
-    if current is None or first:
-      return target
-    gain = (makespan(current, predicted, self.transfer_s) /
-            makespan(target, predicted, self.transfer_s) - 1)
-    if gain <= self.dead_band:
-      return current
-    fraction = 1.0 if gain > self.jump else self.damping
+    if current is None or (first and not move_cost_s):
+      return target, False  # a free move: a wrong one is undone at the next step at no cost
+    if noise is None and move_cost_s:
+      return current, False  # a costly move waits until the noise is measured
+    now = self._makespan(current, predicted, fraction)
+    then = self._makespan(target, predicted, fraction)
+    gain = now / then - 1
+    if gain <= max(self.dead_band, NOISE_Z * (noise or 0.0)):
+      return current, False
+    if (now - then) * self.horizon <= move_cost_s:
+      return current, False  # it would not save what its compiles cost
+    if NOISE_Z * (noise or 0.0) >= self.dead_band / 2 and move_cost_s and wanted + 1 < CONFIRM:
+      return current, True  # under material noise, a costly gain is acted on once seen twice
+    fraction_moved = 1.0 if gain > self.jump or move_cost_s > 0 else self.damping
     x = np.asarray(current.values, dtype=np.float64)
-    moved = self.rules.from_weights(x + fraction * (np.asarray(target.values) - x))
-    return target if moved.values == current.values else moved
+    moved = self.rules.from_weights(x + fraction_moved * (np.asarray(target.values) - x))
+    return (target if moved.values == current.values else moved), True

@@ -77,9 +77,15 @@ class StepStats:
       or modelled on the virtual clock.
     iter_s: the whole step, wall clock or modelled.
     load: each worker's exogenous host-load input (LB-BSP's NARX); empty when unknown.
-    sampled: per worker, False when its time says nothing about its speed (it ran a new size as
-      pieces while the size's own program compiled); empty means every time is a sample.
+    sampled: per worker, False when its time says nothing about its speed: a compile ran during
+      the step, on this worker (it waited for one, ran a new size as pieces while the size's
+      own program compiled, or a background compile competed for its cores) or on any other
+      worker of the job (whose compile may share this worker's cores); empty means every time
+      is a sample.
     compile_s: seconds this step waited for compiles (this worker).
+    worker_compile_s: per worker, seconds it spent compiling its programs during the step
+      (waited for, or on its background thread); what a change of the shares cost in compiles.
+      Empty when unknown (the virtual clock, which models no compiles).
     bytes: bytes one worker contributed to this step's collectives (0 when none).
     loss: the global mean loss: a device scalar on real runs (reading it waits for the step),
       NaN on the virtual clock.
@@ -101,6 +107,7 @@ class StepStats:
   loss: Any = math.nan
   tokens: tuple[int, ...] = ()
   local: Any = None
+  worker_compile_s: tuple[float, ...] = ()
 
   @property
   def workers(self) -> int:

@@ -69,7 +69,7 @@ from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order
 from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
 from hetjax.sharding import abstract_model, param_shardings
-from hetjax.train import Task
+from hetjax.train import Task, split_trainable
 
 PyTree = Any
 
@@ -195,9 +195,11 @@ class PipelineTrainer(StageProgramsMixin):
     stage_names = self.split_tree(names)[s]
     params = {name: param_shardings(self._abstract[s][name], stage_names[name], mesh,
                                     rules.in_scope(name)) for name in self.stage_links[s]}
+    trainable = split_trainable(self._abstract[s])[0]  # the optimizer's: float parameters
     opt = optax.tree_map_params(
         self.optimizer, lambda _, sharding: sharding,
-        jax.eval_shape(self.optimizer.init, self._abstract[s]), params,
+        jax.eval_shape(self.optimizer.init, trainable),
+        split_trainable(params, like=self._abstract[s])[0],
         transform_non_params=lambda _: self._replicated[s],
         is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
     return params, opt
@@ -252,7 +254,7 @@ class PipelineTrainer(StageProgramsMixin):
       return nnx.to_pure_dict(nnx.state(self.task.make_model(nnx.Rngs(self.seed))))
 
   def _start(self, params: PyTree) -> tuple[PyTree, PyTree]:
-    return jax.tree.map(jnp.copy, params), self.optimizer.init(params)
+    return jax.tree.map(jnp.copy, params), self.optimizer.init(split_trainable(params)[0])
 
   def split_tree(self, tree: PyTree, stages: Sequence[int] | None = None
                  ) -> tuple[dict | None, ...]:

@@ -8,6 +8,9 @@ Each stage compiles (see `hetjax.pipeline.PipelineTrainer`'s module docstring fo
   differentiates ``Σ losses / global_batch``;
 * ``zeros`` (a fresh accumulator) and ``update`` (the optimizer on the stage's parameters).
 
+Gradients, accumulators and the optimizer's state are those of the stage's float parameters
+only (`hetjax.train.split_trainable`); any other state of its links is carried unchanged.
+
 `StageProgramsMixin` holds the functions that trace them; `PipelineTrainer` supplies the stage
 layouts, shardings and chain they read.
 """
@@ -27,6 +30,7 @@ from hetjax.data import Batch
 from hetjax.pipeline._schedule import BACKWARD, FORWARD, Action, Schedule, finish_times
 from hetjax.pipeline._transfer import CarrySpecs
 from hetjax.sharding import activation_rules, scope
+from hetjax.train import merge_trainable, split_trainable
 
 PyTree = Any
 
@@ -69,11 +73,14 @@ class StageProgramsMixin:
 
   def _backward(self, s: int, params, grads, carry, batch, d_out):
     """``(grads + d_params, d_carry_in)``; stage 0 has no carry to differentiate."""
+    trainable, fixed = split_trainable(params)
     if s == 0:
-      _, vjp = jax.vjp(lambda p: self._apply(s, p, None, batch), params)
+      _, vjp = jax.vjp(lambda t: self._apply(s, merge_trainable(t, fixed), None, batch),
+                       trainable)
       (d_params,), d_in = vjp(d_out), None
     else:
-      _, vjp = jax.vjp(lambda p, c: self._apply(s, p, c, batch), params, carry)
+      _, vjp = jax.vjp(lambda t, c: self._apply(s, merge_trainable(t, fixed), c, batch),
+                       trainable, carry)
       d_params, d_in = vjp(d_out)
     return jax.tree.map(jnp.add, grads, d_params), d_in
 
@@ -81,17 +88,18 @@ class StageProgramsMixin:
     """``(loss + Σ losses / X, grads + d_params, d_carry_in)`` for the last stage."""
     s = self.stages - 1
     loss, grads = acc
+    trainable, fixed = split_trainable(params)
 
-    def partial_loss(p, c):
-      out = self._apply(s, p, c, batch)
+    def partial_loss(t, c):
+      out = self._apply(s, merge_trainable(t, fixed), c, batch)
       with activation_rules(self.meshes[s], self.layouts[s].rules.compute):
         return jnp.sum(self._chain_loss(out, batch)) / self.global_batch
 
     if s == 0:
-      part, vjp = jax.vjp(lambda p: partial_loss(p, None), params)
+      part, vjp = jax.vjp(lambda t: partial_loss(t, None), trainable)
       (d_params,), d_in = vjp(jnp.ones_like(part)), None
     else:
-      part, vjp = jax.vjp(partial_loss, params, carry)
+      part, vjp = jax.vjp(partial_loss, trainable, carry)
       d_params, d_in = vjp(jnp.ones_like(part))
     return loss + part, jax.tree.map(jnp.add, grads, d_params), d_in
 
@@ -99,23 +107,25 @@ class StageProgramsMixin:
     rep, rows = self._replicated[s], self._rows[s]
     params_sh, opt_sh = self._shardings[s]
     abstract = self._abstract[s]
+    grads_sh = split_trainable(params_sh, like=abstract)[0]
 
     def zeros():
-      grads = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract)
+      grads = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), split_trainable(abstract)[0])
       return (jnp.zeros((), jnp.float32), grads) if s == self.stages - 1 else grads
 
     def update(params, opt_state, grads):
-      updates, opt_state = self.optimizer.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state
+      trainable, fixed = split_trainable(params)
+      updates, opt_state = self.optimizer.update(grads, opt_state, trainable)
+      return merge_trainable(optax.apply_updates(trainable, updates), fixed), opt_state
 
     if s == self.stages - 1:
-      backward = jax.jit(self._backward_last, out_shardings=(rep, params_sh, rows),
+      backward = jax.jit(self._backward_last, out_shardings=(rep, grads_sh, rows),
                          donate_argnums=1)
-      acc_sh = (rep, params_sh)
+      acc_sh = (rep, grads_sh)
     else:
       backward = jax.jit(lambda p, acc, c, b, d: self._backward(s, p, acc, c, b, d),
-                         out_shardings=(params_sh, rows), donate_argnums=1)
-      acc_sh = params_sh
+                         out_shardings=(grads_sh, rows), donate_argnums=1)
+      acc_sh = grads_sh
     return StagePrograms(
         forward=jax.jit(lambda p, c, b: self._apply(s, p, c, b), out_shardings=rows),
         backward=backward,
@@ -140,21 +150,21 @@ class StageProgramsMixin:
       at = lambda tree, sh: jax.tree.map(  # noqa: E731
           lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), tree)
       params = self.abstract_params(s)
+      grads = split_trainable(params)[0]
       opt = jax.tree.map(lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh),
-                         jax.eval_shape(self.optimizer.init, self._abstract[s]),
-                         self._shardings[s][1])
+                         jax.eval_shape(self.optimizer.init, grads), self._shardings[s][1])
       batch = at(jax.eval_shape(lambda: part), rows)
       carry = None if s == 0 else at(specs[s], rows)
       program, compiled = self.programs[s], {}
       if s == self.stages - 1:
-        acc = (jax.ShapeDtypeStruct((), jnp.float32, sharding=self._replicated[s]), params)
+        acc = (jax.ShapeDtypeStruct((), jnp.float32, sharding=self._replicated[s]), grads)
         compiled['backward'] = program.backward.lower(params, acc, carry, batch).compile()
       else:
         d_out = at(specs[s + 1], rows)
         compiled['forward'] = program.forward.lower(params, carry, batch).compile()
-        compiled['backward'] = program.backward.lower(params, params, carry, batch,
+        compiled['backward'] = program.backward.lower(params, grads, carry, batch,
                                                       d_out).compile()
-      compiled['update'] = program.update.lower(params, opt, params).compile()
+      compiled['update'] = program.update.lower(params, opt, grads).compile()
       out[s] = compiled
     return out
 

@@ -390,11 +390,15 @@ def _axis_sizes(params: nnx.State) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _specs(params: nnx.State) -> list[tuple[set, ...]]:
-  """Per parameter array, the set of logical names on each dimension (empty: unnamed)."""
+  """Per parameter array, the set of logical names on each dimension (empty: unnamed); a spec
+  shorter than its array's rank leaves the trailing dimensions unnamed, as JAX and Flax read
+  it."""
   is_spec = lambda x: x is None or isinstance(x, PartitionSpec)  # noqa: E731
   specs = jax.tree.leaves(nnx.to_pure_dict(nnx.get_partition_spec(params)), is_leaf=is_spec)
-  return [tuple(set(e) if isinstance(e, tuple) else {e} - {None} for e in (spec or ()))
-          for spec in specs]
+  shapes = jax.tree.leaves(nnx.to_pure_dict(params))
+  return [tuple(set(e) if isinstance(e, tuple) else {e} - {None}
+                for e in (*(spec or ()), *(None,) * (len(shape.shape) - len(spec or ()))))
+          for spec, shape in zip(specs, shapes, strict=True)]
 
 
 def _row_outputs(task: Task, model: nnx.Module, batch: Any) -> float | None:

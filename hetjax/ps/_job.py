@@ -45,7 +45,7 @@ from hetjax.ps._transport import Transport
 from hetjax.ps._update import ShardUpdate
 from hetjax.ps._worker import PsWorker
 from hetjax.sharding import abstract_model
-from hetjax.train import Task
+from hetjax.train import Task, split_trainable
 
 ENV_NUM_SERVERS = 'HETJAX_NUM_SERVERS'
 
@@ -113,8 +113,10 @@ def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsC
   in ``checkpoint_dir``), ``optimizer`` on them; ``on_update(server)`` after every update."""
   if not role.is_server:
     raise ConfigError(f'{role.name} is not a server')
-  layout = ServerLayout.of(abstract_model(task.make_model, seed)[1], role.servers)
-  params = layout.split(initial_params(task, seed))[role.index]
+  # The servers hold the float parameters; other state (a dropout stream) stays on the workers.
+  layout = ServerLayout.of(split_trainable(abstract_model(task.make_model, seed)[1])[0],
+                           role.servers)
+  params = layout.split(split_trainable(initial_params(task, seed))[0])[role.index]
   checkpointer = (None if checkpoint_dir is None else
                   ServerCheckpointer(checkpoint_dir, role.index))
   return ParameterServer(role.index, role.workers, layout, params,
@@ -163,7 +165,8 @@ def make_worker(task: Task, global_batch: int, config: PsConfig, role: PsRole, c
     raise ConfigError(f'{role.name} is not a worker')
   if links is not None and links.workers != role.workers:
     raise ConfigError(f'links for {links.workers} workers in a job of {role.workers}')
-  layout = ServerLayout.of(abstract_model(task.make_model, seed)[1], role.servers)
+  layout = ServerLayout.of(split_trainable(abstract_model(task.make_model, seed)[1])[0],
+                           role.servers)
   client = PsClient(role.index, layout, channel, transport or Transport(), links, timeout_s)
   return PsWorker(task, global_batch, config, client, workers=role.workers, seed=seed,
                   host=host, accumulate=accumulate)

@@ -14,7 +14,9 @@ split over the workers), pads it to its emulated host's time, and then:
   push + pull), for gradients one own step staler. `finish` waits for the last push.
 
 The parameters and optimizer state live on the servers: checkpoints are theirs
-(`hetjax.ps.ServerCheckpointer`); a worker restarts by pulling.
+(`hetjax.ps.ServerCheckpointer`); a worker restarts by pulling. The servers hold the float
+parameters only (`hetjax.train.split_trainable`): model state that is not (a dropout stream's
+key and count) is held fixed by each worker, at its initial value, and never sent.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
 from hetjax.sharding import abstract_model
-from hetjax.train import Task, micro_rows_of, summed_value_and_grad
+from hetjax.train import (
+  Task,
+  merge_trainable,
+  micro_rows_of,
+  split_trainable,
+  summed_value_and_grad,
+  trainable_value_and_grad,
+)
 
 PyTree = Any
 
@@ -107,6 +116,7 @@ class PsWorker:
     self.shares = ShareRules(global_batch, workers).uniform().values  # X // n, remainder first
     self.micro_rows = micro_rows_of(self.shares[self.worker], accumulate)
     self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
+    self._fixed = _fixed_state(task, seed, self._abstract, client.transport.device)
     self.device = client.transport.device
     self._grad = jax.jit(self._loss_and_grad)
     self._evaluate = None
@@ -138,6 +148,7 @@ class PsWorker:
     number of this worker's pushes the servers hold (0 on a fresh job; a restored server's
     count on a resumed one), so the data continues where it stopped."""
     params, versions, _ = self.client.pull()
+    params = merge_trainable(params, self._fixed)
     self._accepted = self.client.last_clock
     return PsWorkerState(self.client.last_clock, params, versions, self.client.last_clock)
 
@@ -216,7 +227,7 @@ class PsWorker:
     min_version = max(state.versions) + 1 if self.config.sync is Sync.BSP else 0
     min_clock = self._accepted - self.config.bound if self.config.sync is Sync.SSP else 0
     params, versions, pull_s = self.client.pull(min_version, min_clock)
-    return push, params, versions, pull_s
+    return push, merge_trainable(params, self._fixed), versions, pull_s
 
   def _loss_and_grad(self, params: PyTree, batch: Batch):
     if self.micro_rows is not None:
@@ -226,5 +237,18 @@ class PsWorker:
 
     def mean_loss(p):
       return jnp.mean(self.task.loss(nnx.merge(self.graphdef, p), batch))
-    return jax.value_and_grad(mean_loss)(params)
+    return trainable_value_and_grad(mean_loss)(params)
+
+
+def _fixed_state(task: Task, seed: int, abstract: PyTree, device: jax.Device) -> PyTree:
+  """The initial model state that is not a float parameter, on ``device`` (``None`` at every
+  float parameter; all ``None`` without tracing the model again when there is no such state)."""
+  fixed = split_trainable(abstract)[1]
+  if not jax.tree.leaves(fixed):
+    return fixed
+
+  def init():
+    with nnx.use_eager_sharding(False):
+      return split_trainable(nnx.to_pure_dict(nnx.state(task.make_model(nnx.Rngs(seed)))))[1]
+  return jax.device_put(jax.jit(init)(), device)
 

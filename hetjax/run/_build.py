@@ -36,7 +36,7 @@ from hetjax import (
 from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
-from hetjax.run import _comm_options, _hosts, _replicas, _restarts
+from hetjax.run import _comm_options, _hosts, _replicas, _restarts, _rules
 from hetjax.run._config import Config, Mode
 from hetjax.run._config_files import import_function
 from hetjax.run._sections import PRECISION_FIELDS, PipelineConfig
@@ -207,6 +207,22 @@ def default_bucket(global_batch: int, workers: int, degree: int,
                           degree)
 
 
+def micro_bucket(global_batch: int, workers: int, degree: int,
+                 devices: tuple[int, ...] | None = None) -> int:
+  """The default bucket where shares are whole micro-batches (``balance.granularity`` micro or
+  auto): the largest divisor of the global batch that is a multiple of the local degree and at
+  most 1/4 of a uniform share (the smallest worker's), so a share runs in few calls.
+
+  Example::
+
+    >>> micro_bucket(64, 4, 1)  # a uniform share of 16 rows: micro-batches of 4
+    4
+  """
+  smallest = global_batch // workers if devices is None else \
+      global_batch * min(devices) // sum(devices)
+  return _divisor_at_most(global_batch, smallest // 4, degree)
+
+
 def default_token_rows(global_batch: int, workers: int, degree: int) -> int:
   """About four tokens per worker: the largest divisor of X that is a multiple of the degree
   and at most X / (4 × workers).
@@ -241,7 +257,7 @@ def _trace(config: Config, ctx: runtime.WorkerContext):
 
 def _spmd(config, ctx, task, optimizer, strategy, mesh_shape) -> Built:
   mesh = sharding.make_mesh(mesh_shape)  # every device of the job, 'data' across its workers
-  trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, strategy.rules(),
+  trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, _rules.rules_of(config),
                           config.data.seed, accumulate=config.optimizer.accumulate)
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
   if ctx.workers > 1:
@@ -353,8 +369,10 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
     rules = ShareRules(config.data.global_batch, ctx.workers, degree,
                        minimum=(0,) * ctx.workers)
     return balance.Fixed(rules, shares), None
-  bucket = config.balance.bucket or default_bucket(config.data.global_batch, ctx.workers, degree,
-                                                   unequal)
+  automatic = (default_bucket if config.balance.granularity == train.Granularity.COMPILE.value
+               else micro_bucket)
+  bucket = config.balance.bucket or automatic(config.data.global_batch, ctx.workers, degree,
+                                              unequal)
   if bucket % degree:
     raise ConfigError(f'bucket {bucket} is not a multiple of the local data-parallel degree '
                       f'{degree}' + (f' (of workers of {devices} devices)' if unequal else ''))
@@ -374,6 +392,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
   """
   mode = mode_of(config, ctx)
   _comm_options.check(config, ctx, mode)
+  _rules.check(config, mode)
   if mode is Mode.PS:
     from hetjax.run import _ps_run  # (imports this module)
 
@@ -442,7 +461,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                            Built(trainer, None, f'{ctx.workers} replicas of {devices}, sync '
                                  f'{config.pipeline.sync}', mode))
   trace = _trace(config, ctx)
-  degree = train.local_batch_degree(strategy.rules(), mesh_shape)
+  axis_rules = _rules.rules_of(config)  # the strategy's tables with parallelism.rules on top
+  degree = train.local_batch_degree(axis_rules, mesh_shape)
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
             'devices'
   counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
@@ -458,7 +478,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame,
                              config.balance.prefetch)
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
-                                 mesh_shape, strategy.rules(), config.data.seed,
+                                 mesh_shape, axis_rules, config.data.seed,
                                  accumulate=config.optimizer.accumulate)
     return Built(trainer, rules, devices, mode,
                  _hosts.emulated_host(ctx, trainer, trace, channel,
@@ -466,7 +486,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                       token_rows=rules.token_rows),
                  measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows))
   # Workers of different device counts: shares are multiples of every worker's degree.
-  degree = math.lcm(*(train.local_batch_degree(strategy.rules(), mesh_shape, w)
+  degree = math.lcm(*(train.local_batch_degree(axis_rules, mesh_shape, w)
                       for w in range(ctx.workers)))
   if len(set(counts)) > 1:
     devices = f'{ctx.workers} workers of {",".join(map(str, counts))} ' \
@@ -475,23 +495,29 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   links = _comm_options.links_of(config, ctx, ctx.workers)
   if config.parallelism.overlap:
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
-                                   strategy.rules(), seed=config.data.seed, bucket=bucket,
+                                   axis_rules, seed=config.data.seed, bucket=bucket,
                                    links=links,
                                    bucket_bytes=config.parallelism.bucket_bytes or None,
                                    accumulate=config.optimizer.accumulate,
                                    estimate_scale=config.parallelism.overlap_scale,
-                                   estimate=config.parallelism.overlap_estimate)
+                                   estimate=config.parallelism.overlap_estimate,
+                                   granularity=config.balance.granularity)
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,
-                                  strategy.rules(), config.data.seed, bucket=bucket, links=links,
-                                  accumulate=config.optimizer.accumulate)
+                                  axis_rules, config.data.seed, bucket=bucket, links=links,
+                                  accumulate=config.optimizer.accumulate,
+                                  granularity=config.balance.granularity)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))
+  if isinstance(policy, balance.LBBSP) and host is not None:  # the hosts' measured curve
+    row = host.row_s * config.data.global_batch / sum(counts) * min(counts)
+    policy = dataclasses.replace(policy, fixed_fraction=host.fixed_s / (host.fixed_s + row)
+                                 if host.fixed_s + row > 0 else 0.0)
   if links is not None and not config.parallelism.overlap and isinstance(
       policy, (balance.LBBSP, balance.Oracle)):  # a step is compute plus the worker's exchange
     policy = dataclasses.replace(policy, transfer_s=links.exchange_s(trainer.all_reduce_bytes))

@@ -51,6 +51,8 @@ OVERLAP_ESTIMATES = ('own', 'int8')
 DTYPES = ('float32', 'bfloat16', 'float16')
 #: Rematerialisation of a model's blocks (`hetjax.models.gpt.Remat`).
 REMATS = ('none', 'full', 'save_dots')
+#: `hetjax.train.Granularity`: how a worker computes a share size it has no program of.
+GRANULARITIES = ('compile', 'micro', 'auto')
 
 
 def closest(value: str, names: Sequence[str]) -> str | None:

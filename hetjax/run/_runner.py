@@ -9,7 +9,7 @@ import pathlib
 import shutil
 import time
 
-from hetjax import ConfigError, checkpoint, report, runtime
+from hetjax import ConfigError, checkpoint, report, runtime, sharding
 from hetjax import train as train_lib
 from hetjax.report import summary_fields
 from hetjax.run import _observe, _restarts, _rules
@@ -185,6 +185,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
       if notice := _rules.notice(config, built.mode, task):
         print(notice, flush=True)
+      if notice := _fixed_state_notice(config, task):
+        print(notice, flush=True)
       # After the evaluation (its line carries the result) and the checkpoint: a step is
       # logged done only once the checkpoint before it is committed, so a failure loses at
       # most checkpoint.every of the steps logged, background saves included.
@@ -220,6 +222,15 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
   (workdir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   print('summary: ' + ', '.join(f'{k}={v}' for k, v in summary.items()), flush=True)
   return summary
+
+
+def _fixed_state_notice(config: Config, task) -> str | None:
+  """The start-up line naming a model's state that no step trains (a dropout stream's key and
+  count: `hetjax.train.fixed_state_notice`); None for a model of float parameters only."""
+  if not isinstance(task, train_lib.Task):
+    return None
+  return train_lib.fixed_state_notice(
+      sharding.abstract_model(task.make_model, config.data.seed)[1])
 
 
 def _schedule_notice(workdir: pathlib.Path, config: Config) -> str | None:

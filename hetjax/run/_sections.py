@@ -32,6 +32,7 @@ from hetjax._checks import at_least, fraction
 from hetjax._errors import ConfigError
 from hetjax.run._choices import (
   DTYPES,
+  GRANULARITIES,
   LR_SCHEDULES,
   OPTIMIZERS,
   OVERLAP_ESTIMATES,
@@ -305,7 +306,14 @@ class BalanceConfig:
       lbbsp-gpu, oracle.
     shares: fixed per-worker shares instead of a policy, e.g. ``(192, 64)``.
     bucket: shares are multiples of it; 0 picks a divisor of the global batch near 1/16 of a
-      uniform share.
+      uniform share (granularity ``compile``) or near 1/4 of one (``micro`` and ``auto``,
+      whose micro-batch it is).
+    granularity: how a worker computes a share size it has no program of
+      (`hetjax.train.Granularity`): ``compile`` gives each new size its own program (compiled
+      in the background while pieces stand in); ``micro`` never compiles one (shares are whole
+      micro-batches of ``bucket`` rows, run as gradient accumulation over the first size's
+      program and one micro-batch's); ``auto`` is ``micro`` where the first program compiled
+      in more than 5 of its calls, else ``compile``.
     memory_caps: most rows each worker can hold per step (bucket multiples), or None.
     token_rows: rows per token (mode tokens); 0 picks X / (4 × workers) rounded to a divisor.
     endgame: mode tokens: a slow worker leaves the last tokens to faster ones.
@@ -317,6 +325,7 @@ class BalanceConfig:
   policy: str = choice('uniform', POLICIES)
   shares: tuple[int, ...] | None = None
   bucket: int = 0
+  granularity: str = choice('auto', GRANULARITIES)
   memory_caps: tuple[int, ...] | None = None
   token_rows: int = 0
   endgame: bool = True
@@ -487,8 +496,8 @@ FLAT_FORM = {
     **{f: f'parallelism.{f}' for f in ('mode', 'strategy', 'mesh', 'plan', 'overlap',
                                        'bucket_bytes', 'overlap_scale', 'overlap_estimate',
                                        'compilation_cache', 'rules')},
-    **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'memory_caps', 'token_rows',
-                                   'endgame', 'prefetch')},
+    **{f: f'balance.{f}' for f in ('policy', 'shares', 'bucket', 'granularity', 'memory_caps',
+                                   'token_rows', 'endgame', 'prefetch')},
     **{f: f'pipeline.{f}' for f in ('stages', 'micro_batches', 'schedule', 'sync',
                                     'sync_overlap')},
     **{f: f'schmp.{f}' for f in ('scheduler', 'schedule_size', 'staleness',

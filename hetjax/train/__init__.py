@@ -26,12 +26,17 @@ from hetjax.train._overlap import OverlapEstimate as OverlapEstimate
 from hetjax.train._overlap import OverlapState as OverlapState
 from hetjax.train._overlap import OverlapTrainer as OverlapTrainer
 from hetjax.train._overlap import quantize_int8 as quantize_int8
+from hetjax.train._share_programs import Granularity as Granularity
 from hetjax.train._state import TrainState as TrainState
 from hetjax.train._strategies import Strategy as Strategy
 from hetjax.train._task import HasSubmodels as HasSubmodels
 from hetjax.train._task import Task as Task
 from hetjax.train._tokens import TokenRules as TokenRules
 from hetjax.train._tokens import TokenTrainer as TokenTrainer
+from hetjax.train._trainable import fixed_state_notice as fixed_state_notice
+from hetjax.train._trainable import merge_trainable as merge_trainable
+from hetjax.train._trainable import split_trainable as split_trainable
+from hetjax.train._trainable import trainable_value_and_grad as trainable_value_and_grad
 from hetjax.train._trainer import Trainer as Trainer
 from hetjax.train._worker_mesh import local_batch_degree as local_batch_degree
 from hetjax.train._worker_mesh import worker_meshes as worker_meshes
@@ -41,6 +46,7 @@ __all__ = [
     'QUANT_BLOCK',
     'EmulatedHost',
     'Evaluation',
+    'Granularity',
     'HasSubmodels',
     'Hook',
     'MatmulTime',
@@ -59,19 +65,23 @@ __all__ = [
     'Trainer',
     'WorkerTrainer',
     'compiled_flops',
+    'fixed_state_notice',
     'flops_ratio',
     'learning_rate_schedule',
     'local_batch_degree',
     'matmul_equations',
     'matmul_flops',
     'may_leave',
+    'merge_trainable',
     'micro_rows_of',
     'program_flops',
     'quantize_int8',
+    'split_trainable',
     'step_flops',
     'summed_value_and_grad',
     'takes_token',
     'time_matmuls',
+    'trainable_value_and_grad',
     'training_steps',
     'worker_meshes',
 ]

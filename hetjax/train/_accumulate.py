@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from hetjax._errors import ConfigError
+from hetjax.train._trainable import merge_trainable, split_trainable
 
 PyTree = Any
 
@@ -62,17 +63,20 @@ def summed_value_and_grad(
   rows are cut into ``ceil(B / micro_rows)`` micro-batches of ``micro_rows`` rows (the last
   padded with rows of weight 0); micro-batch j holds rows j, j + k, j + 2k, …, so a batch
   split evenly over devices gives every micro-batch an even share of each device's rows.
-  Gradients are summed in the parameters' dtype.
+  Gradients are summed in the parameters' dtype, and are those of ``params``'s float leaves
+  only (``split_trainable(params)[0]``'s structure): its other leaves (a dropout stream's key
+  and count) are passed to ``per_example`` unchanged.
   """
   rows = _rows(batch)
   k = micro_batches(rows, micro_rows)
+  trainable, fixed = split_trainable(params)
 
-  def summed(p, b, weight=None):
-    losses = per_example(p, b)
+  def summed(t, b, weight=None):
+    losses = per_example(merge_trainable(t, fixed), b)
     return jnp.sum(losses if weight is None else losses * weight) / denominator
 
   if k == 1:
-    return jax.value_and_grad(summed)(params, batch)
+    return jax.value_and_grad(summed)(trainable, batch)
   m = micro_rows
   pad = k * m - rows
 
@@ -89,10 +93,10 @@ def summed_value_and_grad(
   def body(carry, xs):
     value, grads = carry
     b, w = xs
-    v, g = jax.value_and_grad(summed)(params, b, w)
+    v, g = jax.value_and_grad(summed)(trainable, b, w)
     return (value + v, jax.tree.map(jnp.add, grads, g)), None
 
-  zeros = jax.tree.map(jnp.zeros_like, params)
+  zeros = jax.tree.map(jnp.zeros_like, trainable)
   (value, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (parts, weights))
   return value, grads
 

@@ -36,7 +36,8 @@ class FusedLayout:
   """The fused buffer of a parameter tree's gradients.
 
   Attributes:
-    treedef: the parameter tree's structure.
+    treedef: the gradient tree's structure: the trainable parameters'
+      (`hetjax.train._trainable.split_trainable`), ``None`` where a leaf is held fixed.
     shapes: every leaf's shape, in leaf order.
     fused: the leaves in the flat buffer (replicated inside a worker), in leaf order.
     separate: the leaves that travel on their own (split over a worker's devices).

@@ -79,6 +79,7 @@ from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
 from hetjax.train._partial import partial_gradient
+from hetjax.train._share_programs import Granularity
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
@@ -153,8 +154,8 @@ class OverlapTrainer:
     trainer.close()
 
   Args:
-    task, optimizer, global_batch, local_shape, rules, seed, bucket, host, accumulate: as for
-      `WorkerTrainer`.
+    task, optimizer, global_batch, local_shape, rules, seed, bucket, host, accumulate,
+      granularity: as for `WorkerTrainer`.
     links: the emulated network: each bucket's all-reduce is padded to its ring all-reduce
       time on the slowest link (`Links.all_reduce_s`), on the background thread. None: none.
     bucket_bytes: the fusion threshold: buckets of at most this many bytes, each its own
@@ -188,6 +189,7 @@ class OverlapTrainer:
       accumulate: int = 1,
       estimate_scale: float = 1.0,
       estimate: OverlapEstimate | str = OverlapEstimate.OWN,
+      granularity: Granularity | str = Granularity.COMPILE,
   ):
     estimate_scale = fraction(estimate_scale, "the all-reduce scheduler's estimate_scale")
     self.estimate = parse_choice(OverlapEstimate, estimate, 'all-reduce scheduler estimate')
@@ -196,7 +198,7 @@ class OverlapTrainer:
                         f'{links.describe()} exchange through a server: drop exchange= or '
                         'overlap')
     sync = WorkerTrainer(task, optimizer, global_batch, local_shape, rules, seed, bucket, host,
-                         accumulate=accumulate)
+                         accumulate=accumulate, granularity=granularity)
     if sync.mesh.axis_names[0] != PROC:
       raise ConfigError(f'the overlapped all-reduce needs workers of equal device counts, got '
                         f'{device_counts()}')

@@ -36,8 +36,12 @@ class PartialGradient:
     data_s, compute_s, compile_s: see `WorkerTiming`.
     slept: the host's padding (``dilation_s``); ``overrun_s``: see `WorkerTiming`.
     load: the host-load input given to the share policy.
-    sampled: False when the time is not a speed sample (pieces ran, or a compile competed).
+    sampled: False when the time is not a speed sample: the step waited for a compile, ran
+      pieces standing in for a size still compiling, or a background compile competed.
     slowdown: the emulated host's slowdown (1.0 without one).
+    compiled_s: seconds this worker compiled since its last step, waited for or in the
+      background (a background compile counts when it finishes; before the first step, a
+      speed probe's compile counts there).
   """
 
   packed: Any
@@ -52,6 +56,7 @@ class PartialGradient:
   load: float
   sampled: bool
   slowdown: float
+  compiled_s: float = 0.0
 
   @property
   def busy_s(self) -> float:
@@ -60,7 +65,8 @@ class PartialGradient:
 
   def head_values(self) -> dict[str, Any]:
     """`WorkerTrainer.combine`'s keyword arguments for this worker's slots of the head."""
-    return {'busy_s': self.busy_s, 'load': self.load, 'sampled': self.sampled, 'rows': self.rows}
+    return {'busy_s': self.busy_s, 'load': self.load, 'sampled': self.sampled, 'rows': self.rows,
+            'compile_s': self.compiled_s}
 
   def timing(self, worker: int, collective_s: float, end: float) -> WorkerTiming:
     """This worker's `WorkerTiming` of the step, given its collective time and its end."""
@@ -85,14 +91,19 @@ def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
   start = time.perf_counter()
   batch = jax.block_until_ready(trainer.place(slice_batch(work.batch, shares, trainer.worker)))
   computed = time.perf_counter()
-  compiling = trainer.programs.compiling
+  programs = trainer.programs
+  compiling = programs.compiling
   packed = jax.block_until_ready(trainer.local_gradient(state, batch))
   compile_s = trainer.last_compile_s
   compute_s = time.perf_counter() - computed - compile_s
-  # Pieces, or a compile competing for the cores: a true time, but not this worker's speed.
-  sampled = not (trainer.programs.last_ran_pieces or compiling or trainer.programs.compiling)
+  compiled_s = programs.take_compiled()
+  # A compile waited for, pieces standing in for a size still compiling, or a compile
+  # competing for the cores: a true time, but not this worker's speed.
+  sampled = not (programs.last_ran_pieces or compiling or programs.compiling or compiled_s > 0)
+  if sampled and rows:
+    programs.observe(rows, compute_s)
   slept, overrun = host.pad(step, rows, compute_s) if host else (0.0, 0.0)
   return PartialGradient(
       packed, step, rows, start, data_s=computed - start, compute_s=compute_s,
       compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(host, step),
-      sampled=sampled, slowdown=host.factor(step) if host else 1.0)
+      sampled=sampled, slowdown=host.factor(step) if host else 1.0, compiled_s=compiled_s)

@@ -3,8 +3,9 @@
 LB-BSP changes a worker's share between iterations, and each new share size is a new XLA
 program. Compiling it on the spot (0.3–1 s on the 2-core development machine) stalls the whole
 job at the barrier. With a ``bucket`` this keeps, besides the programs of sizes already seen, a
-binary ladder of *piece* programs (bucket × 1, 2, 4, …), compiled before the first step. A share
-size without its own program yet runs as a sum of pieces — the gradient is a sum over rows, so
+binary ladder of *piece* programs (bucket × 1, 2, 4, …), compiled when the first new size comes
+(a run whose shares never move compiles one program, as fixed shares do). A share size without
+its own program yet runs as a sum of pieces — the gradient is a sum over rows, so
 ``Σ pieces = whole`` to float rounding — while its own program compiles on a background thread
 and takes over once ready (pieces cost 4–26% more compute than one program on the development
 machine, so they are a stopgap). What a step waits for counts as compile time: the ladder, and
@@ -13,11 +14,25 @@ the background thread: the main thread spends most of a step in calls that relea
 (a computation, a collective, a host's sleep), so the lowering takes the GIL in those gaps.
 Lowered on the main thread it took 4–8% of the step time of policies whose shares move every
 step (bench_lbbsp, Markov, three runs).
+
+That is granularity ``compile``. Where one compile costs more than a few steps (a model whose
+step is short next to its compile: a small model on a loaded CPU, where one compile of a new
+size took 1–2 s against 50 ms steps and starved the other workers' steps for 10 of them; a
+124M GPT on a GPU, tens of seconds against a tenth of one), a new program per size cannot pay
+for itself. Granularity ``micro`` never compiles one: shares are whole micro-batches of
+``bucket`` rows, and a share runs as gradient accumulation over the programs of two sizes, the
+first size it ran (a uniform share's, as the run starts) and one micro-batch, each compiled
+once (the micro-batch when first needed): 20 rows beside a uniform 16 are 16 + 4 (two calls).
+Those pieces are then the steady state, not a stopgap. ``auto`` (the config's default) picks
+``micro`` at the first new size when the first program's compile took more than
+`AUTO_CALLS` of its own calls, else ``compile``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import enum
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +42,17 @@ import jax
 
 PyTree = Any
 Batch = dict[str, jax.Array]
+
+#: ``auto`` picks ``micro`` when the first program compiled in more than this many of its calls.
+AUTO_CALLS = 5
+
+
+class Granularity(enum.Enum):
+  """How a worker computes a share size it has no program of (module docstring)."""
+
+  COMPILE = 'compile'  # its own program, compiled in the background while pieces stand in
+  MICRO = 'micro'      # whole micro-batches: the first size's program plus one micro-batch's
+  AUTO = 'auto'        # micro when a compile costs more than AUTO_CALLS calls, else compile
 
 
 def decompose(rows: int, sizes: list[int]) -> list[int] | None:
@@ -48,6 +74,8 @@ class SharePrograms:
     bucket: the granularity of share sizes; when given, pieces of bucket·2ᵏ up to ``max_rows``
       are compiled at the first call, and each new size compiles in the background.
     max_rows: the largest share this worker can get.
+    granularity: with a bucket, how a new size runs (`Granularity`, module docstring); the
+      bucket is then the micro-batch of ``micro``.
 
   Counters: ``compiles``/``compile_s`` are compiles the caller waited for
   (``last_compile_s`` for the latest call); ``background_compiles``/``background_compile_s``
@@ -56,26 +84,61 @@ class SharePrograms:
   """
 
   def __init__(self, lower: Callable[[PyTree, Batch], Any], bucket: int | None = None,
-               max_rows: int | None = None):
+               max_rows: int | None = None,
+               granularity: Granularity | str = Granularity.COMPILE):
     self._lower, self.bucket, self.max_rows = lower, bucket, max_rows
+    self.granularity = Granularity(granularity) if bucket else Granularity.COMPILE
     self._ready: dict[int, Any] = {}
     self._pending: dict[int, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
-    self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='hetjax-compile')
-                  if bucket else None)
+    self._pool = None
     self.compiles, self.compile_s, self.last_compile_s = 0, 0.0, 0.0
     self.background_compiles, self.background_compile_s, self.piece_steps = 0, 0.0, 0
     self.last_ran_pieces = False
+    self._calls: list[float] = []  # seconds of recent calls of the first size's program
+    self._taken = 0.0  # compile seconds reported by `take_compiled`
+    self._laddered = False
+    if bucket and self.granularity is Granularity.COMPILE:
+      self._start_pool()
+
+  def _start_pool(self) -> None:
+    self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='hetjax-compile')
+
+  def take_compiled(self) -> float:
+    """Seconds compiled (waited for, or finished in the background) since the last call: a
+    step's compile work, the compiles before the first step (a speed probe's) included."""
+    total = self.compile_s + self.background_compile_s
+    taken, self._taken = total - self._taken, total
+    return taken
+
+  def observe(self, rows: int, seconds: float) -> None:
+    """Records a call of ``rows`` rows that took ``seconds`` with no compile beside it: what
+    ``auto`` weighs a compile against."""
+    if rows in self._ready and len(self._ready) == 1 and seconds > 0:
+      self._calls = [*self._calls[-8:], seconds]
 
   def __call__(self, add: Callable, params: PyTree, batch: Batch):
     """The program's output for ``batch``: its own program, a sum of pieces, or a fresh compile."""
     rows = len(next(iter(batch.values())))
     self.last_compile_s, self.last_ran_pieces = 0.0, False
     self._collect()
-    if self._pool is not None and not self._ready:
-      self._compile_ladder(params, batch)
     if rows in self._ready:
       return self._ready[rows](params, batch)
+    if self.granularity is Granularity.AUTO and self._ready:
+      self._choose()
+    if self._pool is not None and self._ready and not self._laddered:
+      self._compile_ladder(params, batch)  # at the first new size: a run that never moves
+      self._laddered = True                # compiles one program, as fixed shares do
+    if self.granularity is Granularity.MICRO and self._ready:
+      if self.bucket not in self._ready:  # the micro-batch's program, once (counted)
+        start = time.perf_counter()
+        self._ready[self.bucket] = self._lower(
+            jax.tree.map(_abstract, params),
+            {k: _abstract(v, self.bucket) for k, v in batch.items()}).compile()
+        self._count(time.perf_counter() - start, compiles=1)
+      pieces = decompose(rows, list(self._ready))
+      if pieces is not None:
+        return self._run_pieces(add, pieces, params, batch, stopgap=False)
     pieces = self._pieces(rows)
     if pieces is None:
       self._ready[rows] = self._wait_or_compile(rows, params, batch)
@@ -136,9 +199,23 @@ class SharePrograms:
     """Whether a background compile is queued or running (it competes for the cores)."""
     return any(not f.done() for f in self._pending.values())
 
-  def _run_pieces(self, add: Callable, pieces: list[int], params: PyTree, batch: Batch):
-    self.piece_steps += 1
-    self.last_ran_pieces = True
+  def _choose(self) -> None:
+    """``auto`` decides, at the first new size: ``micro`` when the first program's compile
+    took more than `AUTO_CALLS` of its calls (their median; with no call timed, ``micro``),
+    else ``compile``."""
+    call_s = statistics.median(self._calls) if self._calls else 0.0  # unknown: never compile
+    if self.compile_s > AUTO_CALLS * call_s:
+      self.granularity = Granularity.MICRO
+    else:
+      self.granularity = Granularity.COMPILE
+      self._start_pool()
+
+  def _run_pieces(self, add: Callable, pieces: list[int], params: PyTree, batch: Batch,
+                  stopgap: bool = True):
+    """The sum of ``pieces``' programs over consecutive rows of ``batch``; ``stopgap``: they
+    stand in for a size still compiling (the step is then no speed sample)."""
+    self.piece_steps += stopgap
+    self.last_ran_pieces = stopgap
     out, start = None, 0
     for size in pieces:
       part = {k: jax.device_put(v[start:start + size], v.sharding) for k, v in batch.items()}
@@ -165,9 +242,13 @@ class SharePrograms:
     self._pending[rows] = self._pool.submit(compile_one)
 
   def _compile_ladder(self, params: PyTree, batch: Batch) -> None:
-    """Pieces bucket·2ᵏ up to ``max_rows``, compiled before the first step (counted)."""
+    """Pieces bucket·2ᵏ up to ``max_rows``, compiled at the first new size (counted: the step
+    waits for them); those already compiled are kept."""
     size = self.bucket
     while size <= (self.max_rows or size):
+      if size in self._ready:
+        size *= 2
+        continue
       start = time.perf_counter()
       self._ready[size] = self._lower(jax.tree.map(_abstract, params),
                                       {k: _abstract(v, size) for k, v in batch.items()}).compile()

@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from hetjax.sharding import LogicalRules, abstract_model, param_shardings, submodel_prefixes
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
+from hetjax.train._trainable import split_trainable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +49,9 @@ def state_layout(
 ) -> StateLayout:
   """Derives the train state's layout on ``mesh`` without allocating anything.
 
-  Parameter shardings come from ``param_rules`` (checked for divisibility); the optimizer state
-  follows its parameters (`optax.tree_map_params`), counters are replicated.
+  Parameter shardings come from ``param_rules`` (checked for divisibility); the optimizer state,
+  of the float parameters only (`split_trainable`), follows its parameters
+  (`optax.tree_map_params`), counters are replicated.
 
   Raises:
     ShardingError: a parameter dimension that its mesh axes do not divide.
@@ -58,9 +60,10 @@ def state_layout(
   replicated = NamedSharding(mesh, PartitionSpec())
   prefixes = submodel_prefixes(task.make_model) if param_rules.scopes else None
   params_sh = param_shardings(abstract_params, names, mesh, param_rules, prefixes)
-  abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+  abstract_opt = jax.eval_shape(optimizer.init, split_trainable(abstract_params)[0])
   opt_sh = optax.tree_map_params(
-      optimizer, lambda _, sharding: sharding, abstract_opt, params_sh,
+      optimizer, lambda _, sharding: sharding, abstract_opt,
+      split_trainable(params_sh, like=abstract_params)[0],
       transform_non_params=lambda _: replicated,
       is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
   abstract = TrainState(jax.ShapeDtypeStruct((), jnp.int32), abstract_params, abstract_opt)
@@ -75,6 +78,7 @@ def init_state(task: Task, optimizer: optax.GradientTransformation, layout: Stat
     with nnx.use_eager_sharding(False):
       model = task.make_model(nnx.Rngs(seed))
     params = nnx.to_pure_dict(nnx.state(model))
-    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
+    return TrainState(jnp.zeros((), jnp.int32), params,
+                      optimizer.init(split_trainable(params)[0]))
 
   return jax.jit(init, out_shardings=layout.shardings)()

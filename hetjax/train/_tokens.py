@@ -326,13 +326,15 @@ class TokenTrainer(WorkerTrainer):
     compiling = self.programs.compiling
     got = self._pull(state, work, self.tokens.others(decision, self.worker),
                      self.tokens.prefetches(decision))
-    sampled = not (compiling or self.programs.compiling)
+    compiled_s = self.programs.take_compiled()
+    sampled = not (compiling or self.programs.compiling or compiled_s > 0)
     rows = got.done * self.tokens.token_rows
     load = host_load(self.host, work.step)
     combine = time.perf_counter()
     state, head = jax.block_until_ready(self.combine(
         state, self.zero_gradient() if got.packed is None else got.packed,
-        busy_s=got.compute_s + got.slept, load=load, sampled=sampled, rows=rows))
+        busy_s=got.compute_s + got.slept, load=load, sampled=sampled, rows=rows,
+        compile_s=compiled_s))
     end = time.perf_counter()
     if self.worker == 0:
       self.channel.delete(f'tokens/{work.step}')

@@ -20,6 +20,7 @@ from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._task import Task
+from hetjax.train._trainable import trainable_value_and_grad
 
 PyTree = Any
 
@@ -162,7 +163,7 @@ class Trainer:
 
   def _train_step(self, state: TrainState, batch: dict[str, jax.Array]):
     if self.micro_rows is None:
-      loss, grads = jax.value_and_grad(self.loss)(state.params, batch)
+      loss, grads = trainable_value_and_grad(self.loss)(state.params, batch)
     else:
       loss, grads = summed_value_and_grad(self.per_example_loss, state.params, batch,
                                           self.global_batch, self.micro_rows)

@@ -50,11 +50,12 @@ from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._fused import FusedLayout
 from hetjax.train._head import StepHead
 from hetjax.train._partial import partial_gradient
-from hetjax.train._share_programs import SharePrograms
+from hetjax.train._share_programs import Granularity, SharePrograms
 from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
 from hetjax.train._strategies import Strategy
 from hetjax.train._task import Task
+from hetjax.train._trainable import split_trainable
 from hetjax.train._worker_mesh import (
   PROC,
   batch_degrees,
@@ -108,6 +109,10 @@ class WorkerTrainer:
       most ``ceil(global_batch / (workers × accumulate))`` rows (rounded up to its local
       degree), summed before the combine, so a worker with a larger share runs more of them
       (`summed_value_and_grad`).
+    granularity: with a ``bucket``, how a share size without a program runs
+      (`Granularity`, `SharePrograms`): its own program compiled in the background (``compile``),
+      whole micro-batches of ``bucket`` rows over programs already compiled (``micro``), or
+      ``auto`` (micro where a compile costs more than a few calls).
   """
 
   def __init__(
@@ -123,6 +128,7 @@ class WorkerTrainer:
       links: Links | None = None,
       *,
       accumulate: int = 1,
+      granularity: Granularity | str = Granularity.COMPILE,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
     self.host, self.links = host, links
@@ -155,12 +161,15 @@ class WorkerTrainer:
     # Replicated gradient leaves are fused into one buffer behind the step's head (`StepHead`):
     # each worker writes its own slots of the head, so the psum hands everyone everyone's timing.
     self._layout_head = StepHead(self.workers)
+    # Gradients are the float parameters' only (`split_trainable`).
+    trainable = split_trainable(self.layout.abstract.params)[0]
+    trainable_specs = split_trainable(self.layout.param_specs, like=self.layout.abstract.params)[0]
     self.fused_layout = FusedLayout.of(
-        self.layout.abstract.params, self.layout.param_specs, self._layout_head.size,
+        trainable, trainable_specs, self._layout_head.size,
         {name: max(shape[i] for shape in self.local_shapes)
          for i, name in enumerate(self.local_mesh.axis_names)})
     self._fused_size, separate = self.fused_layout.size, self.fused_layout.separate
-    specs = self.fused_layout.treedef.flatten_up_to(self.layout.param_specs)
+    specs = self.fused_layout.treedef.flatten_up_to(trainable_specs)
     self._separate_specs = [specs[i] for i in separate]
     self._separate_stacked = [
         NamedSharding(self.mesh, stacked_spec(specs[i], len(self.fused_layout.shapes[i])))
@@ -175,7 +184,7 @@ class WorkerTrainer:
                                           for i in separate])
     self._grad = jax.jit(self._local_grad, out_shardings=local_out)
     self.programs = SharePrograms(lambda p, b: self._grad.lower(p, b), bucket,
-                                  global_batch - (self.workers - 1) * (bucket or 0))
+                                  global_batch - (self.workers - 1) * (bucket or 0), granularity)
     self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b), out_shardings=local_out)
     self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
     slots = np.asarray(self._layout_head.slots(self.worker))
@@ -266,7 +275,8 @@ class WorkerTrainer:
                                                          self.global_batch, self.micro_rows))
 
   def _zero_grad(self):
-    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), self.layout.abstract.params)
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                         split_trainable(self.layout.abstract.params)[0])
     return self.fused_layout.pack(jnp.zeros((), jnp.float32), zeros)
 
   def _combine_and_update(self, state: TrainState, fused: jax.Array, separate: list[jax.Array]):
@@ -347,26 +357,28 @@ class WorkerTrainer:
     return self._add(packed, more)
 
   def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0,
-              sampled: bool = True, rows: int = 0):
+              sampled: bool = True, rows: int = 0, compile_s: float = 0.0):
     """Sums every worker's packed loss and gradient and applies the optimizer (collective).
 
     This worker's ``busy_s`` (compute and emulated padding), ``load`` (its host-load input),
     ``sampled`` (False: its time is not a speed sample, e.g. it ran a new size as pieces while
-    the size's program compiled) and ``rows`` (rows it computed) ride in named slots of the same
+    the size's program compiled), ``rows`` (rows it computed) and ``compile_s`` (seconds it
+    compiled during the step) ride in named slots of the same
     all-reduce (`StepHead`), so every worker learns every worker's values without another
     message: the inputs of a deterministic, identical policy decision everywhere.
 
     Returns:
       ``(state, head)``: the new state and the summed head (`StepHead.read` names its parts).
     """
-    return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows))
+    return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows, compile_s))
 
   def stacked(self, packed, busy_s: float = 0.0, load: float = 0.0, sampled: bool = True,
-              rows: int = 0) -> tuple[jax.Array, list[jax.Array]]:
+              rows: int = 0, compile_s: float = 0.0) -> tuple[jax.Array, list[jax.Array]]:
     """``packed`` with this worker's values in its slots of the head, stacked over workers as
     global arrays: what `combine`'s all-reduce sums (each worker holds its own shards)."""
     fused, separate = packed
-    fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows], np.float32))
+    fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows, compile_s],
+                                        np.float32))
     return self._stack_fused(fused), [
         self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
 
@@ -402,15 +414,23 @@ class WorkerTrainer:
   def stats(self, step: int, head: dict[str, np.ndarray], iter_s: float, compile_s: float,
             local: WorkerTiming, tokens: tuple[int, ...] = ()) -> StepStats:
     """The `StepStats` of a step from the summed head; ``sync_s`` is this worker's iteration
-    less its data time and the slowest worker's busy time."""
-    busy = head['busy_s']
+    less its data time and the slowest worker's busy time.
+
+    A compile anywhere in the job makes the step no speed sample for any worker: workers that
+    share a machine (several processes on one host, as on this 2-core machine) compete for its
+    cores, and a compile's contention showed as 0.8–2 s of "compute" on every worker of a step
+    whose own rows took 10 ms."""
+    busy, compiled = head['busy_s'], np.maximum(head['compile_s'], 0.0)
+    sampled = head['sampled'] > 0.5
+    if not sampled.all() or (compiled > 0).any():
+      sampled = np.zeros_like(sampled)
     return StepStats(
         step, tuple(int(r) for r in np.rint(head['rows'])), tuple(busy.tolist()),
         sync_s=max(iter_s - local.data_s - float(busy.max()), 0.0),
         iter_s=iter_s, load=tuple(head['load'].tolist()),
-        sampled=tuple(bool(x) for x in head['sampled'] > 0.5), compile_s=compile_s,
+        sampled=tuple(bool(x) for x in sampled), compile_s=compile_s,
         bytes=self.all_reduce_bytes, loss=head['loss'], tokens=tokens,
-        local=local)
+        local=local, worker_compile_s=tuple(float(c) for c in compiled))
 
   def time_gradient(self, state: TrainState, rows: int, repeats: int = 3) -> tuple[float, ...]:
     """``repeats`` timed local gradients of ``rows`` rows (step 0's first rows), after one
@@ -423,6 +443,7 @@ class WorkerTrainer:
       start = time.perf_counter()
       jax.block_until_ready(self.local_gradient(state, batch))
       times.append(time.perf_counter() - start)
+      self.programs.observe(rows, times[-1])
     return tuple(times)
 
   def measure_speed(self, state: TrainState, rows: int, repeats: int = 3) -> float:

@@ -3,6 +3,8 @@
 import optax
 
 STEPS = 5
+#: Steps of the LB-BSP runs: its first move waits for three clean steps and a confirming decision.
+LBBSP_STEPS = 10
 OPTIMIZER = optax.sgd(0.05, momentum=0.9)  # why not Adam: see tests/test_strategies.py
 MODELS = {
     'mlp': ({'hidden': 64, 'width': 32}, 64),

@@ -35,7 +35,7 @@ from hetjax import (  # noqa: E402
 )
 from hetjax.core import ShareRules  # noqa: E402
 from hetjax.train import Strategy, WorkerTrainer, training_steps  # noqa: E402
-from tests.workers.common import MODELS, OPTIMIZER, STEPS  # noqa: E402
+from tests.workers.common import LBBSP_STEPS, MODELS, OPTIMIZER, STEPS  # noqa: E402
 
 BUCKET = 4
 ROW_S = 1e-3  # a 1-device host's seconds per row: 16 rows take 16 ms, well over the compute
@@ -46,10 +46,10 @@ task = models.make_task('mlp', **kwargs)
 counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
 
 
-def train(policy, bucket=None, host=None):
+def train(policy, bucket=None, host=None, steps=STEPS):
   trainer = WorkerTrainer(task, OPTIMIZER, batch, bucket=bucket, host=host)
   losses, shares, state = [], [], trainer.init_state()
-  for info in training_steps(trainer, state, STEPS, policy=policy):
+  for info in training_steps(trainer, state, steps, policy=policy):
     state = info.state
     losses.append(float(info.stats.loss))
     shares.append(list(info.stats.rows))
@@ -76,5 +76,5 @@ speed = counts[ctx.worker] / min(counts)
 host = emulation.KnownSpeedHost(emulation.StaticTrace((1.0, 1.0, 3.0)), ctx.worker, ROW_S,
                                 speed=speed)
 lbbsp = balance.make_policy('lbbsp', ShareRules(batch, ctx.workers, BUCKET, devices=counts))
-_, result['lbbsp'] = train(lbbsp, bucket=BUCKET, host=host)
+_, result['lbbsp'] = train(lbbsp, bucket=BUCKET, host=host, steps=LBBSP_STEPS)
 (out / f'w{ctx.worker}.json').write_text(json.dumps(result))

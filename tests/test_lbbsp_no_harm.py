@@ -1,0 +1,168 @@
+"""LB-BSP does no harm: it moves shares only when the move pays for its compiles and clears the
+measured noise, it prices a step's fixed cost, and a step beside a compile is no speed sample.
+
+The hosts here are scripted: worker i's step takes factor_i × (fixed + rows × per_row) seconds,
+times a seeded noise, and a share size a worker has not run before costs ``compile_s`` of
+compiling, reported as `StepStats.worker_compile_s` and marking the step as no sample (as
+`hetjax.train.WorkerTrainer` reports a real one).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hetjax.balance import EWMA, LBBSP
+from hetjax.core import ShareRules, StepStats
+from hetjax.train._share_programs import AUTO_CALLS, Granularity, SharePrograms
+
+X, WORKERS, BUCKET = 64, 4, 4
+RULES = ShareRules(X, WORKERS, BUCKET)
+UNIFORM = X // WORKERS
+
+
+def _run(policy, factors, steps, *, fixed_s=0.0, row_s=1e-3, noise_cv=0.0, compile_s=0.0,
+         seed=0):
+  """The shares of every step and the total modelled time, compiles included."""
+  rng = np.random.default_rng(seed)
+  state, seen = policy.init(), [set() for _ in range(WORKERS)]
+  shares, history, total = policy.update(state, None)[0], [], 0.0
+  for step in range(steps):
+    x = np.asarray(shares.values)
+    noise = np.exp(noise_cv * rng.standard_normal(WORKERS)) if noise_cv else 1.0
+    busy = np.asarray(factors) * (fixed_s + x * row_s) * noise
+    compiled = np.array([compile_s if int(v) not in s else 0.0 for v, s in zip(x, seen,
+                                                                              strict=True)])
+    for v, s in zip(x, seen, strict=True):
+      s.add(int(v))
+    clean = not compiled.any()
+    stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
+                      iter_s=float(busy.max()), sampled=(clean,) * WORKERS,
+                      worker_compile_s=tuple(compiled.tolist()))
+    total += float(busy.max()) + float(compiled.max())
+    history.append(tuple(int(v) for v in x))
+    shares, state = policy.update(state, stats)
+  return history, total, state
+
+
+def _changes(history, after=0):
+  return sum(a != b for a, b in zip(history[after:], history[after + 1:], strict=False))
+
+
+def test_equal_hosts_under_noise_never_move_when_a_compile_costs_more_than_the_noise_gains():
+  # 50 ms steps, 30% noise a worker a step, a 1.5 s compile: nothing to gain, never a move.
+  for seed in range(3):
+    history, _, _ = _run(LBBSP(RULES, EWMA()), (1, 1, 1, 1), 100, row_s=50e-3 / UNIFORM,
+                         noise_cv=0.3, compile_s=1.5, seed=seed)
+    assert set(history) == {RULES.uniform().values}, seed
+
+
+def test_a_straggler_under_noise_moves_once_and_holds():
+  # Slow worker 3x; noise 10%; each new size costs 0.5 s: at most 3 changes in 100 steps after
+  # the warm-up, and the run beats uniform shares, compiles included.
+  for seed in range(3):
+    kwargs = dict(row_s=0.1 / UNIFORM, noise_cv=0.1, compile_s=0.5, seed=seed)
+    history, total, _ = _run(LBBSP(RULES, EWMA()), (1, 1, 1, 3), 100, **kwargs)
+    uniform = _run(LBBSP(RULES, EWMA(), dead_band=10.0, jump=10.0), (1, 1, 1, 3), 100, **kwargs)
+    assert _changes(history, after=10) <= 3, (seed, history)
+    assert history[-1][3] < UNIFORM and total < 0.7 * uniform[1], (seed, history[-1], total)
+
+
+def test_a_move_that_does_not_repay_its_compile_is_not_made():
+  # 10 ms steps: balancing a 3x straggler saves ~5 ms a step, 0.25 s over the 50-step horizon,
+  # against a 2 s compile: stay. Make the compile 0.1 s and it moves, straight to its target.
+  history, _, _ = _run(LBBSP(RULES, EWMA()), (1, 1, 1, 3), 30, row_s=3.3e-3 / UNIFORM,
+                       compile_s=2.0)
+  assert set(history) == {RULES.uniform().values}
+  history, _, state = _run(LBBSP(RULES, EWMA()), (1, 1, 1, 3), 30, row_s=3.3e-3 / UNIFORM,
+                           compile_s=0.1)
+  moved = [h for h in history if h != RULES.uniform().values]
+  assert moved and len(set(moved)) == 1  # one move, all the way
+  assert state.move_cost_s == pytest.approx(0.1)  # the move's own compiles, measured
+
+
+def test_a_fixed_cost_is_priced_and_learned():
+  # 80% of a uniform share's time is fixed: a 3x straggler should keep most of its rows (time
+  # ∝ rows would strip it to one bucket and overload the others).
+  fixed, row = 0.08, 0.02 / UNIFORM
+  splits = [(a, a, a, X - 3 * a) for a in range(BUCKET, X // 3 + 1, BUCKET) if X - 3 * a >= BUCKET]
+  times = [max(fixed + a * row, 3 * (fixed + b * row)) for a, _, _, b in splits]
+  best = splits[int(np.argmin(times))]
+  priced = LBBSP(RULES, EWMA(), fixed_fraction=fixed / (fixed + UNIFORM * row))
+  history, _, state = _run(priced, (1, 1, 1, 3), 20, fixed_s=fixed, row_s=row)
+  assert history[-1] == best and _changes(history) == 1
+  assert state.fraction == pytest.approx(0.8, abs=0.01)  # measured from the move: the same
+  naive = LBBSP(RULES, EWMA())  # starts from time ∝ rows, learns the fixed part from its move
+  history, _, state = _run(naive, (1, 1, 1, 3), 20, fixed_s=fixed, row_s=row)
+  assert state.fraction == pytest.approx(0.8, abs=0.01)
+  assert history[-1] == best and _changes(history) <= 3
+
+
+def test_a_compile_on_any_worker_is_no_sample_for_the_others():
+  from hetjax.train._head import StepHead
+  from hetjax.train._workers import WorkerTrainer
+
+  head = StepHead(2)
+  values = np.zeros(head.size)
+  for worker, (busy, compile_s) in enumerate(((0.05, 0.0), (2.0, 1.4))):
+    values[list(head.slots(worker))] += [busy, 1.0, 1.0, 32, compile_s]
+  trainer = WorkerTrainer.__new__(WorkerTrainer)  # stats() reads only the head and the bytes
+  trainer._layout_head, trainer._fused_size = head, 1
+  trainer.fused_layout = type('Layout', (), {'separate_bytes': 0})()
+  from hetjax.core import WorkerTiming
+  local = WorkerTiming(1, 0, 32, 1.0, 0.0, 0.05, 0.0, 0.01, 2.1)
+  stats = trainer.stats(0, head.read(values), 2.1, 0.0, local)
+  assert stats.sampled == (False, False) and stats.worker_compile_s == (0.0, pytest.approx(1.4))
+
+
+def _partial(params, batch):
+  def loss(w):
+    return jnp.sum((batch['x'] @ w - batch['y']) ** 2) / X
+  return jax.value_and_grad(loss)(params)
+
+
+def _batch(rows, seed=0):
+  rng = np.random.default_rng(seed)
+  return {'x': jnp.asarray(rng.normal(size=(rows, 8)), jnp.float32),
+          'y': jnp.asarray(rng.normal(size=(rows,)), jnp.float32)}
+
+
+def _add(a, b):
+  return jax.tree.map(jnp.add, a, b)
+
+
+PARAMS = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32)
+
+
+def test_micro_granularity_never_compiles_a_share_size_and_its_pieces_are_samples():
+  programs = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52,
+                           granularity='micro')
+  programs(_add, PARAMS, _batch(16))
+  assert programs.sizes == (16,) and programs.compiles == 1
+  for rows in (20, 4, 28, 52, 12):
+    batch = _batch(rows, seed=rows)
+    got = programs(_add, PARAMS, batch)
+    want = _partial(PARAMS, batch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-7)
+    assert not programs.last_ran_pieces  # the steady state, not a stopgap: speed samples
+  assert programs.sizes == (4, 16) and programs.compiles == 2  # the micro-batch, once
+  assert programs.background_compiles == 0
+  programs.close()
+
+
+def test_auto_picks_micro_when_a_compile_costs_more_than_a_few_calls():
+  programs = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52, granularity='auto')
+  programs(_add, PARAMS, _batch(16))
+  programs.observe(16, programs.compile_s / (2 * AUTO_CALLS))  # a call: 1/10 of the compile
+  programs(_add, PARAMS, _batch(20))
+  assert programs.granularity is Granularity.MICRO and programs.sizes == (4, 16)
+  cheap = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52, granularity='auto')
+  cheap(_add, PARAMS, _batch(16))
+  cheap.observe(16, cheap.compile_s)  # a call as long as the compile: compile each size
+  cheap(_add, PARAMS, _batch(20))
+  cheap.wait()  # its background compile of 20, done before the test ends
+  assert cheap.granularity is Granularity.COMPILE and 20 in cheap.sizes
+  cheap.close()
