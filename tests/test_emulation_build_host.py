@@ -147,3 +147,13 @@ def test_workers_warm_every_size_then_meet_before_timing():
   events.clear()
   build_host(TRACE, 0, 3, calibration=Calibration(measure, (10, 40), repeats=2))
   assert len(events) == 4
+
+
+def test_a_given_fixed_cost_pins_the_host_with_its_cost_per_row():
+  from hetjax.run import EmulationConfig
+
+  host = build_host(StaticTrace((1, 3)), 1, 2, row_s=1e-3, fixed_s=2e-3)
+  assert (host.row_s, host.fixed_s) == (1e-3, 2e-3)
+  assert host.target_s(0, 10) == pytest.approx(3 * (2e-3 + 10 * 1e-3))
+  with pytest.raises(ConfigError, match=r'host_fixed_s needs emulation\.host_row_s'):
+    EmulationConfig(host_fixed_s=0.01)

@@ -166,3 +166,34 @@ def test_auto_picks_micro_when_a_compile_costs_more_than_a_few_calls():
   cheap.wait()  # its background compile of 20, done before the test ends
   assert cheap.granularity is Granularity.COMPILE and 20 in cheap.sizes
   cheap.close()
+
+
+def test_a_move_waiting_for_its_noise_names_its_shares_and_the_programs_compile_ahead():
+  # While LB-BSP measures the noise before a costly move, the held shares carry the move:
+  policy = LBBSP(RULES, EWMA())
+  state = policy.init()
+  shares = policy.update(state, None)[0]
+  held = []
+  for step in range(6):
+    x = np.asarray(shares.values)
+    busy = np.asarray((1, 1, 1, 3)) * x * 5e-3
+    stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
+                      sampled=(step > 0,) * WORKERS,
+                      worker_compile_s=(1.0 if step == 0 else 0.0,) * WORKERS)
+    shares, state = policy.update(state, stats)
+    held.append(shares.upcoming)
+    if shares.values != RULES.uniform().values:
+      break
+  assert held[0] is None  # step 0 compiled: no sample, nothing learned
+  assert held[1] is not None and held[1][3] < UNIFORM  # prepared from the first sample on
+  assert shares.values == held[-2] and shares.upcoming is None  # then made, as prepared
+  # ... and a worker compiles what that share needs in the background, before it runs it.
+  programs = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52,
+                           granularity='micro')
+  programs(_add, PARAMS, _batch(16))
+  programs.prepare(held[1][0])
+  programs.wait()
+  assert programs.sizes == (4, 16) and programs.background_compiles == 1
+  programs(_add, PARAMS, _batch(held[1][0]))
+  assert programs.last_compile_s == 0.0  # nothing left to wait for
+  programs.close()

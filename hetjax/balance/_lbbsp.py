@@ -42,15 +42,18 @@ A move must pay for itself, and the dead band alone does not see what a move cos
   workers; where a change is free, a wrong move is undone at the next step at no cost);
 * **cost**: the seconds a move saves per step, times ``horizon`` steps (how long a split is
   expected to hold), must exceed what a change costs in compiles: the compile seconds the last
-  change caused (every worker's, from `StepStats.worker_compile_s`, summed over the steps until
-  one was clean again), or the first program's compile before any change. A change that
+  change caused (the slowest worker's, from `StepStats.worker_compile_s`, summed from the step
+  it was prepared for until a clean step after it), or the first program's compile before any
+  change. A change that
   compiles nothing (shares in micro-batches of compiled programs) costs nothing, and the next
   change is then free;
 * **a second look**: under material noise, a costly move is made once two decisions in a row
   want it (`CONFIRM`): one outlying step restarts a predictor's level and predicts a large gain
   once;
 * where a change costs compiles, a move goes all the way to its target (damping would pay the
-  compile twice).
+  compile twice), and while it waits for the noise or its second look the shares it would move
+  to ride along (`Shares.upcoming`), so the workers compile their programs in the background
+  and the move does not stall on them.
 
 A step during which any worker compiled is no speed sample for anyone (`StepStats.sampled`): its
 contention says nothing about the hosts.
@@ -79,6 +82,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
 import jax
@@ -136,8 +140,8 @@ class LBBSPState:
       float64[window] (NaN: none yet).
     samples: errors recorded.
     move_cost_s: the compile seconds a change of the shares is expected to cost.
-    open_cost_s: compile seconds since the last change, while its compiles still run (NaN: no
-      change awaiting its cost).
+    open_cost_s: compile seconds since a change was prepared for or made, until a clean step
+      after it (NaN: no change awaiting its cost).
     rows: each worker's share at its last sampled step, float64[workers] (NaN: none yet).
     times: its busy seconds then, float64[workers].
     estimates: the recent estimates of φ, float64[window] (NaN: empty), a ring.
@@ -225,8 +229,12 @@ class LBBSP:
 
   # -- the time model ------------------------------------------------------------------------------
 
-  def _uniform(self) -> np.ndarray:
+  @functools.cached_property
+  def _uniform_rows(self) -> np.ndarray:
     return np.asarray(self.rules.uniform().values, dtype=np.float64)
+
+  def _uniform(self) -> np.ndarray:
+    return self._uniform_rows
 
   def _effective(self, rows, fraction: float) -> np.ndarray:
     """Effective rows φ·uᵢ + (1 − φ)·xᵢ: what a worker's time is proportional to."""
@@ -276,8 +284,6 @@ class LBBSP:
       move_cost = compiled  # the first program's compile: what a new share size may cost
     elif np.isfinite(open_cost):
       open_cost += compiled
-      if clean:
-        move_cost, open_cost = open_cost, float('nan')
     # The curve: φ from the workers whose share moved since their last sampled step.
     seen, xs, ts, estimates = state.seen, state.rows, state.times, state.estimates
     if usable:
@@ -307,8 +313,11 @@ class LBBSP:
                                  noise if samples >= MIN_NOISE_SAMPLES else None, move_cost,
                                  state.wanted)
     moved = shares.values != tuple(int(x) for x in rows)
-    if moved and state.steps:
-      open_cost = 0.0  # a change: its compile seconds are counted from the next step on
+    changing = moved or shares.upcoming is not None  # a change, or one prepared for
+    if changing and state.steps and not np.isfinite(open_cost):
+      open_cost = 0.0  # its compile seconds are counted from the next step on
+    elif not changing and np.isfinite(open_cost) and clean:
+      move_cost, open_cost = open_cost, float('nan')  # done: what the change cost
     wanted = state.wanted + 1 if wants and not moved else 0
     return shares, LBBSPState(shares_array(shares), speeds, state.steps + 1, predictor, edge,
                               shares_array(proposal), fraction, errors, samples, move_cost,
@@ -340,8 +349,6 @@ class LBBSP:
       current = None  # the last step ran under other rules: nothing to move from
     if current is None or (first and not move_cost_s):
       return target, False  # a free move: a wrong one is undone at the next step at no cost
-    if noise is None and move_cost_s:
-      return current, False  # a costly move waits until the noise is measured
     now = self._makespan(current, predicted, fraction)
     then = self._makespan(target, predicted, fraction)
     gain = now / then - 1
@@ -349,8 +356,11 @@ class LBBSP:
       return current, False
     if (now - then) * self.horizon <= move_cost_s:
       return current, False  # it would not save what its compiles cost
+    held = Shares(current.values, self.rules, upcoming=target.values)  # prepare its programs
+    if noise is None and move_cost_s:
+      return held, False  # a costly move waits until the noise is measured
     if NOISE_Z * (noise or 0.0) >= self.dead_band / 2 and move_cost_s and wanted + 1 < CONFIRM:
-      return current, True  # under material noise, a costly gain is acted on once seen twice
+      return held, True  # under material noise, a costly gain is acted on once seen twice
     fraction_moved = 1.0 if gain > self.jump or move_cost_s > 0 else self.damping
     x = np.asarray(current.values, dtype=np.float64)
     moved = self.rules.from_weights(x + fraction_moved * (np.asarray(target.values) - x))

@@ -185,8 +185,8 @@ def min_max_shares(rules: ShareRules, per_row_s, fixed_s) -> Shares:
   """The valid shares minimising max_i (fixed_s_i + share_i × per_row_s_i).
 
   The fractional optimum first: the level T at which each worker, given the rows it finishes by
-  T (within its bounds), covers the global batch — found by bisection, since the rows covered
-  grow with T. Its shares rounded down to buckets are at most those of an integer optimum, so
+  T (within its bounds), covers the global batch — solved exactly, since the rows covered are
+  piecewise linear and grow with T. Its shares rounded down to buckets are at most those of an integer optimum, so
   handing out the leftover buckets one at a time to the worker that would finish soonest with
   one more is optimal too (each hand-out stays at or under the optimum's time).
 
@@ -210,15 +210,16 @@ def min_max_shares(rules: ShareRules, per_row_s, fixed_s) -> Shares:
   def covered(level: float) -> np.ndarray:
     return np.clip((level - fixed) / per_unit, lo, hi)
 
-  low, high = 0.0, float(np.max(fixed + per_unit * hi))  # Σ covered(high) = Σ hi >= units
-  for _ in range(200):
-    mid = 0.5 * (low + high)
-    if covered(mid).sum() <= units:
-      low = mid
-    else:
-      high = mid
-    if high - low <= 1e-15 * high:
-      break
+  # Σ covered is piecewise linear in the level: worker i adds rows at 1 / per_unitᵢ between
+  # its start (fixed + lo per_unit) and its stop (fixed + hi per_unit). Walk the sorted events.
+  events = np.concatenate([fixed + lo * per_unit, fixed + hi * per_unit])
+  order = np.argsort(events, kind='stable')
+  at = events[order]
+  slope = np.cumsum(np.concatenate([1 / per_unit, -1 / per_unit])[order])  # after each event
+  total = lo.sum() + np.concatenate([[0.0], np.cumsum(slope[:-1] * np.diff(at))])
+  k = max(int(np.searchsorted(total, units, side='right')) - 1, 0)
+  level = at[k] + ((units - total[k]) / slope[k] if slope[k] > 1e-300 else 0.0)
+  low = level - 1e-12 * max(abs(level), 1e-300)  # just under the crossing, as a bisection ends
   taken = np.floor(covered(low)).astype(np.int64)  # Σ <= units, each >= lo (integers)
   for _ in range(units - int(taken.sum())):  # at most about one a worker
     finish = np.where(taken + 1 <= hi, fixed + per_unit * (taken + 1), np.inf)

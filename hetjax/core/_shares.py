@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator, Sequence
 
@@ -84,7 +85,7 @@ class ShareRules:
       >>> ShareRules(global_batch=64, workers=3, bucket=4, devices=(2, 1, 1)).uniform().values
       (32, 16, 16)
     """
-    return self.from_weights(np.ones(self.workers) if self.devices is None else self.devices)
+    return _uniform(self)
 
   def from_weights(self, weights: Sequence[float]) -> Shares:
     """Shares proportional to ``weights`` (e.g. predicted speeds), in buckets, within bounds.
@@ -150,12 +151,17 @@ class Shares:
   Behaves as a sequence of ints (``len``, indexing, iteration), so it can be passed wherever
   shares are expected.
 
+  ``upcoming``: the shares a policy expects to move to at a coming step (a move it waits to
+  confirm), or None: a step program may prepare for them (compile their programs in the
+  background) while these run. Not part of the value: two shares of equal values are equal.
+
   Raises:
     ConfigError: if the values break the rules (sum, bucket multiples, bounds).
   """
 
   values: tuple[int, ...]
   rules: ShareRules = dataclasses.field(repr=False, compare=False)
+  upcoming: tuple[int, ...] | None = dataclasses.field(default=None, repr=False, compare=False)
 
   def __post_init__(self):
     r = self.rules
@@ -175,3 +181,10 @@ class Shares:
 
   def __getitem__(self, i: int) -> int:
     return self.values[i]
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform(rules: ShareRules) -> Shares:
+  """`ShareRules.uniform`, computed once per rules (a policy asks for it several times a step:
+  it was a third of LB-BSP's decision time)."""
+  return rules.from_weights(np.ones(rules.workers) if rules.devices is None else rules.devices)

@@ -83,7 +83,8 @@ class Calibration:
 
 
 def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
-               calibration: Calibration | None = None, row_s: float = 0.0, speed: float = 1.0,
+               calibration: Calibration | None = None, row_s: float = 0.0,
+               fixed_s: float = 0.0, speed: float = 1.0,
                board: Board | None = None, key: str = 'calibrate', attempts: int = 3,
                log: Callable[[str], None] | None = None) -> KnownSpeedHost:
   """Worker ``worker``'s host of known speed (module docstring), slowed by ``trace``.
@@ -93,7 +94,9 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
     worker, workers: this worker, of ``workers`` (all of whom call this, at once, when a
       calibration is agreed on ``board``).
     calibration: how to time this worker (`Calibration`); None with ``row_s`` given.
-    row_s: a given cost per row (nothing fixed); > 0 skips the calibration and the agreement.
+    row_s: a given cost per row; > 0 skips the calibration and the agreement.
+    fixed_s: with ``row_s``, the given seconds of a step whatever its rows (0: nothing fixed):
+      a calibrated host's two numbers pin the same hosts on another run.
     speed: this worker's speed (`KnownSpeedHost.speed`): its device count over the fewest any
       worker has. A calibrated cost is published times it, so the cost agreed is a speed-1
       host's, and the slowest worker's compute fits under its own host's time.
@@ -110,7 +113,7 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
   """
   say = log or (lambda line: print(line, flush=True))
   if row_s:
-    return KnownSpeedHost(trace, worker, row_s, 0.0, speed=speed)
+    return KnownSpeedHost(trace, worker, row_s, fixed_s, speed=speed)
   if calibration is None:
     raise ConfigError('an emulated host needs a cost per row (host_row_s) or a calibration')
   if board is not None and workers > 1:

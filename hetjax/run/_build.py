@@ -392,6 +392,9 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
   """
   mode = mode_of(config, ctx)
   _comm_options.check(config, ctx, mode)
+  if config.emulation.host_fixed_s and mode not in (Mode.SHARES, Mode.TOKENS):
+    raise ConfigError(f'emulation.host_fixed_s pins the hosts of modes shares and tokens; mode '
+                      f'{mode.value} takes host_row_s alone')
   _rules.check(config, mode)
   if mode is Mode.PS:
     from hetjax.run import _ps_run  # (imports this module)
@@ -407,6 +410,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
       restore_target=built.restore_target or (lambda step: built.program.abstract_state()),
       run_info={'policy': None if built.policy is None else built.policy.name, 'sync': None,
                 'host_row_s': built.host.row_s
+                if isinstance(built.host, emulation.KnownSpeedHost) else None,
+                'host_fixed_s': built.host.fixed_s
                 if isinstance(built.host, emulation.KnownSpeedHost) else None,
                 **built.run_info})
 
@@ -483,6 +488,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     return Built(trainer, rules, devices, mode,
                  _hosts.emulated_host(ctx, trainer, trace, channel,
                                       host_row_s=config.emulation.host_row_s,
+                                      host_fixed_s=config.emulation.host_fixed_s,
                                       token_rows=rules.token_rows),
                  measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows))
   # Workers of different device counts: shares are multiples of every worker's degree.
@@ -510,7 +516,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                   granularity=config.balance.granularity)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
-  host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s)
+  host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s,
+                              host_fixed_s=config.emulation.host_fixed_s)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))

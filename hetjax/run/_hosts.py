@@ -62,11 +62,13 @@ def schmp_host(ctx, program, policy, trace, channel, host_row_s: float = 0.0, ro
 
 
 def emulated_host(ctx, trainer, trace, channel, *, host_row_s: float = 0.0,
+                  host_fixed_s: float = 0.0,
                   token_rows: int | None = None) -> emulation.KnownSpeedHost | None:
   """This worker's emulated host, when a slowdown ``trace`` is given, attached to ``trainer``
   (a `WorkerTrainer`, or a `TokenTrainer` with ``token_rows``, its token size): every worker
   runs as a host of one calibrated cost (the largest any worker measured, times `MARGIN`)
-  slowed by the trace. ``host_row_s`` given: that cost per row, nothing fixed.
+  slowed by the trace. ``host_row_s`` given: that cost per row, and ``host_fixed_s`` fixed
+  (a calibrated run's ``run.json`` numbers give the same hosts again).
 
   Workers of different device counts: a worker of k devices, where the fewest any worker has
   is k₀, is a host of speed k / k₀ (`KnownSpeedHost.speed`: its per-row cost divided by it; its
@@ -103,7 +105,7 @@ def emulated_host(ctx, trainer, trace, channel, *, host_row_s: float = 0.0,
           lambda n: float(np.median(trainer.time_gradient(state, n))),
           (max(rows // 4 // degree * degree, degree), rows))
   host = emulation.build_host(trace, ctx.worker, ctx.workers, calibration=calibration,
-                              row_s=host_row_s, speed=speed, board=channel)
+                              row_s=host_row_s, fixed_s=host_fixed_s, speed=speed, board=channel)
   trainer.use_host(host)
   return host
 

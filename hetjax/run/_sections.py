@@ -421,15 +421,24 @@ class EmulationConfig:
       shares mode's all-reduce and the parameter server's pushes and pulls take that long;
       None: the launcher's ``--network``, else none.
     host_row_s: seconds per row of an undisturbed emulated host; 0 calibrates it at start.
+    host_fixed_s: with ``host_row_s``, seconds of an undisturbed host's step whatever its rows
+      (modes shares and tokens). A calibrated run's ``run.json`` records both
+      (``host_row_s``, ``host_fixed_s``): given again, they emulate the same hosts, so that two
+      runs (two policies, say) are compared on one cluster rather than on two calibrations.
   """
 
   NAME = 'emulation'
   slowdown: str | None = None
   network: str | None = None
   host_row_s: float = 0.0
+  host_fixed_s: float = 0.0
 
   def __post_init__(self):
     at_least(self.host_row_s, 0, f'{self.NAME}.host_row_s', note=' (0: calibrated)')
+    at_least(self.host_fixed_s, 0, f'{self.NAME}.host_fixed_s')
+    if self.host_fixed_s and not self.host_row_s:
+      raise ConfigError('emulation.host_fixed_s needs emulation.host_row_s (the two pin a host; '
+                        'without them both the host is calibrated)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,7 +512,7 @@ FLAT_FORM = {
     **{f: f'schmp.{f}' for f in ('scheduler', 'schedule_size', 'staleness',
                                  'objective_every')},
     'ps': 'ps.protocol',
-    **{f: f'emulation.{f}' for f in ('slowdown', 'network', 'host_row_s')},
+    **{f: f'emulation.{f}' for f in ('slowdown', 'network', 'host_row_s', 'host_fixed_s')},
     'checkpoint_every': 'checkpoint.every', 'checkpoint_async': 'checkpoint.asynchronous',
     'log_every': 'logging.every',
 }

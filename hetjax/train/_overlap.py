@@ -78,7 +78,7 @@ from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
-from hetjax.train._partial import partial_gradient
+from hetjax.train._partial import partial_gradient, prepare_upcoming
 from hetjax.train._share_programs import Granularity
 from hetjax.train._state import TrainState
 from hetjax.train._strategies import Strategy
@@ -354,6 +354,7 @@ class OverlapTrainer:
   def step(self, state: OverlapState, work: Work, shares) -> tuple[OverlapState, StepStats]:
     """Reduces the pending gradient in the background while this batch's is computed at w̃
     (the `StepProgram` shape); ``state`` is donated."""
+    prepare_upcoming(self.sync, shares)
     shares = tuple(int(s) for s in shares)
     start = time.perf_counter()
     future, at, coarse_s = None, state.train, 0.0

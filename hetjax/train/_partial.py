@@ -39,6 +39,8 @@ class PartialGradient:
     sampled: False when the time is not a speed sample: the step waited for a compile, ran
       pieces standing in for a size still compiling, or a background compile competed.
     slowdown: the emulated host's slowdown (1.0 without one).
+    exact: the step was padded to its emulated host's time with room to spare: its busy time
+      is the host's, whatever compiled beside it (a sample even then).
     compiled_s: seconds this worker compiled since its last step, waited for or in the
       background (a background compile counts when it finishes; before the first step, a
       speed probe's compile counts there).
@@ -57,6 +59,7 @@ class PartialGradient:
   sampled: bool
   slowdown: float
   compiled_s: float = 0.0
+  exact: bool = False
 
   @property
   def busy_s(self) -> float:
@@ -65,8 +68,8 @@ class PartialGradient:
 
   def head_values(self) -> dict[str, Any]:
     """`WorkerTrainer.combine`'s keyword arguments for this worker's slots of the head."""
-    return {'busy_s': self.busy_s, 'load': self.load, 'sampled': self.sampled, 'rows': self.rows,
-            'compile_s': self.compiled_s}
+    return {'busy_s': self.busy_s, 'load': self.load, 'rows': self.rows,
+            'sampled': 2.0 if self.exact else float(self.sampled), 'compile_s': self.compiled_s}
 
   def timing(self, worker: int, collective_s: float, end: float) -> WorkerTiming:
     """This worker's `WorkerTiming` of the step, given its collective time and its end."""
@@ -75,6 +78,14 @@ class PartialGradient:
         data_s=self.data_s, compute_s=self.compute_s, dilation_s=self.slept,
         collective_s=collective_s, step_s=end - self.start, compile_s=self.compile_s,
         load=self.load, overrun_s=self.overrun_s, sampled=self.sampled)
+
+
+def prepare_upcoming(trainer: WorkerTrainer, shares: Any) -> None:
+  """Starts compiling, in the background, the programs this worker's share of the shares a
+  policy expects to move to will need (`hetjax.core.Shares.upcoming`), if any."""
+  upcoming = getattr(shares, 'upcoming', None)
+  if upcoming is not None:
+    trainer.programs.prepare(int(upcoming[trainer.worker]))
 
 
 def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
@@ -103,7 +114,11 @@ def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
   if sampled and rows:
     programs.observe(rows, compute_s)
   slept, overrun = host.pad(step, rows, compute_s) if host else (0.0, 0.0)
+  # Padded to its host's time with room to spare, the step took exactly the host's time, a
+  # compile beside it or not.
+  exact = host is not None and slept > 0 and overrun == 0
   return PartialGradient(
       packed, step, rows, start, data_s=computed - start, compute_s=compute_s,
       compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(host, step),
-      sampled=sampled, slowdown=host.factor(step) if host else 1.0, compiled_s=compiled_s)
+      sampled=sampled or exact, slowdown=host.factor(step) if host else 1.0,
+      compiled_s=compiled_s, exact=exact)

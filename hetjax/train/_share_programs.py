@@ -98,6 +98,7 @@ class SharePrograms:
     self._calls: list[float] = []  # seconds of recent calls of the first size's program
     self._taken = 0.0  # compile seconds reported by `take_compiled`
     self._laddered = False
+    self._template: tuple[PyTree, Batch] | None = None  # the first call's arguments (shapes)
     if bucket and self.granularity is Granularity.COMPILE:
       self._start_pool()
 
@@ -122,29 +123,50 @@ class SharePrograms:
     rows = len(next(iter(batch.values())))
     self.last_compile_s, self.last_ran_pieces = 0.0, False
     self._collect()
+    if self._template is None:
+      self._template = (jax.tree.map(_abstract, params), dict(batch))
     if rows in self._ready:
       return self._ready[rows](params, batch)
     if self.granularity is Granularity.AUTO and self._ready:
       self._choose()
-    if self._pool is not None and self._ready and not self._laddered:
+    compiling_each = self.granularity is Granularity.COMPILE and self.bucket
+    if compiling_each and self._ready and not self._laddered and rows not in self._pending:
       self._compile_ladder(params, batch)  # at the first new size: a run that never moves
       self._laddered = True                # compiles one program, as fixed shares do
     if self.granularity is Granularity.MICRO and self._ready:
-      if self.bucket not in self._ready:  # the micro-batch's program, once (counted)
-        start = time.perf_counter()
-        self._ready[self.bucket] = self._lower(
-            jax.tree.map(_abstract, params),
-            {k: _abstract(v, self.bucket) for k, v in batch.items()}).compile()
-        self._count(time.perf_counter() - start, compiles=1)
+      if self.bucket not in self._ready:  # the micro-batch's program, once (waits counted)
+        self._ready[self.bucket] = self._wait_or_compile(
+            self.bucket, jax.tree.map(_abstract, params),
+            {k: _abstract(v, self.bucket) for k, v in batch.items()})
       pieces = decompose(rows, list(self._ready))
       if pieces is not None:
         return self._run_pieces(add, pieces, params, batch, stopgap=False)
-    pieces = self._pieces(rows)
+    pieces = None if rows in self._pending else self._pieces(rows)  # prepared: wait for it
     if pieces is None:
       self._ready[rows] = self._wait_or_compile(rows, params, batch)
       return self._ready[rows](params, batch)
     self._submit(rows, params, batch)
     return self._run_pieces(add, pieces, params, batch)
+
+  def prepare(self, rows: int) -> None:
+    """Starts compiling, in the background, what a share of ``rows`` will need, so that the
+    step that runs it does not wait for it (`hetjax.core.Shares.upcoming`: a move a policy
+    waits to confirm): its own program (``compile``), or the micro-batch's (``micro``) where
+    the programs ready do not make it up. Nothing before the first call (no shapes yet), nor
+    without a bucket."""
+    if not self.bucket or self._template is None or rows <= 0:
+      return
+    self._collect()
+    if rows in self._ready or rows in self._pending:
+      return
+    if self.granularity is Granularity.AUTO:
+      self._choose()
+    if self.granularity is Granularity.MICRO and decompose(rows, list(self._ready)) is not None:
+      return
+    if self._pool is None:
+      self._start_pool()
+    size = rows if self.granularity is Granularity.COMPILE else self.bucket
+    self._submit(size, *self._template)
 
   def wait(self) -> None:
     """Blocks until every queued background compile has finished (tests, warm-ups)."""
@@ -208,7 +230,8 @@ class SharePrograms:
       self.granularity = Granularity.MICRO
     else:
       self.granularity = Granularity.COMPILE
-      self._start_pool()
+      if self._pool is None:
+        self._start_pool()
 
   def _run_pieces(self, add: Callable, pieces: list[int], params: PyTree, batch: Batch,
                   stopgap: bool = True):

@@ -49,7 +49,7 @@ from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._fused import FusedLayout
 from hetjax.train._head import StepHead
-from hetjax.train._partial import partial_gradient
+from hetjax.train._partial import partial_gradient, prepare_upcoming
 from hetjax.train._share_programs import Granularity, SharePrograms
 from hetjax.train._state import TrainState
 from hetjax.train._state_layout import init_state, state_layout
@@ -357,7 +357,7 @@ class WorkerTrainer:
     return self._add(packed, more)
 
   def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0,
-              sampled: bool = True, rows: int = 0, compile_s: float = 0.0):
+              sampled: bool | float = True, rows: int = 0, compile_s: float = 0.0):
     """Sums every worker's packed loss and gradient and applies the optimizer (collective).
 
     This worker's ``busy_s`` (compute and emulated padding), ``load`` (its host-load input),
@@ -372,7 +372,7 @@ class WorkerTrainer:
     """
     return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows, compile_s))
 
-  def stacked(self, packed, busy_s: float = 0.0, load: float = 0.0, sampled: bool = True,
+  def stacked(self, packed, busy_s: float = 0.0, load: float = 0.0, sampled: bool | float = True,
               rows: int = 0, compile_s: float = 0.0) -> tuple[jax.Array, list[jax.Array]]:
     """``packed`` with this worker's values in its slots of the head, stacked over workers as
     global arrays: what `combine`'s all-reduce sums (each worker holds its own shards)."""
@@ -397,6 +397,7 @@ class WorkerTrainer:
     worker's own transfer comes first). Timing needs those waits, so unlike an SPMD step this
     one syncs.
     """
+    prepare_upcoming(self, shares)
     part = partial_gradient(self, state, work, tuple(int(s) for s in shares))
     combine = time.perf_counter()
     own = self.links is not None and self.links.exchange is Exchange.SERVER
@@ -419,11 +420,12 @@ class WorkerTrainer:
     A compile anywhere in the job makes the step no speed sample for any worker: workers that
     share a machine (several processes on one host, as on this 2-core machine) compete for its
     cores, and a compile's contention showed as 0.8–2 s of "compute" on every worker of a step
-    whose own rows took 10 ms."""
+    whose own rows took 10 ms. A worker whose step was padded to its emulated host's time with
+    room to spare stays a sample: its busy time is the host's (``sampled`` 2 in the head)."""
     busy, compiled = head['busy_s'], np.maximum(head['compile_s'], 0.0)
-    sampled = head['sampled'] > 0.5
+    sampled, exact = head['sampled'] > 0.5, head['sampled'] > 1.5
     if not sampled.all() or (compiled > 0).any():
-      sampled = np.zeros_like(sampled)
+      sampled = exact  # only a step padded to its host's time with room to spare stays one
     return StepStats(
         step, tuple(int(r) for r in np.rint(head['rows'])), tuple(busy.tolist()),
         sync_s=max(iter_s - local.data_s - float(busy.max()), 0.0),
