@@ -38,7 +38,8 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
   task = models.make_task('mlp', **MODEL)
   optimizer = run.optimizer_of(config)[0]
   trainer = train.WorkerTrainer(task, optimizer, GLOBAL_BATCH, (1, 1),
-                                train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET)
+                                train.Strategy.DATA_PARALLEL.rules(), bucket=BUCKET,
+                                granularity=run.BalanceConfig().granularity)  # the default
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)
   host = run.emulated_host(ctx, trainer, trace, runtime.Channel(f'demo/{out}'))
   rules = ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from hetjax.balance import EWMA, LBBSP
+from hetjax.balance._lbbsp import MIN_NOISE_SAMPLES
 from hetjax.core import ShareRules, StepStats
 from hetjax.train._share_programs import AUTO_CALLS, Granularity, SharePrograms
 
@@ -168,15 +169,15 @@ def test_auto_picks_micro_when_a_compile_costs_more_than_a_few_calls():
   cheap.close()
 
 
-def test_a_move_waiting_for_its_noise_names_its_shares_and_the_programs_compile_ahead():
-  # While LB-BSP measures the noise before a costly move, the held shares carry the move:
+def test_a_move_waiting_for_its_second_look_names_its_shares_and_the_programs_compile_ahead():
+  # Under material noise a costly move waits for a second decision; the held shares carry it:
   policy = LBBSP(RULES, EWMA())
   state = policy.init()
   shares = policy.update(state, None)[0]
   held = []
-  for step in range(6):
+  for step in range(10):
     x = np.asarray(shares.values)
-    busy = np.asarray((1, 1, 1, 3)) * x * 5e-3
+    busy = np.asarray((1, 1, 1, 3)) * x * 5e-3 * (1 + 0.2 * (step % 2))  # 20% noise
     stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
                       sampled=(step > 0,) * WORKERS,
                       worker_compile_s=(1.0 if step == 0 else 0.0,) * WORKERS)
@@ -184,16 +185,18 @@ def test_a_move_waiting_for_its_noise_names_its_shares_and_the_programs_compile_
     held.append(shares.upcoming)
     if shares.values != RULES.uniform().values:
       break
-  assert held[0] is None  # step 0 compiled: no sample, nothing learned
-  assert held[1] is not None and held[1][3] < UNIFORM  # prepared from the first sample on
-  assert shares.values == held[-2] and shares.upcoming is None  # then made, as prepared
+  first = next(k for k, h in enumerate(held) if h is not None)
+  # Step 0 compiled; then the noise is measured on quiet steps (a sample a pair of them).
+  assert first >= MIN_NOISE_SAMPLES + 1 and held[first][3] < UNIFORM  # then prepared
+  assert len(held) == first + 2 and shares.values == held[first]  # made at the second look
+  assert shares.upcoming is None
   # ... and a worker compiles what that share needs in the background, before it runs it.
   programs = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52,
                            granularity='micro')
   programs(_add, PARAMS, _batch(16))
-  programs.prepare(held[1][0])
+  programs.prepare(held[first][0])
   programs.wait()
   assert programs.sizes == (4, 16) and programs.background_compiles == 1
-  programs(_add, PARAMS, _batch(held[1][0]))
+  programs(_add, PARAMS, _batch(held[first][0]))
   assert programs.last_compile_s == 0.0  # nothing left to wait for
   programs.close()

@@ -32,28 +32,32 @@ speed taken as unchanged), and φ is the median of the last estimates of every w
 slowdown that changed between the two steps spoils an estimate; the median outvotes it). The
 target then equalises finish times (`min_max_shares`: fixed plus per-row, in whole buckets).
 
-A move must pay for itself, and the dead band alone does not see what a move costs:
+A move must pay for itself, and the dead band alone does not see what a move costs. A move is
+*costly* wherever the run reports compiles (`StepStats.worker_compile_s`: a real
+run, even at a step that compiled nothing, since the next share size may need a program). The
+virtual clock models none: there a move is free, and is made at once, as the paper's policy
+does (a wrong one is undone at the next step at no cost). A costly move must also clear:
 
-* **noise**: the predicted gain must exceed the step-time noise as measured (`NOISE_Z` × the
+* **noise**: its predicted gain must exceed the step-time noise as measured (`NOISE_Z` × the
   median of the recent |log(makespan / the last one)| over clean steps of unchanged shares: a
-  regime change moves it once, noise every step) (a noisy machine's 10–40%
-  wobble would otherwise read as imbalance); where a change costs compiles, no move before
-  `MIN_NOISE_SAMPLES` such steps (one noisy first step read as speeds sent rows to the wrong
-  workers; where a change is free, a wrong move is undone at the next step at no cost);
-* **cost**: the seconds a move saves per step, times ``horizon`` steps (how long a split is
+  regime change moves it once, noise every step; a noisy machine's 10–40% wobble would
+  otherwise read as imbalance), and no move before `MIN_NOISE_SAMPLES` such steps, in all and
+  since the last change (one noisy first step read as speeds sent rows to the wrong workers; a
+  move is measured at its new shares before the next);
+* **cost**: the seconds it saves per step, times ``horizon`` steps (how long a split is
   expected to hold), must exceed what a change costs in compiles: the compile seconds the last
-  change caused (the slowest worker's, from `StepStats.worker_compile_s`, summed from the step
-  it was prepared for until a clean step after it), or the first program's compile before any
-  change. A change that
-  compiles nothing (shares in micro-batches of compiled programs) costs nothing, and the next
-  change is then free;
-* **a second look**: under material noise, a costly move is made once two decisions in a row
-  want it (`CONFIRM`): one outlying step restarts a predictor's level and predicts a large gain
-  once;
-* where a change costs compiles, a move goes all the way to its target (damping would pay the
-  compile twice), and while it waits for the noise or its second look the shares it would move
-  to ride along (`Shares.upcoming`), so the workers compile their programs in the background
-  and the move does not stall on them.
+  change caused (the slowest worker's, summed from the step it was prepared for until a clean
+  step after it), or the first program's compile before any change; a change that compiled
+  nothing (shares in micro-batches of compiled programs) makes the next one free of this gate;
+* **a second look**: under material noise, two decisions in a row must want it (`CONFIRM`), the
+  same split to within a bucket a worker: one outlying step restarts a predictor's level and
+  predicts a large gain once, and a first split read from a few noisy steps is rarely read
+  again;
+
+and it goes all the way to its target (damping would pay the compile twice). While it waits for
+its second look, the shares it would move to ride on the held ones (`Shares.upcoming`), so the
+workers compile their programs in the background and the move stalls less on them (not while
+the noise is measured: a compile beside a step spoils it as a sample).
 
 A step during which any worker compiled is no speed sample for anyone (`StepStats.sampled`): its
 contention says nothing about the hosts.
@@ -101,8 +105,9 @@ from hetjax.balance._simple import min_max_shares
 from hetjax.core._shares import ShareRules, Shares
 from hetjax.core._stats import StepStats
 
-#: Noise samples (pairs of clean steps of unchanged shares) measured before a costly move.
-MIN_NOISE_SAMPLES = 2
+#: Noise samples (pairs of clean steps of unchanged shares) measured before a costly move, both
+#: in all and since the last change (a move is measured at its new shares before the next).
+MIN_NOISE_SAMPLES = 3
 #: Under material noise (its band at least half the dead band) and where a change costs
 #: compiles, consecutive decisions that must want a move before it is made: one outlying step (a
 #: 3x scheduler spike on a loaded machine) restarts a predictor's level and predicts a large gain
@@ -129,8 +134,8 @@ class LBBSPState:
     shares: the shares in force (the next step's), int64[workers].
     speeds: the speeds observed at the last step, float64[workers] (zeros before any), in
       effective rows (``fraction``) per second.
-    steps: steps learned from. Before the first one there is no proposal to score, and where a
-      change costs no compile the first decision goes straight to its target.
+    steps: steps learned from. Before the first one there is no proposal to score, and where
+      moves are free (the virtual clock) the first decision goes straight to its target.
     predictor: the speed predictor's state.
     edge: the discounted log-makespan advantage of the proposals over uniform shares.
     proposal: the shares proposed at the last step (all of the predictor's target, before the
@@ -147,6 +152,9 @@ class LBBSPState:
     estimates: the recent estimates of φ, float64[window] (NaN: empty), a ring.
     seen: estimates written to the ring.
     wanted: consecutive decisions whose gain cleared the bands without a move (`CONFIRM`).
+    settled: errors recorded since the last change of the shares.
+    pending: the shares the last decision held for a second look (`Shares.upcoming`),
+      int64[workers]; zeros when none.
   """
 
   shares: np.ndarray
@@ -165,6 +173,8 @@ class LBBSPState:
   estimates: np.ndarray = dataclasses.field(default_factory=lambda: np.full(_FIT_WINDOW, np.nan))
   seen: int = 0
   wanted: int = 0
+  settled: int = 0
+  pending: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +235,7 @@ class LBBSP:
     n, uniform = self.rules.workers, shares_array(self.rules.uniform())
     return LBBSPState(uniform, np.zeros(n), 0, self.predictor.init(n), self.OPTIMISM, uniform,
                       fraction=self.fixed_fraction, rows=np.full(n, np.nan),
-                      times=np.full(n, np.nan))
+                      times=np.full(n, np.nan), pending=np.zeros(n, np.int64))
 
   # -- the time model ------------------------------------------------------------------------------
 
@@ -271,12 +281,12 @@ class LBBSP:
     sampled = np.asarray(stats.sampled, dtype=bool) if stats.sampled else np.ones(n, bool)
     clean = bool(sampled.all()) and len(rows) == n
     # The noise: how much the makespan moved between two clean steps of the same shares.
-    errors, samples = state.errors, state.samples
+    errors, samples, settled = state.errors, state.samples, state.settled
     usable = clean and np.isfinite(busy).all() and (busy > 0).all()
     if usable and np.array_equal(rows, state.rows) and np.isfinite(state.times).all():
       errors = np.roll(errors, 1)
       errors[0] = min(abs(float(np.log(busy.max() / state.times.max()))), 1.0)
-      samples += 1
+      samples, settled = samples + 1, settled + 1
     # What a change costs: the compiles it caused, every worker's, until a step is clean.
     compiled = float(np.max(stats.worker_compile_s, initial=0.0))
     move_cost, open_cost = state.move_cost_s, state.open_cost_s
@@ -310,8 +320,9 @@ class LBBSP:
     proposal = self._proposal(predicted, fraction)
     noise = float(np.nanmedian(errors)) if samples else 0.0
     shares, wants = self._decide(stats, state.steps == 0, predicted, proposal, edge, fraction,
-                                 noise if samples >= MIN_NOISE_SAMPLES else None, move_cost,
-                                 state.wanted)
+                                 noise if min(samples, settled) >= MIN_NOISE_SAMPLES else None,
+                                 move_cost,
+                                 state.wanted, state.pending)
     moved = shares.values != tuple(int(x) for x in rows)
     changing = moved or shares.upcoming is not None  # a change, or one prepared for
     if changing and state.steps and not np.isfinite(open_cost):
@@ -319,9 +330,12 @@ class LBBSP:
     elif not changing and np.isfinite(open_cost) and clean:
       move_cost, open_cost = open_cost, float('nan')  # done: what the change cost
     wanted = state.wanted + 1 if wants and not moved else 0
+    pending = (np.zeros(n, np.int64) if shares.upcoming is None
+               else np.asarray(shares.upcoming, np.int64))
     return shares, LBBSPState(shares_array(shares), speeds, state.steps + 1, predictor, edge,
                               shares_array(proposal), fraction, errors, samples, move_cost,
-                              open_cost, xs, ts, estimates, seen, wanted)
+                              open_cost, xs, ts, estimates, seen, wanted,
+                              0 if moved else settled, pending)
 
   def _proposal(self, predicted: np.ndarray, fraction: float) -> Shares:
     """The split that finishes the predicted slowest worker earliest: xᵢ ∝ v̂ᵢ when time is
@@ -336,7 +350,7 @@ class LBBSP:
 
   def _decide(self, stats: StepStats, first: bool, predicted: np.ndarray, proposal: Shares,
               edge: float, fraction: float, noise: float | None, move_cost_s: float,
-              wanted: int) -> tuple[Shares, bool]:
+              wanted: int, pending: np.ndarray) -> tuple[Shares, bool]:
     """The next shares, and whether they wanted to move (the gain cleared the bands): the
     hedged target, reached through the dead band (raised to the measured noise), a second
     look under noise, the cost of a change, and damping."""
@@ -347,7 +361,8 @@ class LBBSP:
       current = Shares(tuple(int(x) for x in stats.rows), self.rules)
     except ConfigError:
       current = None  # the last step ran under other rules: nothing to move from
-    if current is None or (first and not move_cost_s):
+    compiles = bool(stats.worker_compile_s)  # the run compiles programs: a change may cost one
+    if current is None or (first and not compiles):
       return target, False  # a free move: a wrong one is undone at the next step at no cost
     now = self._makespan(current, predicted, fraction)
     then = self._makespan(target, predicted, fraction)
@@ -356,12 +371,14 @@ class LBBSP:
       return current, False
     if (now - then) * self.horizon <= move_cost_s:
       return current, False  # it would not save what its compiles cost
+    if noise is None and compiles:
+      return current, False  # a costly move waits until the noise is measured, on quiet steps
     held = Shares(current.values, self.rules, upcoming=target.values)  # prepare its programs
-    if noise is None and move_cost_s:
-      return held, False  # a costly move waits until the noise is measured
-    if NOISE_Z * (noise or 0.0) >= self.dead_band / 2 and move_cost_s and wanted + 1 < CONFIRM:
+    same = np.all(np.abs(np.asarray(target.values) - pending) <= self.rules.bucket)
+    if NOISE_Z * (noise or 0.0) >= self.dead_band / 2 and compiles and (
+        wanted + 1 < CONFIRM or not same):
       return held, True  # under material noise, a costly gain is acted on once seen twice
-    fraction_moved = 1.0 if gain > self.jump or move_cost_s > 0 else self.damping
+    fraction_moved = 1.0 if gain > self.jump or compiles else self.damping
     x = np.asarray(current.values, dtype=np.float64)
     moved = self.rules.from_weights(x + fraction_moved * (np.asarray(target.values) - x))
     return (target if moved.values == current.values else moved), True
