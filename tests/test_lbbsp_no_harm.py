@@ -200,3 +200,21 @@ def test_a_move_waiting_for_its_second_look_names_its_shares_and_the_programs_co
   programs(_add, PARAMS, _batch(held[first][0]))
   assert programs.last_compile_s == 0.0  # nothing left to wait for
   programs.close()
+
+
+def test_hosts_a_compile_does_not_spoil_prepare_the_move_while_the_noise_is_measured():
+  # Step 0 compiled and every worker still sampled (padded hosts with room to spare): the move
+  # is prepared from the first sample on, not only once the noise is measured.
+  policy = LBBSP(RULES, EWMA())
+  state, shares = policy.init(), RULES.uniform()
+  held = []
+  for step in range(3):
+    x = np.asarray(shares.values)
+    busy = np.asarray((1, 1, 1, 3)) * x * 5e-3
+    stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
+                      sampled=(True,) * WORKERS,
+                      worker_compile_s=(1.0 if step == 0 else 0.0,) * WORKERS)
+    shares, state = policy.update(state, stats)
+    held.append(shares.upcoming)
+  assert state.immune and shares.values == RULES.uniform().values  # still measuring the noise
+  assert held[0] is not None and held[0][3] < UNIFORM

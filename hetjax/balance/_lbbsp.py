@@ -56,8 +56,9 @@ does (a wrong one is undone at the next step at no cost). A costly move must als
 
 and it goes all the way to its target (damping would pay the compile twice). While it waits for
 its second look, the shares it would move to ride on the held ones (`Shares.upcoming`), so the
-workers compile their programs in the background and the move stalls less on them (not while
-the noise is measured: a compile beside a step spoils it as a sample).
+workers compile their programs in the background and the move stalls less on them (while the
+noise is measured too where a compile has been seen to spoil no sample: hosts padded with room
+to spare; elsewhere a compile beside a step would spoil it as a sample).
 
 A step during which any worker compiled is no speed sample for anyone (`StepStats.sampled`): its
 contention says nothing about the hosts.
@@ -155,6 +156,8 @@ class LBBSPState:
     settled: errors recorded since the last change of the shares.
     pending: the shares the last decision held for a second look (`Shares.upcoming`),
       int64[workers]; zeros when none.
+    immune: a step has compiled and still sampled every worker (hosts padded with room to
+      spare): a move is then prepared while the noise is measured, too.
   """
 
   shares: np.ndarray
@@ -175,6 +178,7 @@ class LBBSPState:
   wanted: int = 0
   settled: int = 0
   pending: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+  immune: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,6 +293,9 @@ class LBBSP:
       samples, settled = samples + 1, settled + 1
     # What a change costs: the compiles it caused, every worker's, until a step is clean.
     compiled = float(np.max(stats.worker_compile_s, initial=0.0))
+    # A step that compiled and still sampled every worker: hosts padded with room to spare,
+    # whose samples a background compile does not spoil (so a move may be prepared at once).
+    immune = state.immune or (compiled > 0 and clean)
     move_cost, open_cost = state.move_cost_s, state.open_cost_s
     if state.steps == 0:
       move_cost = compiled  # the first program's compile: what a new share size may cost
@@ -322,7 +329,7 @@ class LBBSP:
     shares, wants = self._decide(stats, state.steps == 0, predicted, proposal, edge, fraction,
                                  noise if min(samples, settled) >= MIN_NOISE_SAMPLES else None,
                                  move_cost,
-                                 state.wanted, state.pending)
+                                 state.wanted, state.pending, immune)
     moved = shares.values != tuple(int(x) for x in rows)
     changing = moved or shares.upcoming is not None  # a change, or one prepared for
     if changing and state.steps and not np.isfinite(open_cost):
@@ -335,7 +342,7 @@ class LBBSP:
     return shares, LBBSPState(shares_array(shares), speeds, state.steps + 1, predictor, edge,
                               shares_array(proposal), fraction, errors, samples, move_cost,
                               open_cost, xs, ts, estimates, seen, wanted,
-                              0 if moved else settled, pending)
+                              0 if moved else settled, pending, immune)
 
   def _proposal(self, predicted: np.ndarray, fraction: float) -> Shares:
     """The split that finishes the predicted slowest worker earliest: xᵢ ∝ v̂ᵢ when time is
@@ -350,7 +357,7 @@ class LBBSP:
 
   def _decide(self, stats: StepStats, first: bool, predicted: np.ndarray, proposal: Shares,
               edge: float, fraction: float, noise: float | None, move_cost_s: float,
-              wanted: int, pending: np.ndarray) -> tuple[Shares, bool]:
+              wanted: int, pending: np.ndarray, immune: bool = False) -> tuple[Shares, bool]:
     """The next shares, and whether they wanted to move (the gain cleared the bands): the
     hedged target, reached through the dead band (raised to the measured noise), a second
     look under noise, the cost of a change, and damping."""
@@ -371,9 +378,9 @@ class LBBSP:
       return current, False
     if (now - then) * self.horizon <= move_cost_s:
       return current, False  # it would not save what its compiles cost
-    if noise is None and compiles:
-      return current, False  # a costly move waits until the noise is measured, on quiet steps
     held = Shares(current.values, self.rules, upcoming=target.values)  # prepare its programs
+    if noise is None and compiles:  # a costly move waits until the noise is measured, on quiet
+      return (held if immune else current), False  # steps, unless a compile spoils none
     same = np.all(np.abs(np.asarray(target.values) - pending) <= self.rules.bucket)
     if NOISE_Z * (noise or 0.0) >= self.dead_band / 2 and compiles and (
         wanted + 1 < CONFIRM or not same):
