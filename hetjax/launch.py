@@ -15,11 +15,12 @@ step is its compute plus its own push and pull, which LB-BSP balances
   python -m hetjax.launch --workers 4 --servers 1 --network link:2:50 --timeout 600 \\
       -- python experiments/bench_comm.py --role=job ...
 
-Every worker line comes out on stdout as ``[w{i}] line`` while the job is healthy. If a worker
-fails, the others are stopped and the launcher exits with that worker's status; 124 on
-``--timeout``, 130 on Ctrl-C. The peers' tracebacks and runtime errors do not flood the console:
-stderr gets the cause, one line per worker and the path of the launch log, which keeps every
-line of every worker (long lines wrapped here)::
+Every worker line comes out on stdout as ``[w{i}] line`` while the job is healthy, except
+chatter that the launch log keeps alone (Gloo's ``[Gloo] Rank N is connected to …`` at start-up,
+`hetjax.runtime._console`). If a worker fails, the others are stopped and the launcher exits
+with that worker's status; 124 on ``--timeout``, 130 on Ctrl-C. The peers' tracebacks and
+runtime errors do not flood the console: stderr gets the cause, one line per worker and the path
+of the launch log, which keeps every line of every worker (long lines wrapped here)::
 
   launch: worker 1 raised ValueError: boom; its peers failed after it (worker 0 was killed by
     SIGABRT)

@@ -170,20 +170,24 @@ def test_pinning_where_the_platform_cannot_is_one_line(monkeypatch):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
-def test_stdout_and_stderr_lines_are_prefixed_with_the_worker():
+def test_stdout_and_stderr_lines_are_prefixed_with_the_worker(tmp_path):
   result, lines, _ = _launch(r"""
       import os, sys
       i = os.environ['HETJAX_WORKER_ID']
       sys.stdout.write(f'out {i}\nsecond {i}\n')
       sys.stderr.write(f'err {i}\n')
+      sys.stderr.write(f'[Gloo] Rank {i} is connected to 1 peer ranks. Expected number of '
+                       'connected peer ranks is : 1\n')  # chatter: the log keeps it (issue 44)
       sys.stdout.buffer.write(b'bad \xff byte\n')
       sys.stdout.write(f'tail {i}')  # no newline at the end
-      """, 2, timeout=30)
+      """, 2, timeout=30, log_dir=tmp_path)
   assert result.returncode == 0
   for i in range(2):
     for text in [f'out {i}', f'second {i}', f'err {i}', 'bad \ufffd byte', f'tail {i}']:
       assert f'[w{i}] {text}' in lines
   assert len(lines) == 10 and all(LINE.fullmatch(line) for line in lines)
+  logged = (tmp_path / 'launch.log').read_text()
+  assert all(f'[w{i}] [Gloo] Rank {i} is connected to 1 peer' in logged for i in range(2))
 
 
 SLEEPER = """

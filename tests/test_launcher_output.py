@@ -71,6 +71,25 @@ def test_held_lines_come_out_when_the_worker_exits_0_and_never_once_the_job_fail
   assert console.last(w2) == 'step 3'
 
 
+def test_gloo_connection_chatter_goes_to_the_log_only():
+  """Issue 44: every launch printed one ``[Gloo] Rank N is connected …`` line per worker."""
+  console, out, log, _ = _console()
+  w0, w1 = console.add('w0'), console.add('w1')
+  for w in (w0, w1):
+    console.write(w, f'[Gloo] Rank {w} is connected to 1 peer ranks. Expected number of '
+                     'connected peer ranks is : 1')
+    console.write(w, f'step 1 of worker {w}')
+  console.write(w0, '[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected '
+                    'peer ranks is : 3')  # a rank short of its peers is news, not chatter
+  console.write(w1, '[Gloo] AllGather failed')
+  assert out.getvalue().splitlines() == [
+      '[w0] step 1 of worker 0', '[w1] step 1 of worker 1',
+      '[w0] [Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer '
+      'ranks is : 3', '[w1] [Gloo] AllGather failed']
+  logged = log.getvalue().splitlines()
+  assert len(logged) == 6 and sum('is connected to 1 peer ranks' in x for x in logged) == 3
+
+
 def test_the_error_is_the_exception_the_last_traceback_ended_with():
   console, *_ = _console()
   w = console.add('w0')

@@ -156,8 +156,24 @@ def test_seq_len_longer_than_every_document(tmp_path):
     read_token_dataset(tmp_path, seq_len=0)
 
 
+def test_a_missing_dataset_names_the_command_that_makes_one_and_a_near_name(tmp_path, monkeypatch):
+  """Issue 44: ``data/mytxt`` (the dataset made was ``data/mytext``) did not name prepare_text."""
+  monkeypatch.chdir(tmp_path)
+  make = ('make one with: python experiments/prepare_text.py --source=DIR --out=data/mytxt '
+          '(hetjax.data.prepare_text)')
+  with pytest.raises(ConfigError) as e:
+    read_token_dataset('data/mytxt', seq_len=4)
+  assert str(e.value) == f'token dataset data/mytxt does not exist; {make}'
+  _bytes_dataset(tmp_path / 'data' / 'mytext')
+  (tmp_path / 'data' / 'mytex').mkdir()  # closer, but no dataset: not suggested
+  with pytest.raises(ConfigError) as e:
+    read_token_dataset('data/mytxt', seq_len=4)
+  assert str(e.value) == ('token dataset data/mytxt does not exist (did you mean data/mytext?); '
+                          f'{make}')
+
+
 def test_missing_directory_split_and_bin(tmp_path):
-  with pytest.raises(ConfigError, match=f'^token dataset {tmp_path}/none does not exist$'):
+  with pytest.raises(ConfigError, match=f'^token dataset {tmp_path}/none does not exist; '):
     read_token_dataset(tmp_path / 'none', seq_len=4)
   (tmp_path / 'file').write_text('x')
   with pytest.raises(ConfigError, match='file is not a directory'):

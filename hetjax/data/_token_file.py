@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import os
@@ -171,7 +172,9 @@ def read_token_dataset(path: str | os.PathLike, *, split: str = 'train',
   """
   shown = os.fspath(path)
   if not os.path.exists(shown):
-    raise ConfigError(f'token dataset {shown} does not exist')
+    raise ConfigError(f'token dataset {shown} does not exist{_nearby(shown)}; make one with: '
+                      f'python experiments/prepare_text.py --source=DIR --out={shown} '
+                      '(hetjax.data.prepare_text)')
   if not os.path.isdir(shown):
     raise ConfigError(f'token dataset {shown} is not a directory')
   where = os.path.join(shown, _split_name(split))
@@ -320,6 +323,27 @@ def _splits(directory: str) -> list[str]:
   """The splits in ``directory``: names with both a ``.json`` and a ``.bin`` file."""
   names = os.listdir(directory)
   return sorted(n[:-5] for n in names if n.endswith('.json') and n[:-5] + '.bin' in names)
+
+
+def _nearby(missing: str) -> str:
+  """``' (did you mean data/mytext?)'`` for a mistyped ``data/mytxt``: the token dataset
+  beside it with the closest name, or ''."""
+  parent, name = os.path.split(os.path.normpath(missing))
+  try:
+    siblings = os.listdir(parent or '.')
+  except OSError:
+    return ''
+  for close in difflib.get_close_matches(name, siblings, n=3, cutoff=0.6):
+    if _is_dataset(os.path.join(parent, close)):
+      return f' (did you mean {os.path.join(parent, close)}?)'
+  return ''
+
+
+def _is_dataset(directory: str) -> bool:
+  try:
+    return os.path.isdir(directory) and bool(_splits(directory))
+  except OSError:  # a folder we may not list is no dataset to suggest
+    return False
 
 
 def _replace(path: str, data: bytes | np.ndarray) -> None:

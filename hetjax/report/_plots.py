@@ -22,6 +22,12 @@ _SEGMENTS = (('data_s', 'data', '#c7c7c7'), ('compute_s', 'compute', '#1f77b4'),
              ('wait_s', 'wait (barrier)', '#d62728'), ('comm_s', 'comm', '#2ca02c'))
 _OTHER = ('other', '#ececec')
 _TIMELINE_STEPS = 40  # more steps than this turn into noise: the timeline shows the last ones
+# Workers of equal share draw the same line (the demo's three fast workers, every worker of a
+# uniform run): each worker gets its own dash, marker and width, the widest drawn first, and
+# its markers on steps of its own, so a line covered by another still shows beside it.
+_DASHES = ('-', '--', '-.', ':')
+_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '*')
+_MARKS_PER_WORKER = 10  # about this many markers on each worker's line
 
 
 def _figure(**kwargs):
@@ -106,19 +112,38 @@ def plot_throughput(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pa
 def plot_shares(t: Telemetry, path: str | pathlib.Path) -> pathlib.Path:
   """Writes each worker's batch share over the steps, its slowdown factor in the legend.
 
+  Workers with equal shares are told apart by dash, marker and width (`shares_figure`).
+
   Example::
 
     plot_shares(load_telemetry('runs/lbbsp'), 'runs/lbbsp/shares.png')
   """
+  return _save(shares_figure(t), path)
+
+
+def shares_figure(t: Telemetry):
+  """The figure `plot_shares` writes: one step line per worker.
+
+  Lines of equal shares lie on each other, so worker ``j`` of ``n`` is drawn with dash
+  ``_DASHES[j % 4]``, marker ``_MARKERS[j % 8]`` and a width from 3.5 (worker 0, drawn first)
+  down to 1.5 (the last, drawn on top); its markers sit every ``every`` steps starting at step
+  index ``j * every // n``, a different step for each worker when ``every >= n``. For 4 workers
+  over 80 steps: markers every 8 steps, at steps 0, 2, 4 and 6 of each 8.
+  """
   steps = np.array(t.steps)
   fig = _figure(figsize=(9, 4.5), layout='constrained')
   ax = fig.add_subplot()
+  n = len(t.workers)
+  every = max(n, len(steps) // _MARKS_PER_WORKER)
   for j, worker in enumerate(t.workers):
     factors = np.unique(t.slowdown[:, j])
     label = f'worker {worker} (x{factors[0]:g})' if len(factors) == 1 else f'worker {worker}'
-    ax.step(steps, t.share[:, j], where='post', label=label)
+    width = 1.5 + 2.0 * (n - 1 - j) / max(n - 1, 1)
+    ax.step(steps, t.share[:, j], where='post', label=label, linestyle=_DASHES[j % len(_DASHES)],
+            linewidth=width, marker=_MARKERS[j % len(_MARKERS)], markersize=6,
+            markevery=(j * every // n, every), zorder=2 + j / n)
   _finish(ax, 'rows per step (share)', f'{_title(t)}batch shares, global batch {t.batch()[0]:g}')
-  return _save(fig, path)
+  return fig
 
 
 def _finish(ax, ylabel: str, title: str) -> None:

@@ -12,7 +12,10 @@ the console only while the job looks healthy:
   than `LINGER_S` later, or exits with status 0, the held lines come out after all (it was an
   error it recovered from);
 * once the job has failed or is being torn down (`Console.quiet`), nothing more goes to the
-  console.
+  console;
+* chatter goes to the log only: Gloo's ``[Gloo] Rank 0 is connected to 3 peer ranks. Expected
+  number of connected peer ranks is : 3``, one per worker at every start (`_CHATTER`). A rank
+  connected to fewer peers than expected is not chatter and stays on the console.
 
 For the launcher's verdict it keeps, per process, its own error (`Console.error`: the exception
 its last traceback ended with, else its first fatal or error log message), its last line, and
@@ -51,6 +54,9 @@ _ALARM = re.compile(r'Traceback \(most recent call last\):|[EF]\d{4} \d\d:\d\d:\
                     r'terminate called after throwing')
 _EXCEPTION = re.compile(r'[A-Za-z_][\w.]*(: .*)?')  # 'ValueError: boom', 'KeyboardInterrupt'
 _LOG = re.compile(r'([EF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*\] ?(.*)')
+#: Lines that say all is well and nothing the user acts on: the log keeps them.
+_CHATTER = re.compile(r'\[Gloo\] Rank \d+ is connected to (?P<peers>\d+) peer ranks\. '
+                      r'Expected number of connected peer ranks is : (?P=peers)\s*')
 
 
 @dataclasses.dataclass
@@ -96,7 +102,7 @@ class Console:
       now = self._clock()
       self._remember(p, text, now)
       _emit(self._log, line)
-      if self._quiet:
+      if self._quiet or _CHATTER.fullmatch(text):
         return
       if p.held_since is not None and now - p.held_since > LINGER_S:
         self._release(p)
