@@ -147,7 +147,8 @@ BAD_INPUT = [
      ['bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True']),
     # The language model's data and training options (issue 26).
     (['--config=gpt', '--set', 'model.args.data=no/such/dir'],
-     ['token dataset no/such/dir does not exist']),
+     ['token dataset no/such/dir does not exist',
+      'prepare_text.py --source=DIR --out=no/such/dir']),
     (['--config=gpt', '--set', 'model.args.vocab_size=100'],
      ['gpt vocab_size=100 is smaller than the 256 byte values']),
     (['--config=gpt', '--set', 'optimizer.accumulate=3'],
