@@ -76,14 +76,22 @@ def test_a_replica_whose_saved_arrays_differ_is_caught_and_skipped(trainer, stat
   ckpt.close()
 
 
-def test_a_replica_checkpoint_of_another_model_does_not_fit(trainer, states, tmp_path):
+def test_a_replica_checkpoint_of_another_model_does_not_fit(trainer, states, tmp_path, capsys):
+  """Another model's checkpoints name the parameters that differ, and the latest is not skipped
+  for an older one (they all hold the same parameters)."""
   ckpt = ReplicaCheckpointer(tmp_path / 'replica-0')
-  ckpt.save(states[1], {})
+  for step in (1, 2):
+    ckpt.save(states[step], {})
   other = PipelineTrainer(models.make_task('mlp', hidden=32, width=8), optax.sgd(0.1), 8,
                           stages=2, micro_batches=2, devices=require_devices(2))
-  with pytest.raises(ConfigError, match=r"^checkpoint step 1 in .* does not fit this state "
-                     r"\(leaf 'params/0/up/bias' has shape \[16\] saved, \[32\] expected\)$"):
-    ckpt.restore(other.abstract_state(), 1)
+  for step in (None, 1):
+    with pytest.raises(ConfigError, match=(
+        rf"^checkpoint step {step or 2} in .* holds other parameters than this model \(was the "
+        r"model changed since it was saved\?\): 3 changed \('params/0/up/bias' \[16\] saved, "
+        r"\[32\] now; .*; 'params/1/down/kernel' \[16, 8\] saved, \[32, 8\] now\); the run's "
+        r"older checkpoints hold the same, so none is restored$")):
+      ckpt.restore(other.abstract_state(), step)
+  assert capsys.readouterr().err == ''
   ckpt.close()
 
 
@@ -133,3 +141,24 @@ def test_replicas_agree_on_the_newest_step_every_one_holds_good(trainer, states,
   for r, result in enumerate(results):
     assert isinstance(result, ConfigError)
     assert str(result) == f"replica 0 has no good checkpoint (this replica's are in {directories[r]})"
+
+
+def test_replicas_restoring_together_stop_at_another_models_checkpoints(trainer, states,
+                                                                        tmp_path, capsys):
+  """Replicas agreeing on a step (`ReplicaCheckpointer._newest_good`) do not walk back through
+  another model's checkpoints either: each names the parameters that differ."""
+  directories = [tmp_path / 'replica-0', tmp_path / 'replica-1']
+  for directory in directories:
+    ckpt = ReplicaCheckpointer(directory)
+    for step in (1, 2):
+      ckpt.save(states[step], {})
+    ckpt.close()
+  other = PipelineTrainer(models.make_task('mlp', hidden=32, width=8), optax.sgd(0.1), 8,
+                          stages=2, micro_batches=2, devices=require_devices(2))
+  for directory, result in zip(directories, _restore_together(other, directories, LocalChannel()),
+                               strict=True):
+    assert isinstance(result, ConfigError)
+    assert str(result).startswith(f'checkpoint step 2 in {directory} holds other parameters '
+                                  "than this model (was the model changed since it was saved?): "
+                                  "3 changed ('params/0/up/bias' [16] saved, [32] now;")
+  assert capsys.readouterr().err == ''

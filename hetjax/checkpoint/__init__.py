@@ -3,9 +3,11 @@
 `CheckpointerProtocol` is what a run uses. Every checkpoint is an orbax step directory with
 the arrays (``state``) and one JSON record (``meta``: the run's meta, the step, a checksum per
 leaf, the policy state); every restore checks the checksums and skips a bad latest checkpoint
-where it can. `Checkpointer` writes an SPMD `TrainState` in orbax's array format;
-`ArraysCheckpointer` writes states that live on some processes only (a pipeline replica, a
-parameter server, a pipeline's stages) as host arrays. `draining_event_loops` is for a reader
+where it can, but not one of another model (`_fit`: the record lists other parameters or
+shapes, and so do the run's older checkpoints), which is one error naming them.
+`Checkpointer` writes an SPMD `TrainState` in orbax's array format; `ArraysCheckpointer`
+writes states that live on some processes only (a pipeline replica, a parameter server, a
+pipeline's stages) as host arrays. `draining_event_loops` is for a reader
 of orbax checkpoints of its own: a read that fails leaves no read running behind it.
 """
 

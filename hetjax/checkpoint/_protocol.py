@@ -60,7 +60,9 @@ class CheckpointerProtocol(Protocol):
     back or fails verification is a one-line `ConfigError` naming it; by default, a bad latest
     one is skipped for the one before it with one warning line naming it, where the
     checkpointer can (where its processes must restore the same step, they agree on it; where
-    they cannot, it is a `ConfigError` too).
+    they cannot, it is a `ConfigError` too). A checkpoint whose record lists other leaves or
+    shapes than ``abstract_state`` (the model changed since) is a `ConfigError` naming them,
+    never skipped: the older ones hold the same.
     """
     ...
 

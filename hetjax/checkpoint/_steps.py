@@ -27,7 +27,7 @@ import jax
 from etils import epath
 
 from hetjax._errors import ConfigError
-from hetjax.checkpoint import _record
+from hetjax.checkpoint import _fit, _record
 from hetjax.checkpoint._drain import draining_event_loops
 from hetjax.runtime import Channel
 from hetjax.train import Hook, StepInfo
@@ -116,9 +116,18 @@ class StepCheckpointer:
     attempt on the coordination service and all skip if any failed, so they resume from the
     same step.
 
+    A checkpoint that fails because its record lists other leaves or shapes than
+    ``abstract_state`` (the model changed since it was saved, `_refuse_other_tree`) is not
+    skipped: the run's older checkpoints hold the same tree. The restore stops at once::
+
+      checkpoint step 30 in runs/mine/checkpoints holds other parameters than this model (was
+      the model changed since it was saved?): 2 not in the checkpoint ('params/l3/bias' [1];
+      'params/l3/kernel' [1, 1]); 1 changed ('params/l1/kernel' [8, 16] saved, [8, 32] now);
+      the run's older checkpoints hold the same, so none is restored
+
     Raises:
-      ConfigError: no complete checkpoint, the asked ``step`` bad, none good, or (without
-        ``fallback``) the latest bad (one line naming the checkpoint).
+      ConfigError: no complete checkpoint, the asked ``step`` bad, none good, one of another
+        tree, or (without ``fallback``) the latest bad (one line naming the checkpoint).
     """
     candidates = [self._require(step)] if step is not None else \
         sorted(self._manager.all_steps(), reverse=True) or [self._require(None)]
@@ -130,6 +139,7 @@ class StepCheckpointer:
         problem = self._agree(self._verify(restored.state, restored.meta, abstract_state))
       if problem is None:
         return self._finish(restored.state, restored.meta, abstract_state), restored.meta
+      self._refuse_other_tree(candidate, abstract_state)  # another model's: older ones too
       where = f'checkpoint step {candidate} in {self.directory} {problem}'
       if step is not None:
         raise ConfigError(where)
@@ -226,6 +236,23 @@ class StepCheckpointer:
       return None, f'is unreadable ({_first_line(e)})'
     finally:
       handler.close()
+
+  def _refuse_other_tree(self, step: int, abstract_state: Any) -> None:
+    """Raises `ConfigError` if checkpoint ``step``, which failed to restore, holds a tree of
+    other leaves, shapes or dtypes than ``abstract_state`` by its record (`_fit.difference`):
+    the model or optimizer changed since it was saved, and no older step of the run fits
+    either. A record that does not read back or lists no checksums says nothing: the step is
+    then bad, and may be skipped. Processes restoring together agree (`_agree`): a process
+    that holds only some stages may be the only one to see the difference.
+    """
+    try:
+      saved = self.read_meta(step).get('checksums')
+    except ConfigError:
+      saved = None
+    difference = self._agree(None if saved is None else _fit.difference(saved, abstract_state))
+    if difference is not None:
+      raise ConfigError(f'checkpoint step {step} in {self.directory} {difference}; the run\'s '
+                        'older checkpoints hold the same, so none is restored')
 
   def _agree(self, problem: str | None) -> str | None:
     """This process's problem with this attempt, else another's (naming it), else None.

@@ -170,6 +170,7 @@ class ReplicaCheckpointer(ArraysCheckpointer):
         problem = self._verify(restored.state, restored.meta, abstract_state)
       if problem is None:
         return step, restored
+      self._refuse_other_tree(step, abstract_state)  # another model's: older ones too
       then = f'using step {candidates[i + 1]}' if i + 1 < len(candidates) else \
           'no older one is good'
       print(f'warning: checkpoint step {step} in {self.directory} {problem}; {then}',
