@@ -50,7 +50,8 @@ def main(out_dir: str, steps: int, block: int, compared: str) -> None:
       run_dir.mkdir(parents=True, exist_ok=True)
       (run_dir / 'run.json').write_text(json.dumps({
           'workers': ctx.workers, 'global_batch': GLOBAL_BATCH, 'model': 'mlp',
-          'slowdown': ctx.slowdown, 'policy': name, 'host_row_s': host.row_s}) + '\n')
+          'slowdown': ctx.slowdown, 'policy': name, 'host_row_s': host.row_s,
+          'host_fixed_s': host.fixed_s, 'host_source': 'calibrated'}) + '\n')
     channel = runtime.Channel(f'demo/{out}/{name}')
     telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
                                           run_dir / 'telemetry.jsonl')

@@ -26,9 +26,10 @@ ENUMERATED = [(f'{name}.{field.name}', field.metadata['choices']) for name, fiel
               if 'choices' in field.metadata]
 #: The text fields that name no fixed set: a model (or module:function), a mesh shape, a plan
 #: file, a SchMP app's scheduler (each app has its own), a slowdown trace and links (each parsed
-#: by its own grammar). A new text field must be a `choice` or be added here.
+#: by its own grammar), a run directory whose hosts to reuse. A new text field must be a
+#: `choice` or be added here.
 FREE_TEXT = {'model.name', 'parallelism.mesh', 'parallelism.plan', 'schmp.scheduler',
-             'emulation.slowdown', 'emulation.network'}
+             'emulation.slowdown', 'emulation.network', 'emulation.hosts'}
 
 
 def _misspelt(key: str) -> str:

@@ -67,26 +67,51 @@ def test_one_size_is_all_per_row():
 
 
 def test_an_unresolved_line_is_measured_again_then_all_per_row(capsys):
-  calls = []
+  """The retries go to ``record`` (the run's run.json), the console gets the one notice
+  (issue 44: every launch printed a retry line)."""
+  calls, retries = [], []
 
   def measure(rows):
     calls.append(rows)
     return flat(rows)
 
-  host = build_host(TRACE, 0, 1, calibration=Calibration(measure, (10, 42), repeats=5))
+  host = build_host(TRACE, 0, 1, calibration=Calibration(measure, (10, 42), repeats=5),
+                    record=retries.append)
   assert len(calls) == 3 * 2 * 5  # three attempts of 5 rounds of two sizes
   assert host.fixed_s == 0.0 and host.row_s == pytest.approx(MARGIN * 4e-3 / 10)
-  out = capsys.readouterr().out.splitlines()
-  assert len(out) == 3 and all('resolved no cost per row' in x for x in out[:2])
-  assert 'no cost per row resolved on worker 0 ' in out[2]
-  assert 'measuring again' in out[0] and 'every host costs 0.6 ms a row' in out[2]
+  assert [r.split(' (')[0] for r in retries] == [
+      f'worker 0: host calibration {a} of 3 resolved no cost per row' for a in (1, 2)]
+  assert all(r.endswith('; measuring again') for r in retries)
+  [notice] = capsys.readouterr().out.splitlines()
+  assert 'no cost per row resolved on worker 0 ' in notice
+  assert 'every host costs 0.6 ms a row' in notice
 
 
-def test_a_second_attempt_that_resolves_the_line_is_kept(capsys):
+def test_a_second_attempt_that_resolves_the_line_is_kept(capsys, caplog):
+  """Without ``record`` a retry goes to the ``hetjax.emulation`` logger, never the console."""
   attempts = iter([flat] * 10 + [line] * 10)
-  host = build_host(TRACE, 1, 1, calibration=Calibration(lambda r: next(attempts)(r), (10, 42)))
+  with caplog.at_level('INFO', logger='hetjax.emulation'):
+    host = build_host(TRACE, 1, 1,
+                      calibration=Calibration(lambda r: next(attempts)(r), (10, 42)))
   assert (host.row_s, host.fixed_s) == pytest.approx((MARGIN * 1e-4, MARGIN * 1e-3))
-  assert 'measuring again' in capsys.readouterr().out
+  assert capsys.readouterr().out == ''
+  [record] = caplog.records
+  assert record.levelname == 'INFO' and 'measuring again' in record.getMessage()
+
+
+def test_worker_0_records_every_workers_retries():
+  """Worker 0 gathers the retries every worker published, so the run's record holds them all;
+  another worker records none (its own are on the board)."""
+  board = Board({1: [6e-4, 0.0, False, 6e-4], 2: [6e-4, 0.0, False, 6e-4]})
+  board.values |= {'calibrate/retries/1': ['worker 1: again'], 'calibrate/retries/2': []}
+  retries = []
+  build_host(TRACE, 0, 3, calibration=Calibration(line, (10, 40)), board=board,
+             record=retries.append, log=lambda line: None)
+  assert retries == ['worker 1: again'] and board.values['calibrate/retries/0'] == []
+  attempts, mine = iter([flat] * 12 + [line] * 10), []  # 2 untimed, then 2 attempts
+  build_host(TRACE, 1, 3, calibration=Calibration(lambda r: next(attempts)(r), (10, 42)),
+             board=board, record=mine.append, log=lambda line: None)
+  assert mine == [] and 'measuring again' in board.values['calibrate/retries/1'][0]
 
 
 def test_one_unresolved_worker_makes_every_host_all_per_row(capsys):

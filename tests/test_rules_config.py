@@ -201,7 +201,8 @@ def test_bad_rules_fail_in_one_line_naming_the_rule():
     _specs(Strategy.HYBRID.rules({'kv': 'data'}), heads=6)
   assert str(err.value) == (
       "parameter 'attn/key/kernel': dimension 1 ('kv', size 6) is not divisible by mesh axes "
-      "('data',) of total size 4 (parallelism.rules['kv'])")
+      "('data',) of total size 4 (parallelism.rules['kv']); replicate it with "
+      "parallelism.rules.kv=None, or split dimension 0 ('embed', size 16), which 4 divides")
   with pytest.raises(ShardingError, match=r"^parameter 'w': dimension 0 \('kv'\) maps onto mesh "
                      r"axis 'tensor', which mesh \{'data': 4, 'model': 2\} lacks \(mine\['kv'\]\)$"):
     LogicalRules().overlay({'kv': 'tensor'}, 'mine').checked_spec(

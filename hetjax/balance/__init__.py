@@ -28,6 +28,7 @@ from hetjax.balance._regime import Regime as Regime
 from hetjax.balance._regime import RegimeState as RegimeState
 from hetjax.balance._regime import expected_makespan as expected_makespan
 from hetjax.balance._registry import PolicyName as PolicyName
+from hetjax.balance._registry import describe_policy as describe_policy
 from hetjax.balance._registry import make_policy as make_policy
 from hetjax.balance._simple import Fixed as Fixed
 from hetjax.balance._simple import Oracle as Oracle
@@ -67,6 +68,7 @@ __all__ = [
     'SpeedPredictor',
     'TimeModel',
     'Uniform',
+    'describe_policy',
     'expected_makespan',
     'finish_time_shares',
     'fit_time_model',

@@ -1,10 +1,13 @@
-"""Balance policies by name, as ``--balance`` flags and benchmark tables spell them.
+"""Balance policies by name, as ``--balance`` flags and benchmark tables spell them, and what
+each name means to a reader (`describe_policy`).
 
 Example::
 
   >>> rules = ShareRules(global_batch=4096, workers=4, bucket=64)
   >>> make_policy('lbbsp-ar', rules).name
   'lbbsp-ar'
+  >>> describe_policy('lbbsp-ar')
+  "lbbsp-ar (LB-BSP: each worker's speed predicted by an autoregressive model of its recent speeds)"
 """
 
 from __future__ import annotations
@@ -38,6 +41,46 @@ class PolicyName(enum.Enum):
   LBBSP_NARX = 'lbbsp-narx'
   LBBSP_REGIME = 'lbbsp-regime'
   LBBSP_GPU = 'lbbsp-gpu'
+
+
+#: What a policy's name means, in words: a policy's ``name`` (`describe_policy`), as a run's
+#: ``run.json`` and the report give it. ``lbbsp`` runs as ``lbbsp-ewma``: LB-BSP with its
+#: default predictor. ``fixed`` is `Fixed` (``balance.shares``), which has no `PolicyName`.
+_MEANINGS = {
+    PolicyName.UNIFORM.value: 'plain BSP: equal shares every step',
+    'fixed': 'the shares balance.shares gives, every step',
+    PolicyName.PROPORTIONAL.value: "shares in proportion to each worker's speed at the last step",
+    PolicyName.ORACLE.value: ("each step's best shares from every worker's true speed in the "
+                              'slowdown trace: a bound for benchmarks'),
+    PolicyName.LBBSP.value: ("LB-BSP: each worker's speed predicted by an exponentially "
+                             'weighted moving average'),
+    PolicyName.LBBSP_LAST.value: "LB-BSP: each worker's speed predicted by its last one",
+    PolicyName.LBBSP_EWMA.value: ("LB-BSP: each worker's speed predicted by an exponentially "
+                                  'weighted moving average'),
+    PolicyName.LBBSP_AR.value: ("LB-BSP: each worker's speed predicted by an autoregressive "
+                                'model of its recent speeds'),
+    PolicyName.LBBSP_NARX.value: ("LB-BSP: each worker's speed predicted by a small recurrent "
+                                  'network of its recent speeds and host load (NARX)'),
+    PolicyName.LBBSP_REGIME.value: ("LB-BSP: each worker's speed predicted by a learned model "
+                                    'of the speed levels it switches between'),
+    PolicyName.LBBSP_GPU.value: ("LB-BSP's GPU mode: a time curve fitted per worker, finish "
+                                 'times equalised, within memory caps'),
+}
+
+
+def describe_policy(name: str) -> str:
+  """A policy's name and, in brackets, what it means: for lines people read (the report's
+  header, the run's start-up line); files and JSON keep the short name. A name this module
+  does not know (a policy of your own) comes back as it is.
+
+  Example::
+
+    describe_policy('lbbsp-ewma')
+    # "lbbsp-ewma (LB-BSP: each worker's speed predicted by an exponentially weighted moving
+    # average)"
+  """
+  meaning = _MEANINGS.get(name)
+  return name if meaning is None else f'{name} ({meaning})'
 
 
 _PREDICTORS = {PolicyName.LBBSP: EWMA, PolicyName.LBBSP_LAST: LastValue,

@@ -7,9 +7,10 @@ plan as a table, without training.
   hetjax-plan --config=wide_deep --worker_devices=2,2,2,2 \
       --slowdown=static:1,1,3,3                    # this machine as 4 workers, two 3x slow
 
-The cluster is this job's devices, measured (`hetjax.planner.measure_cluster`; on a CPU-only
-machine ``--jax_num_cpu_devices`` devices, 8 by default), or a JSON file of workers with their
-device count, per-device speed (FLOP/s) and memory (bytes) plus α and β::
+The cluster is the devices this process sees, measured (`hetjax.planner.measure_cluster`; on
+a CPU-only machine one, unless ``--jax_num_cpu_devices=N`` gives N or ``--worker_devices`` adds
+up to N), or a JSON file of workers with their device count, per-device speed (FLOP/s) and
+memory (bytes) plus α and β::
 
   {"workers": [{"devices": 4, "speed": 2e12, "memory": 16e9},
                {"devices": 4, "speed": 1e12, "memory": 16e9}],
@@ -33,7 +34,8 @@ them, 1.03 timed); with
 compiled on this job's devices and its optimizer update timed there
 (`hetjax.planner.CompiledCost`: its measurements describe this machine, not a ``--cluster``
 file's). Bad input (unknown config, malformed cluster file, a plan naming a missing sub-model
-or whose degrees do not multiply to the device count) prints one line and exits with 2.
+or whose degrees do not multiply to the device count) prints one line and exits with 2; a
+device count that does not match names the flag that sets it.
 """
 
 from __future__ import annotations
@@ -91,14 +93,69 @@ def _table(plan: planner.Plan, profiles, batch: int) -> str:
   return '\n'.join(lines)
 
 
-def _emulated(cluster: planner.ClusterSpec) -> planner.ClusterSpec:
-  """``cluster`` split into ``--worker_devices`` workers and slowed by ``--slowdown``."""
-  if _WORKER_DEVICES.value:
-    try:
-      counts = [int(c) for c in _WORKER_DEVICES.value]
-    except ValueError:
-      raise ConfigError(f'--worker_devices {",".join(_WORKER_DEVICES.value)} is not integers, '
-                        'e.g. 2,2,2,2') from None
+def _worker_counts() -> list[int] | None:
+  """``--worker_devices`` as positive integers (None when not given)."""
+  if not _WORKER_DEVICES.value:
+    return None
+  text = ','.join(_WORKER_DEVICES.value)
+  try:
+    counts = [int(c) for c in _WORKER_DEVICES.value]
+  except ValueError:
+    raise ConfigError(f'--worker_devices {text} is not integers, e.g. 2,2,2,2') from None
+  if any(c < 1 for c in counts):
+    raise ConfigError(f'--worker_devices {text}: every worker needs at least one device')
+  return counts
+
+
+def _cpu_count_given() -> bool:
+  """Whether the user set the CPU device count (``--jax_num_cpu_devices`` or the environment's
+  ``JAX_NUM_CPU_DEVICES``); JAX's default is -1, one device."""
+  return jax.config.jax_num_cpu_devices > 0
+
+
+def _see_devices(counts: list[int] | None) -> None:
+  """Before JAX starts: as many CPU devices as ``--worker_devices`` adds up to, unless the user
+  set the count or gave a cluster file. The planner plans the devices this process sees (one
+  CPU device by default), never a count it assumed."""
+  if counts and not _cpu_count_given() and not _CLUSTER.value:
+    jax.config.update('jax_num_cpu_devices', sum(counts))
+
+
+def _how_many(devices: int) -> str:
+  """The flags that make this planner see ``devices`` devices (for an error or a notice)."""
+  if _CLUSTER.value:
+    return f'a --cluster file of {devices} devices'
+  if jax.default_backend() != 'cpu':
+    return (f'a machine of {devices} devices, or a --cluster file of {devices} '
+            '(--worker_devices only splits the devices this process sees)')
+  if _WORKER_DEVICES.value and not _cpu_count_given():
+    return f'--worker_devices counts adding up to {devices}'
+  return f'--jax_num_cpu_devices={devices}' + (
+      f' with --worker_devices counts adding up to {devices}' if _WORKER_DEVICES.value else '')
+
+
+def _seen(cluster: planner.ClusterSpec) -> str:
+  """What the planner's devices are: ``the cluster file c.json's 8 devices``, ``the 1 cpu
+  device(s) this process sees``."""
+  if _CLUSTER.value:
+    return f'the cluster file {_CLUSTER.value}\'s {cluster.devices} devices'
+  return f'the {cluster.devices} {jax.default_backend()} device(s) this process sees'
+
+
+def _emulated(cluster: planner.ClusterSpec, counts: list[int] | None) -> planner.ClusterSpec:
+  """``cluster`` split into ``--worker_devices`` workers and slowed by ``--slowdown``.
+
+  Raises:
+    ConfigError: counts that do not add up to the cluster's devices, naming the flag that
+      makes them agree.
+  """
+  if counts:
+    if sum(counts) != cluster.devices:
+      fix = (f'--jax_num_cpu_devices={sum(counts)}, or ' if not _CLUSTER.value
+             and jax.default_backend() == 'cpu' else '')
+      raise ConfigError(f'--worker_devices {",".join(map(str, counts))} adds up to {sum(counts)} '
+                        f'devices, not {_seen(cluster)}: give {fix}counts adding up to '
+                        f'{cluster.devices}')
     cluster = cluster.regroup(counts)
   if _SLOWDOWN.value:
     trace = parse_trace(_SLOWDOWN.value, len(cluster.workers))
@@ -111,6 +168,8 @@ def _emulated(cluster: planner.ClusterSpec) -> planner.ClusterSpec:
 
 def plan_from_flags() -> planner.Plan:
   """Plans (or costs) the model the flags name and prints the table; the plan."""
+  counts = _worker_counts()
+  _see_devices(counts)  # before anything starts JAX
   if not _CONFIG.value:
     raise ConfigError(f'--config is required: one of {", ".join(run.config_names())}')
   config = run.override(run.load_config(_CONFIG.value), _SET.value)
@@ -120,7 +179,7 @@ def plan_from_flags() -> planner.Plan:
     raise ConfigError(f'--batch {batch} must be positive')
   cluster = (planner.ClusterSpec.load(_CLUSTER.value) if _CLUSTER.value
              else planner.measure_cluster())
-  cluster = _emulated(cluster)
+  cluster = _emulated(cluster, counts)
   names = submodel_names(task.make_model)  # none: the whole model is one part
   timed = _PROFILE.value == 'timed' or (_PROFILE.value == 'auto'
                                          and jax.default_backend() != 'cpu')
@@ -128,14 +187,21 @@ def plan_from_flags() -> planner.Plan:
   cap = _MEMORY_CAP.value
   cost = planner.CompiledCost(task) if _COST.value == 'compiled' else planner.AnalyticCost()
   if _PLAN.value:
-    plan = planner.evaluate(planner.Plan.load(_PLAN.value, names), profiles, cluster, batch,
-                            cost)
+    plan = planner.Plan.load(_PLAN.value, names)
+    if plan.devices != cluster.devices:
+      raise ConfigError(f'--plan {_PLAN.value} is for {plan.devices} devices, not '
+                        f'{_seen(cluster)}: use {_how_many(plan.devices)}')
+    plan = planner.evaluate(plan, profiles, cluster, batch, cost)
   else:
     plan = planner.search(profiles, cluster, batch, cost, memory_cap=cap,
                           tie_tolerance=_TIE.value, micro_batches=_MICRO.value)
   print(f'{config.model.name} on {cluster.devices} devices over {len(cluster.workers)} worker(s), '
         f'global batch {batch}, α {cluster.alpha_s * 1e6:.1f} µs, '
         f'β {cluster.beta_bytes_per_s * 8 / 1e9:.2f} Gbit/s')
+  defaulted = not (_CLUSTER.value or _WORKER_DEVICES.value or _cpu_count_given())
+  if defaulted and jax.default_backend() == 'cpu':  # JAX's one CPU device: say how to get more
+    print(f'planned on {_seen(cluster)}: --jax_num_cpu_devices=8 (or '
+          '--worker_devices=2,2,2,2) plans on 8 virtual CPU devices')
   if not names:
     print(f'model {config.model.name!r} lists no submodels(), so it is planned whole, as one part '
           f'{planner.WHOLE_MODEL!r} (a submodels() method returning {{name: nnx.Module}} in '
@@ -171,4 +237,4 @@ def plan_from_flags() -> planner.Plan:
 
 def main() -> None:
   """The ``hetjax-plan`` console entry."""
-  run_main(program_name('plan.py'), plan_from_flags, cpu_devices=8)
+  run_main(program_name('plan.py'), plan_from_flags)

@@ -95,6 +95,9 @@ _SHORTHANDS = {
     'bucket': flags.DEFINE_integer('bucket', None, 'shares are multiples of this (0: automatic)'),
     'memory_caps': flags.DEFINE_list('memory_caps', None, 'most rows each worker can hold'),
     'slowdown': flags.DEFINE_string('slowdown', None, 'emulated slowdown trace, e.g. static:1,3'),
+    'hosts': flags.DEFINE_string(
+        'hosts', None, 'a run directory whose emulated hosts to reuse (its run.json\'s '
+        'host_row_s and host_fixed_s): compare two runs on one cluster'),
     'network': flags.DEFINE_string(
         'network', None, 'emulated links (modes shares and ps), e.g. link:1:100, or one per '
         'worker: link:1:1000,1000,1000,50:exchange=server'),

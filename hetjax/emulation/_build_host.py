@@ -20,7 +20,8 @@ A line whose cost per row is not resolved (a small model, its step mostly fixed 
 rows inside the timing noise: `calibrate_row_cost`'s module docstring) is measured again, up to
 ``attempts`` times; if it is still not resolved the job's hosts take their cost as all per row
 (`RowCost.per_row_s`, the largest any worker offers), with a one-line notice, rather than a
-slope that is noise or a host a balancer can only starve.
+slope that is noise or a host a balancer can only starve. Each retry is a detail, not news: it
+goes to ``record`` (the run's ``run.json``), never to the console.
 
 Example::
 
@@ -31,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -42,6 +44,8 @@ from hetjax._errors import ConfigError
 from hetjax.emulation._calibrate import RowCost, calibrate_row_cost
 from hetjax.emulation._hosts import KnownSpeedHost
 from hetjax.emulation._traces import SlowdownTrace
+
+logger = logging.getLogger('hetjax.emulation')
 
 #: Host time over the calibrated compute, for every emulated host (rows, steps, rounds, stage
 #: actions): 1.25 left 10–30% of share steps overrunning their host's time.
@@ -86,7 +90,8 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
                calibration: Calibration | None = None, row_s: float = 0.0,
                fixed_s: float = 0.0, speed: float = 1.0,
                board: Board | None = None, key: str = 'calibrate', attempts: int = 3,
-               log: Callable[[str], None] | None = None) -> KnownSpeedHost:
+               log: Callable[[str], None] | None = None,
+               record: Callable[[str], None] | None = None) -> KnownSpeedHost:
   """Worker ``worker``'s host of known speed (module docstring), slowed by ``trace``.
 
   Args:
@@ -103,7 +108,13 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
     board: where the workers agree (None, or one worker: this worker's cost is the job's).
     key: the board's key namespace (``KEY/W``: worker W's cost).
     attempts: calibrations of a line tried before its cost is taken as all per row.
-    log: where the notices go (`print`, flushed, when None).
+    log: where the job's one notice goes, that no cost per row was resolved (`print`, flushed,
+      when None).
+    record: where the retries go, one line each naming its worker: on worker 0, every
+      worker's (gathered on ``board``: every worker gives a ``record``, or none does), so that
+      the run records them (`hetjax.run` keeps them in ``run.json``'s
+      ``host_calibration_retries``). None: this worker's own go to the ``hetjax.emulation``
+      logger at INFO, off the console.
 
   Returns:
     the host, ``row_s``, ``fixed_s`` and ``speed`` set.
@@ -118,12 +129,13 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
     raise ConfigError('an emulated host needs a cost per row (host_row_s) or a calibration')
   if board is not None and workers > 1:
     _start_together(calibration, worker, workers, board, key)
-  cost = _calibrate(calibration, worker, attempts, say)
+  cost, retries = _calibrate(calibration, worker, attempts)
   mine = [cost.row_s * speed, cost.fixed_s, cost.resolved, cost.per_row_s * speed]
   every = [mine]
   if board is not None and workers > 1:  # one host model for all: the slowest worker's
     board.set(f'{key}/{worker}', mine)
     every = [board.get(f'{key}/{w}') for w in range(workers)]
+  _record_retries(retries, worker, workers, board, key, record)
   if all(c[2] for c in every):
     return KnownSpeedHost(trace, worker, max(c[0] for c in every), max(c[1] for c in every),
                           speed=speed)
@@ -133,7 +145,7 @@ def build_host(trace: SlowdownTrace, worker: int, workers: int, *,
     say(f'host calibration: no cost per row resolved on worker {unresolved} (a small model: '
         f'its step mostly fixed cost, or its rows inside the timing noise): every host costs '
         f'{1e3 * row:.3g} ms a row, nothing fixed (the slowest step over its fewest rows, with '
-        'the margin); emulation.host_row_s sets it')
+        "the margin); emulation.host_row_s sets it, --hosts=RUN_DIR reuses a run's")
   return KnownSpeedHost(trace, worker, row, 0.0, speed=speed)
 
 
@@ -151,24 +163,42 @@ def _start_together(calibration: Calibration, worker: int, workers: int, board: 
     board.get(f'{key}/ready/{w}')
 
 
-def _calibrate(calibration: Calibration, worker: int, attempts: int,
-               say: Callable[[str], None]) -> RowCost:
+def _calibrate(calibration: Calibration, worker: int, attempts: int
+               ) -> tuple[RowCost, list[str]]:
   """This worker's cost, margin included: a line (measured again while its cost per row is
-  not resolved), or one size's cost all per row."""
+  not resolved), or one size's cost all per row; and one line per retry."""
   sizes = tuple(calibration.sizes)
   if len(sizes) == 1:
-    return _one_size(calibration.measure, sizes[0], calibration.repeats)
+    return _one_size(calibration.measure, sizes[0], calibration.repeats), []
+  retries = []
   for attempt in range(1, attempts + 1):
     cost = calibrate_row_cost(calibration.measure, sizes, repeats=calibration.repeats,
                               margin=MARGIN, tail=calibration.tail)
     if cost.resolved:
-      return cost
+      return cost, retries
     if attempt < attempts:
       medians = ', '.join(f'{r}: {1e3 * _median(cost.measured, r):.3g} ms'
                           for r in sorted(set(sizes)))
-      say(f'worker {worker}: host calibration {attempt} of {attempts} resolved no cost per row '
-          f'(medians {medians}); measuring again')
-  return cost
+      retries.append(f'worker {worker}: host calibration {attempt} of {attempts} resolved no '
+                     f'cost per row (medians {medians}); measuring again')
+  return cost, retries
+
+
+def _record_retries(retries: list[str], worker: int, workers: int, board: Board | None,
+                    key: str, record: Callable[[str], None] | None) -> None:
+  """Hands the retries to ``record``: every worker's, on worker 0 (`build_host`'s ``record``);
+  to the logger when there is no ``record``."""
+  if record is None:
+    for line in retries:
+      logger.info(line)
+    return
+  every = [retries]
+  if board is not None and workers > 1:
+    board.set(f'{key}/retries/{worker}', retries)
+    every = [board.get(f'{key}/retries/{w}') for w in range(workers)] if worker == 0 else []
+  for lines in every:
+    for line in lines:
+      record(line)
 
 
 def _median(measured, rows: int) -> float:

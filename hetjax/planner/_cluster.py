@@ -146,7 +146,7 @@ class ClusterSpec:
     counts = tuple(int(c) for c in counts)
     if sum(counts) != self.devices or any(c < 1 for c in counts):
       raise ConfigError(f'worker device counts {list(counts)} must be positive and add up to '
-                        f'the {self.devices} devices measured')
+                        f'the {self.devices} devices of the cluster')
     first = self.workers[0]
     return dataclasses.replace(self, workers=tuple(dataclasses.replace(first, devices=c)
                                                    for c in counts))

@@ -226,7 +226,10 @@ class CompiledCost:
     if batch % data:
       return f'the batch of {batch} does not split {data} ways'
     if n > len(self.devices):
-      return f'needs {n} devices, this process has {len(self.devices)}'
+      every = len(self.devices) == jax.device_count()  # all of this one-process job's
+      hint = (f' (--jax_num_cpu_devices={n} gives it {n})'
+              if every and self.devices[0].platform == 'cpu' else '')
+      return f'needs {n} devices, this process has {len(self.devices)}{hint}'
     if jax.process_count() > 1 and group != (jax.process_index(),):
       return f'workers {list(group)} include other processes than this one'
     return infeasibility(profile, layout, n) or ''

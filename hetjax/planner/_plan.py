@@ -128,10 +128,18 @@ class Plan:
     """The plan's mesh over ``devices`` (default: all devices, in process order)."""
     devices = list(devices if devices is not None else jax.devices())
     if len(devices) != self.devices:
-      raise ConfigError(f'plan {self.name!r} is for {self.devices} devices, '
-                        f'{len(devices)} are available')
+      raise ConfigError(self.count_error(devices))
     grid = np.array(devices, dtype=object).reshape(self.factors)
     return Mesh(grid, axis_names(self.factors), axis_types=(AxisType.Auto,) * grid.ndim)
+
+  def count_error(self, devices: Sequence[jax.Device]) -> str:
+    """Why the plan cannot run on ``devices`` (not its device count), and, on one process's
+    CPU devices, the flag that gives it its count: ``plan 'planner' is for 4 devices, 1 are
+    available (on CPU: --jax_num_cpu_devices=4)``."""
+    every = len(devices) == jax.device_count() and jax.process_count() == 1
+    hint = (f' (on CPU: --jax_num_cpu_devices={self.devices})'
+            if every and devices and devices[0].platform == 'cpu' else '')
+    return f'plan {self.name!r} is for {self.devices} devices, {len(devices)} are available{hint}'
 
   def rules(self, submodels: Sequence[SubmodelPlan] | None = None,
             factors: tuple[int, ...] | None = None) -> ShardingRules:

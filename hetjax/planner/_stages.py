@@ -54,8 +54,7 @@ def worker_devices(plan: Plan, devices: Sequence[jax.Device] | None = None
                         f'with {list(counts)}')
     return tuple(by_process)
   if len(devices) != plan.devices:
-    raise ConfigError(f'plan {plan.name!r} is for {plan.devices} devices, {len(devices)} are '
-                      'available')
+    raise ConfigError(plan.count_error(devices))
   edges = np.cumsum((0, *plan.counts))
   return tuple(tuple(devices[a:b]) for a, b in itertools.pairwise(edges))
 

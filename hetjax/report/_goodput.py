@@ -4,8 +4,9 @@ Read from what a run directory holds. ``metrics.jsonl`` (`hetjax.train.MetricsLo
 every step's interval: the time from the end of the step before to its own end, fetched
 without syncing every step; its rows also say which step a compile held up
 (``held_up_by_compile``), how long `MetricsLogger.timed` hooks took inside the interval
-(``hooks_s``, e.g. a checkpoint's save), and when each launch's logger started
-(``start_unix_s``). ``telemetry.jsonl`` (several workers) gives each worker's wait at the
+(``hooks_s``, e.g. a checkpoint's save), when each launch's logger started
+(``start_unix_s``), and how and when each launch began (``launch``, a `Launch`, and
+``launched_unix_s``). ``telemetry.jsonl`` (several workers) gives each worker's wait at the
 barrier, and ``summary.json`` the logger's wall time up to the end of the run.
 
 The wall time is split into:
@@ -20,9 +21,14 @@ The wall time is split into:
 * ``barrier_wait``: of the productive time, the fraction that workers waited at the barrier
   for a slower one (their ``wait_s`` over their ``step_s``, summed over every worker of the
   steady steps); 0 without telemetry (one worker, or one SPMD program whose waits XLA hides);
-* ``restart``: the gaps between one launch's last kept step and the next launch's start (the
-  steps lost past the checkpoint, noticing the failure, restarting, restoring): a resumed
-  run's launches line up by ``start_unix_s``;
+* ``resume``, only when a launch was resumed by hand (``--resume``): from its start to its
+  logger's (imports, building the programs, restoring the checkpoint). The time before, from
+  the last step of the launch before (its closing included) until someone resumed it, nothing
+  ran: it is outside the wall time;
+* ``restart``, only when the launcher restarted the job after a failure: from the last kept
+  step of the launch that failed to the next launch's logger (the steps lost past the
+  checkpoint, noticing the failure, restarting, restoring). The launches of a run line up by
+  ``start_unix_s``;
 * ``other``: after the last step until the run's summary (closing: the last checkpoint's
   write, freeing the programs).
 
@@ -38,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import json
 import pathlib
 from typing import Any
@@ -51,7 +58,23 @@ from hetjax.report._telemetry_table import TELEMETRY_FILE, load_telemetry
 SUMMARY_FILE = 'summary.json'
 RESTARTS_FILE = 'restarts.jsonl'
 RUN_FILE = 'run.json'
-_CATEGORIES = ('startup', 'compile', 'checkpoint', 'barrier_wait', 'restart', 'other')
+_CATEGORIES = ('startup', 'compile', 'checkpoint', 'barrier_wait', 'resume', 'restart', 'other')
+#: Categories a run has only when such a launch happened (`Launch`).
+_LAUNCH_CATEGORIES = ('resume', 'restart')
+
+
+class Launch(enum.Enum):
+  """How a launch of a run began: its first ``metrics.jsonl`` line's ``launch``
+  (`hetjax.train.MetricsLogger`), and what goodput calls the time before its first step.
+
+  Example::
+
+    Launch('resume')   # Launch.RESUME: badput 'resume', from the launch's own start
+  """
+
+  START = 'start'  # a new run: ``startup``, from the job's start (``run.json``)
+  RESUME = 'resume'  # ``--resume`` by hand: ``resume``, from ``launched_unix_s``
+  RESTART = 'restart'  # the launcher restarted a failed job: ``restart``, from the last kept step
 
 #: What a run records too little of to split out, keyed by the fact that shows it.
 NOT_TIMED_HOOKS = ('checkpoint saves: not timed (no hooks_s in metrics.jsonl; wrap the '
@@ -59,10 +82,12 @@ NOT_TIMED_HOOKS = ('checkpoint saves: not timed (no hooks_s in metrics.jsonl; wr
                    'productive')
 BEFORE_LOGGER = ('start-up: before the first launch\'s MetricsLogger started (imports, build, '
                  'restore), outside the wall time: run.json lacks started_unix_s')
-RESTORE_IN_STARTUP = ('checkpoint restore: inside start-up and restart, not timed on its own '
-                      '(needs restore_s per launch)')
+RESTORE_IN_STARTUP = ('checkpoint restore: inside the resume or restart time, not timed on its '
+                      'own (needs restore_s per launch)')
 NO_LAUNCH_CLOCK = ('gaps between launches: rows lack start_unix_s (written before it existed), '
-                   'restart time unknown and outside the wall time')
+                   'resume and restart time unknown and outside the wall time')
+NO_RESUME_CLOCK = ('resumed launches\' start: rows lack launched_unix_s (written before it '
+                   'existed), the time the run stood still before each resume counted as resume')
 NO_SUMMARY = 'closing: no summary.json wall_s, the time after the last step unknown'
 
 
@@ -72,8 +97,10 @@ def goodput(run_dir: str | pathlib.Path) -> dict[str, Any]:
 
   Returns:
     ``{'goodput': fraction, 'wall_s', 'productive_s', 'badput_s': {cause: seconds or None
-    (not recorded)}, 'launches', 'steps', 'restarts', 'steps_lost', 'unrecorded': [what the
-    run's files lack, each a sentence]}``.
+    (not recorded)}, 'launches', 'steps', 'resumes', 'restarts', 'steps_lost', 'unrecorded':
+    [what the run's files lack, each a sentence]}``. ``badput_s`` has ``resume`` and
+    ``restart`` only when the run was resumed or restarted; ``unrecorded`` names the checkpoint
+    restore only then.
 
   Raises:
     ConfigError: no ``metrics.jsonl``, a malformed line, or rows without ``time_s``.
@@ -83,12 +110,19 @@ def goodput(run_dir: str | pathlib.Path) -> dict[str, Any]:
   summary = _summary(directory)
   timed = {k for launch in launches for r in launch for k in r.get('hooks_s') or {}}
   timed |= set((summary or {}).get('hooks_s') or {})
-  unrecorded = [RESTORE_IN_STARTUP] + ([] if 'checkpoint' in timed else [NOT_TIMED_HOOKS])
+  restarts = _restarts(directory)
+  kinds = _kinds(launches, restarts)
+  happened = {k.value for k in kinds[1:]}  # 'resume', 'restart': what the run went through
+  if kinds[0] is Launch.RESTART:  # restarted before its first checkpoint: its steps dropped
+    happened.add(Launch.RESTART.value)
+  unrecorded = [RESTORE_IN_STARTUP] if len(launches) > 1 else []
+  unrecorded += [] if 'checkpoint' in timed else [NOT_TIMED_HOOKS]
   steps = [_intervals(rows, last=i == len(launches) - 1) for i, rows in enumerate(launches)]
   steady = [s['seconds'] - sum(s['hooks'].values())
             for launch in steps for s in launch if s['kind'] == 'steady']
   mean_step = float(np.mean(steady)) if steady else 0.0
-  badput: dict[str, float | None] = dict.fromkeys(_CATEGORIES, 0.0) | dict.fromkeys(timed, 0.0)
+  categories = [c for c in _CATEGORIES if c not in _LAUNCH_CATEGORIES or c in happened]
+  badput: dict[str, float | None] = dict.fromkeys(categories, 0.0) | dict.fromkeys(timed, 0.0)
   if 'checkpoint' not in timed:
     badput['checkpoint'] = None
   productive = 0.0
@@ -102,16 +136,22 @@ def goodput(run_dir: str | pathlib.Path) -> dict[str, Any]:
   badput['barrier_wait'] = productive * _barrier_fraction(directory, steps)
   productive -= badput['barrier_wait']
   wall = sum(launch[-1]['end'] for launch in steps)
-  badput['startup'] = _startup(directory, launches[0][0])
+  badput['startup'], scratch = _startup(directory, launches[0][0], kinds[0])
   if badput['startup'] is None:
     unrecorded.insert(0, BEFORE_LOGGER)
   else:
     wall += badput['startup']
-  badput['restart'] = _gaps(launches, steps)
-  if badput['restart'] is None:
+  gaps = _gaps(launches, steps, kinds)
+  if gaps is None:
+    badput |= dict.fromkeys(happened, None)
     unrecorded.append(NO_LAUNCH_CLOCK)
   else:
-    wall += badput['restart']
+    gaps['restart'] += scratch
+    badput |= {k: v for k, v in gaps.items() if k in happened}
+    wall += sum(gaps.values())
+    if any(k is Launch.RESUME and 'launched_unix_s' not in launch[0]
+           for k, launch in zip(kinds[1:], launches[1:], strict=True)):
+      unrecorded.append(NO_RESUME_CLOCK)
   tail = None if summary is None else _tail(summary, steps[-1][-1]['end'], launches[-1])
   if tail is None:
     badput['other'] = None
@@ -120,7 +160,6 @@ def goodput(run_dir: str | pathlib.Path) -> dict[str, Any]:
     for name, seconds in tail.items():
       badput[name] += seconds
     wall += sum(tail.values())
-  restarts = _restarts(directory)
   return {
       'goodput': round(productive / wall, 4) if wall > 0 else None,
       'wall_s': round(wall, 3),
@@ -128,6 +167,7 @@ def goodput(run_dir: str | pathlib.Path) -> dict[str, Any]:
       'badput_s': {k: None if v is None else round(v, 3) for k, v in badput.items()},
       'launches': len(launches),
       'steps': sum(len(launch) for launch in launches),
+      'resumes': kinds[1:].count(Launch.RESUME),
       'restarts': len(restarts),
       'steps_lost': sum(int(r.get('steps_lost') or 0) for r in restarts),
       'unrecorded': unrecorded,
@@ -213,27 +253,54 @@ def _barrier_fraction(directory: pathlib.Path, steps: list[list[dict[str, Any]]]
   return float(t.wait_s[rows].sum()) / total if total > 0 else 0.0
 
 
-def _startup(directory: pathlib.Path, first: dict[str, Any]) -> float | None:
-  """Seconds from the job's start (``run.json``'s ``started_unix_s``) to its first logger's
-  (``start_unix_s`` of the first row); None when either is not recorded."""
+def _startup(directory: pathlib.Path, first: dict[str, Any], kind: Launch
+             ) -> tuple[float | None, float]:
+  """``(startup, restart)``: seconds from the job's start (``run.json``'s ``started_unix_s``)
+  to its first logger's (``start_unix_s`` of the first row), None when either is not
+  recorded. When the launcher restarted that first launch (the one before failed ahead of any
+  checkpoint, and its steps were dropped), the part before it began (``launched_unix_s``) is
+  restart."""
   path = directory / RUN_FILE
   try:
     started = float(json.loads(path.read_text())['started_unix_s'])
-    return max(float(first['start_unix_s']) - started, 0.0)
+    total = max(float(first['start_unix_s']) - started, 0.0)
   except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-    return None
+    return None, 0.0
+  if kind is not Launch.RESTART or 'launched_unix_s' not in first:
+    return total, 0.0
+  own = min(max(float(first['start_unix_s']) - float(first['launched_unix_s']), 0.0), total)
+  return own, total - own
 
 
-def _gaps(launches, steps) -> float | None:
-  """Seconds between each launch's last kept step and the next launch's start, or None when a
-  launch's start is not recorded."""
+def _kinds(launches: list[list[dict[str, Any]]], restarts: list[dict[str, Any]]
+           ) -> list[Launch]:
+  """How each launch began: its first row's ``launch``; in rows written before it, a restart
+  when ``restarts.jsonl`` has rows (the launcher restarted the job), else a resume."""
+  guess = Launch.RESTART if restarts else Launch.RESUME
+  kinds = []
+  for i, launch in enumerate(launches):
+    try:
+      kind = Launch(launch[0]['launch'])
+    except (KeyError, ValueError):
+      kind = Launch.START if i == 0 else guess
+    kinds.append(Launch.RESUME if i > 0 and kind is Launch.START else kind)
+  return kinds
+
+
+def _gaps(launches, steps, kinds: list[Launch]) -> dict[str, float] | None:
+  """The seconds from each launch's last kept step to the next launch's logger, as ``resume``
+  and ``restart`` (a resume's from its own start: the time before it, when nothing ran, in
+  neither); None when a launch's start is not recorded."""
+  out = dict.fromkeys(_LAUNCH_CATEGORIES, 0.0)
   starts = [launch[0].get('start_unix_s') for launch in launches]
-  if len(launches) == 1:
-    return 0.0
-  if any(s is None for s in starts):
+  if len(launches) > 1 and any(s is None for s in starts):
     return None
-  return sum(max(float(b) - (float(a) + done[-1]['end']), 0.0)
-             for a, b, done in zip(starts, starts[1:], steps, strict=False))
+  for i in range(1, len(launches)):
+    ended, start = float(starts[i - 1]) + steps[i - 1][-1]['end'], float(starts[i])
+    if kinds[i] is Launch.RESUME:
+      ended = max(ended, float(launches[i][0].get('launched_unix_s', ended)))
+    out[kinds[i].value] += max(start - ended, 0.0)
+  return out
 
 
 def _summary(directory: pathlib.Path) -> dict[str, Any] | None:

@@ -6,8 +6,19 @@ another compile, or runs beside one compiling in the background (as pieces, on c
 compile shares: on hosts of known speed such a step overruns its host's time by seconds);
 averaged in, a few such steps can make a run look ten times slower than it trains. Steady
 throughput is the examples of the other steps over their time.
-`hetjax.report.telemetry_throughput` applies it to a run's telemetry (every worker's steps),
-`hetjax.train.MetricsLogger` to the intervals between its progress lines.
+
+A step's time is the one its workers measured: with telemetry (modes shares and tokens), the slowest
+worker's own ``step_s``, from the start of its step to the end of the combine
+(`hetjax.report.telemetry_throughput`); the report, ``summary.json`` and, as the run goes, its
+progress lines (`LiveThroughput`) read it. Only a run without telemetry (an SPMD program, a
+pipeline, SchMP) times its steps by the chief's clock between two steps
+(`hetjax.train.MetricsLogger.steady`). Why not that clock everywhere: it also holds what runs
+between the steps (a checkpoint's save, an evaluation, publishing telemetry, the stall
+watchdog's report, the policy's decision, and on one machine emulating a cluster, the other
+processes' share of its cores), so one run gave two figures: 8,681 samples/s on its progress
+lines, 12,025 in ``summary.json`` (issue 44). The steps' speed is what policies are compared
+on; where the rest of the wall time went is goodput's split (`hetjax.report.goodput`). The
+clock gives the time a run has left (the progress lines' ``eta``), a wall-clock time.
 """
 
 from __future__ import annotations
@@ -79,21 +90,51 @@ def steady_throughput(
   """
   if not len(steps) == len(samples) == len(seconds) == len(compiling):
     raise ValueError('steps, samples, seconds and compiling need one entry per step')
-  if warmup < 0:
-    raise ValueError(f'warmup must be >= 0, got {warmup}')
-  counted, held_up = [], []
-  examples = total = 0.0
-  for i, (step, n, s, c) in enumerate(zip(steps, samples, seconds, compiling, strict=True)):
-    if i < warmup:
-      continue
-    if c > 0:
-      held_up.append(int(step))
-      continue
-    counted.append(int(step))
-    examples, total = examples + float(n), total + float(s)
-  rate = None if not counted else examples / total if total > 0 else math.inf
-  return Throughput(rate, tuple(counted), tuple(int(s) for s in steps[:warmup]), tuple(held_up))
+  count = SteadyCount(warmup)
+  for step, n, s, c in zip(steps, samples, seconds, compiling, strict=True):
+    count.add(step, n, s, c)
+  return count.throughput()
 
+
+class SteadyCount:
+  """`steady_throughput`, one step at a time: for a figure that grows with the run (the
+  progress lines', `hetjax.report.LiveThroughput`), which must not go over every step again at
+  each line. Steps are added in run order; the first ``warmup`` are the warm-up.
+
+  Example::
+
+    count = SteadyCount()
+    for step, rows, seconds, compile_s in [(1, 128, 10.0, 9.0), (2, 128, 1.0, 0.0)]:
+      count.add(step, rows, seconds, compile_s)
+    count.throughput().samples_per_s   # 128.0: step 1 is the warm-up
+  """
+
+  def __init__(self, warmup: int = 1):
+    if warmup < 0:
+      raise ValueError(f'warmup must be >= 0, got {warmup}')
+    self.warmup = warmup
+    self._warmup: list[int] = []
+    self._counted: list[int] = []
+    self._held_up: list[int] = []
+    self._examples = self._seconds = 0.0
+
+  def add(self, step: int, samples: float, seconds: float, compiling: float | bool) -> None:
+    """One step (or interval): its number, examples, wall time, and whether a compile held it
+    up (seconds waited, or True; any positive value leaves it out)."""
+    if len(self._warmup) < self.warmup:
+      self._warmup.append(int(step))
+    elif compiling > 0:
+      self._held_up.append(int(step))
+    else:
+      self._counted.append(int(step))
+      self._examples += float(samples)
+      self._seconds += float(seconds)
+
+  def throughput(self) -> Throughput:
+    """The steps added so far as a `Throughput`."""
+    rate = (None if not self._counted
+            else self._examples / self._seconds if self._seconds > 0 else math.inf)
+    return Throughput(rate, tuple(self._counted), tuple(self._warmup), tuple(self._held_up))
 
 def _count(n: int, noun: str) -> str:
   return f'{n} {noun}' + ('' if n == 1 else 's')

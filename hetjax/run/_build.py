@@ -323,35 +323,47 @@ def _schmp(config, ctx, mode, channel) -> Built:
                                objective_every=config.schmp.objective_every,
                                last_round=config.optimizer.steps - 1)
   policy = app.policy(size, config.data.seed)
-  host = _trace(config, ctx)
+  host, retries = _trace(config, ctx), []
   if host is not None:
-    host = _hosts.schmp_host(ctx, program, policy, host, channel, config.emulation.host_row_s)
+    host = _hosts.schmp_host(ctx, program, policy, host, channel, config.emulation.host_row_s,
+                             record=retries.append)
   where = (f'{len(devices)} {devices[0].platform} devices, {size} blocks a round, scheduler '
            f'{app.scheduler}, staleness {config.schmp.staleness}')
   return Built(program, policy, where, Mode.SCHMP, host,
-               describe=f'schmp, rounds of scheduled model parallelism ({where})')
+               describe=f'schmp, rounds of scheduled model parallelism ({where})',
+               run_info={_hosts.RETRIES: retries})
 
 
 def fsdp_notice(trainer: train.Trainer) -> str | None:
-  """One line naming the parameters FSDP leaves replicated, and why: FSDP splits a ``table`` or
-  ``embed`` dimension, else the largest dimension the device count divides, so these have none
-  it divides. None when every parameter with a dimension is sharded (or on one device)."""
+  """A line naming the parameters FSDP split along another dimension than their ``table`` or
+  ``embed`` one, which the device count does not divide (`hetjax.sharding.fallen_back`), and
+  one naming those it leaves replicated, and why: FSDP splits a ``table`` or ``embed``
+  dimension, else the largest dimension the device count divides, so these have none it
+  divides. None when every parameter with a dimension is sharded as named (or on one device)."""
   from flax import traverse_util
 
   ways = int(np.prod([trainer.mesh.shape[a] for a in trainer.rules.params.fallback]))
+  _, abstract, logical = sharding.abstract_model(trainer.task.make_model, trainer.seed)
+  moved = sharding.fallen_back(abstract, logical, trainer.mesh, trainer.rules.params)
+  lines = []
+  if moved:
+    noun = 'parameter' if len(moved) == 1 else 'parameters'
+    lines.append(f'fsdp: {len(moved)} {noun} split along another dimension, {ways} devices not '
+                 f'dividing the named one: {", ".join(moved[:3])}{", …" if len(moved) > 3 else ""}')
   shapes = traverse_util.flatten_dict(trainer.layout.abstract.params)
   specs = traverse_util.flatten_dict(trainer.state_shardings.params)
   whole = {k: int(np.prod(v.shape)) for k, v in shapes.items()}
   kept = sorted((k for k, s in specs.items() if shapes[k].shape and all(e is None for e in s.spec)),
                 key=lambda k: -whole[k])
-  if ways == 1 or not kept:
-    return None
-  names = ', '.join(f'{"/".join(map(str, k))} {shapes[k].shape}' for k in kept[:3])
-  share = sum(whole[k] for k in kept) / sum(whole.values())
-  share_text = f'{share:.1%}' if share >= 1e-3 else '<0.1%'
-  noun = 'parameter' if len(kept) == 1 else 'parameters'
-  return (f'fsdp: {len(kept)} {noun} ({share_text} of the weights) left replicated, no '
-          f'dimension divisible by {ways} devices: {names}{", …" if len(kept) > 3 else ""}')
+  if ways > 1 and kept:
+    names = ', '.join(f'{"/".join(map(str, k))} {shapes[k].shape}' for k in kept[:3])
+    share = sum(whole[k] for k in kept) / sum(whole.values())
+    share_text = f'{share:.1%}' if share >= 1e-3 else '<0.1%'
+    noun = 'parameter' if len(kept) == 1 else 'parameters'
+    lines.append(f'fsdp: {len(kept)} {noun} ({share_text} of the weights) left replicated, no '
+                 f'dimension divisible by {ways} devices: {names}'
+                 f'{", …" if len(kept) > 3 else ""}')
+  return '\n'.join(lines) or None
 
 
 def _caps(config) -> tuple[int, ...] | None:
@@ -391,6 +403,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
     ConfigError: options that do not fit the mode or each other, one line.
   """
   mode = mode_of(config, ctx)
+  config = _hosts.reuse(config, mode, config.emulation.slowdown or ctx.slowdown)
   _comm_options.check(config, ctx, mode)
   if config.emulation.host_fixed_s and mode not in (Mode.SHARES, Mode.TOKENS):
     raise ConfigError(f'emulation.host_fixed_s pins the hosts of modes shares and tokens; mode '
@@ -409,11 +422,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel |
       checkpoints=built.checkpoints or default_checkpoints(config),
       restore_target=built.restore_target or (lambda step: built.program.abstract_state()),
       run_info={'policy': None if built.policy is None else built.policy.name, 'sync': None,
-                'host_row_s': built.host.row_s
-                if isinstance(built.host, emulation.KnownSpeedHost) else None,
-                'host_fixed_s': built.host.fixed_s
-                if isinstance(built.host, emulation.KnownSpeedHost) else None,
-                **built.run_info})
+                **built.run_info,
+                **_hosts.recorded(built.host, config, built.run_info.get(_hosts.RETRIES, ()))})
 
 
 def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None,
@@ -485,12 +495,14 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
                                  mesh_shape, axis_rules, config.data.seed,
                                  accumulate=config.optimizer.accumulate)
+    retries = []
     return Built(trainer, rules, devices, mode,
                  _hosts.emulated_host(ctx, trainer, trace, channel,
                                       host_row_s=config.emulation.host_row_s,
                                       host_fixed_s=config.emulation.host_fixed_s,
-                                      token_rows=rules.token_rows),
-                 measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows))
+                                      token_rows=rules.token_rows, record=retries.append),
+                 measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows),
+                 run_info={_hosts.RETRIES: retries})
   # Workers of different device counts: shares are multiples of every worker's degree.
   degree = math.lcm(*(train.local_batch_degree(axis_rules, mesh_shape, w)
                       for w in range(ctx.workers)))
@@ -516,8 +528,9 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                   granularity=config.balance.granularity)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
+  retries = []
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s,
-                              host_fixed_s=config.emulation.host_fixed_s)
+                              host_fixed_s=config.emulation.host_fixed_s, record=retries.append)
   if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
     policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
         host.row_s * min(counts) / k for k in counts))
@@ -530,4 +543,5 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     policy = dataclasses.replace(policy, transfer_s=links.exchange_s(trainer.all_reduce_bytes))
   return Built(trainer, policy, devices, mode, host,
                measure_speed=lambda state, first: trainer.measure_speed(
-                   state, max(first[ctx.worker], inner.local_batch_degree)))
+                   state, max(first[ctx.worker], inner.local_batch_degree)),
+               run_info={_hosts.RETRIES: retries})

@@ -59,11 +59,13 @@ def peak_flops(config: Config) -> tuple[float, str]:
 
 
 def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
-                   evaluation: train.Evaluation | None
+                   evaluation: train.Evaluation | None, launch: report.Launch,
+                   launched_unix_s: float
                    ) -> tuple[train.MetricsLogger, report.TensorBoardWriter | None, dict]:
   """The chief's logger: ``metrics.jsonl`` with the learning rate and each evaluation on its
-  step's line, tokens/s and MFU for a `hetjax.train.Task`, TensorBoard when configured; and
-  ``run.json``'s fields about them."""
+  step's line, tokens/s and MFU for a `hetjax.train.Task`, TensorBoard when configured, how
+  and when this launch began (goodput's ``resume`` and ``restart``), and samples/s from the
+  telemetry where there is any (the report's figure); and ``run.json``'s fields about them."""
   task = built.program.task
   # Every step's learning rate, computed once: an optax schedule is a JAX computation, which
   # evaluated per step would dispatch (and wait for) one more program every step.
@@ -91,7 +93,8 @@ def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
       workdir / 'metrics.jsonl', config.data.global_batch, config.optimizer.steps,
       every=config.logging.every, sinks=[writer.scalars] if writer else (), extra=extra,
       tokens_per_example=task.tokens_per_example if lm else 0, flops_per_step=flops,
-      peak_flops=peak)
+      peak_flops=peak, launch=launch, launched_unix_s=launched_unix_s,
+      telemetry=workdir / 'telemetry.jsonl' if built.measure_speed is not None else None)
   return logger, writer, info
 
 

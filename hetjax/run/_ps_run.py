@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from hetjax import ConfigError, emulation, ps, runtime, train
-from hetjax.run import _build, _comm_options
+from hetjax.run import _build, _comm_options, _hosts
 from hetjax.run._config import Config, Mode
 
 
@@ -89,7 +89,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
   links = _comm_options.links_of(config, ctx, role.workers)
   describe = (f'ps {protocol.describe()}, {role.workers} workers and {role.servers} servers')
   info = {'servers': role.servers, 'ps': protocol.describe(), 'policy': None, 'sync': None,
-          'network': None if links is None else links.describe(), 'host_row_s': None}
+          'network': None if links is None else links.describe(),
+          **_hosts.recorded(None, config)}
   if role.is_server:
     def serve(workdir: pathlib.Path) -> None:
       ps.serve(task, optimizer, protocol, role, channel, seed=config.data.seed,
@@ -106,7 +107,10 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     state = worker.init_state()  # the servers' parameters, and this worker's pushes so far
     if resume and state.step == 0:
       raise ConfigError('--resume: the servers hold no checkpoint')
-    worker.use_host(_host(config, ctx, role, worker, state, channel))
+    host = _host(config, ctx, role, worker, state, channel)
+    worker.use_host(host)
+    # The hosts are known only now: run.json, written after start, takes them from ``info``.
+    info.update(_hosts.recorded(host, config))
     return state, None
 
   def finish(state) -> dict:

@@ -9,7 +9,7 @@ import pathlib
 import shutil
 import time
 
-from hetjax import ConfigError, checkpoint, report, runtime, sharding
+from hetjax import ConfigError, balance, checkpoint, report, runtime, sharding
 from hetjax import train as train_lib
 from hetjax.report import summary_fields
 from hetjax.run import _observe, _restarts, _rules
@@ -148,7 +148,10 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
     elif ctx.is_chief and resume:
       _restarts.trim_after(workdir, start)
     if ctx.is_chief:  # before the hooks: it times the checkpoint and evaluation hooks
-      logger, writer, observed = _observe.metrics_logger(config, built, workdir, evaluation)
+      launch = (report.Launch.RESTART if runtime.restart_attempt() > 0
+                else report.Launch.RESUME if resume else report.Launch.START)
+      logger, writer, observed = _observe.metrics_logger(config, built, workdir, evaluation,
+                                                         launch, called)
 
     def timed(hook: train_lib.Hook, name: str) -> train_lib.Hook:
       """``hook`` as a long phase of the watchdog's (made below, before the first step: a slow
@@ -183,6 +186,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
+      if name := built.run_info.get('policy'):  # the share policy's name, said in words
+        print(f'policy: {balance.describe_policy(name)}', flush=True)
       if notice := _rules.notice(config, built.mode, task):
         print(notice, flush=True)
       if notice := _fixed_state_notice(config, task):
@@ -201,6 +206,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
     for info in train_lib.training_steps(program, state, config.optimizer.steps, hooks, policy,
                                          policy_state):
       state = info.state
+    if telemetry is not None:  # the last step's rows, before the logger's last line (below)
+      telemetry.close()
     ok = True
   finally:
     for closable in (watchdog, logger, writer, telemetry, ckpt, program):

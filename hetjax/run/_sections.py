@@ -425,6 +425,10 @@ class EmulationConfig:
       (modes shares and tokens). A calibrated run's ``run.json`` records both
       (``host_row_s``, ``host_fixed_s``): given again, they emulate the same hosts, so that two
       runs (two policies, say) are compared on one cluster rather than on two calibrations.
+    hosts: a run directory whose hosts to emulate again (``--hosts=runs/first``): its
+      ``run.json``'s ``host_row_s`` and ``host_fixed_s``, read at start, so that a second run
+      (another policy, say) runs on the first one's cluster; None: ``host_row_s`` or a
+      calibration.
   """
 
   NAME = 'emulation'
@@ -432,8 +436,12 @@ class EmulationConfig:
   network: str | None = None
   host_row_s: float = 0.0
   host_fixed_s: float = 0.0
+  hosts: str | None = None
 
   def __post_init__(self):
+    if self.hosts is not None and not (isinstance(self.hosts, str) and self.hosts.strip()):
+      raise ConfigError(f'emulation.hosts must be a run directory whose hosts to reuse (or '
+                        f'None), got {self.hosts!r}')
     at_least(self.host_row_s, 0, f'{self.NAME}.host_row_s', note=' (0: calibrated)')
     at_least(self.host_fixed_s, 0, f'{self.NAME}.host_fixed_s')
     if self.host_fixed_s and not self.host_row_s:
@@ -512,7 +520,8 @@ FLAT_FORM = {
     **{f: f'schmp.{f}' for f in ('scheduler', 'schedule_size', 'staleness',
                                  'objective_every')},
     'ps': 'ps.protocol',
-    **{f: f'emulation.{f}' for f in ('slowdown', 'network', 'host_row_s', 'host_fixed_s')},
+    **{f: f'emulation.{f}' for f in ('slowdown', 'network', 'host_row_s', 'host_fixed_s',
+                                     'hosts')},
     'checkpoint_every': 'checkpoint.every', 'checkpoint_async': 'checkpoint.asynchronous',
     'log_every': 'logging.every',
 }

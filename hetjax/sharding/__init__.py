@@ -12,6 +12,7 @@ from hetjax.sharding._mesh import parse_mesh_shape as parse_mesh_shape
 from hetjax.sharding._rules import LogicalRules as LogicalRules
 from hetjax.sharding._rules import ShardingRules as ShardingRules
 from hetjax.sharding._state import abstract_model as abstract_model
+from hetjax.sharding._state import fallen_back as fallen_back
 from hetjax.sharding._state import init_sharded as init_sharded
 from hetjax.sharding._state import param_shardings as param_shardings
 from hetjax.sharding._state import submodel_names as submodel_names
@@ -26,6 +27,7 @@ __all__ = [
     'activation_rules',
     'batch_sharding',
     'constrain',
+    'fallen_back',
     'init_sharded',
     'make_mesh',
     'param_shardings',

@@ -68,12 +68,14 @@ class LogicalRules:
     PartitionSpec(None, 'model')
 
   A table may also name ``fallback`` mesh axes for arrays that no rule splits (every dimension
-  unnamed, or named but without a rule here): `checked_spec` then splits the largest dimension
-  they divide. FSDP uses it, so that a parameter is sharded whatever its model called it::
+  unnamed, named but without a rule here, or named by a rule whose mesh axes do not divide it):
+  `checked_spec` then splits the largest dimension they divide. FSDP uses it, so that a
+  parameter is sharded whatever its model called it::
 
     fsdp = LogicalRules.of({'embed': ('data', 'model')}, fallback=('data', 'model'))
     fsdp.checked_spec((None, None), (6, 8), mesh_4x2, 'w')  # P(None, ('data', 'model')): 8 | 8
     fsdp.checked_spec((None,), (10,), mesh_4x2, 'b')        # P(None,): 8 divides no dimension
+    fsdp.checked_spec((None, 'embed'), (16, 10), mesh_4x2, 'w')  # P(('data', 'model'), None)
 
   A plan that lays out each sub-model differently carries one table per sub-model in
   ``scopes``: inside `hetjax.sharding.scope('tower')` (activations) or for parameters under the
@@ -90,8 +92,9 @@ class LogicalRules:
     fallback: mesh axes for an array none of whose dimensions a rule splits, applied by
       `checked_spec` only (it needs the shape): its largest dimension divisible by their total
       size (the first of equal ones) is split over them; ``()`` (default) replicates it.
-      A dimension whose name an `overlay` rule replicates is never the one split.
-      A scope's table has its own ``fallback``.
+      A dimension whose name an `overlay` rule replicates is never the one split. With a
+      fallback, the table's own rules give way: one whose mesh axes do not divide its dimension
+      leaves it whole (`checked_spec`, `relaxed`). A scope's table has its own ``fallback``.
     sources: ``(logical name, where its first rule came from)`` pairs, e.g.
       ``(('kv', 'parallelism.rules'),)``, set by `overlay`: an error about a dimension that rule
       splits names it (``parallelism.rules['kv']``), and ``fallback`` leaves a dimension it
@@ -177,11 +180,20 @@ class LogicalRules:
 
     Fewer names than dimensions name the leading ones; the rest are replicated (`padded`).
 
+    In a table with a ``fallback`` (FSDP's), its own rules are preferences: a dimension that
+    its rule's mesh axes do not divide is left whole, as if unnamed, so that the fallback then
+    splits the largest dimension it divides (`relaxed` names such dimensions). A rule given by
+    `overlay` is the user's word and is never set aside: it fails, and the error says how to
+    fix it.
+
     Example::
 
       rules = LogicalRules.of({'heads': 'model'})
       rules.checked_spec(('embed', 'heads'), (16, 4, 8), mesh_4x2, "parameter 'key/kernel'")
       # PartitionSpec(None, 'model', None)
+      fsdp = LogicalRules.of({'embed': ('data', 'model')}, fallback=('data', 'model'))
+      fsdp.checked_spec(('mlp', 'embed'), (128, 10), mesh_2x2, "parameter 'w2'")
+      # PartitionSpec(('data', 'model'), None): 4 does not divide 'embed''s 10, but 128
 
     Args:
       names: logical name of each dimension (``None`` for an unnamed dimension); may be
@@ -192,37 +204,83 @@ class LogicalRules:
 
     Raises:
       ShardingError: one line naming the array, the dimension and the sizes (and the rule's
-        source, `overlay`), or more names than dimensions.
+        source, `overlay`, with the rule that replicates it and the dimensions that would
+        divide), or more names than dimensions.
     """
+    return self._resolve(names, shape, mesh, what)[0]
+
+  def relaxed(self, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh
+              ) -> tuple[int, ...]:
+    """The dimensions whose rule `checked_spec` set aside because its mesh axes do not divide
+    them (only in a table with a ``fallback``), in order; ``()`` for most arrays.
+
+    Example: FSDP's table on 4 devices, ``('mlp', 'embed')`` of shape ``(128, 10)``: ``(1,)``.
+    """
+    return self._resolve(names, shape, mesh, 'array')[1]
+
+  def _resolve(self, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh, what: str
+               ) -> tuple[PartitionSpec, tuple[int, ...]]:
+    """(`checked_spec`, `relaxed`): resolves the rules, setting aside in turn each rule that a
+    fallback table may set aside and that does not divide its dimension (its mesh axes are then
+    free for the array's other dimensions), until every split divides."""
     if len(names) > len(shape):
       raise ShardingError(
           f'{what}: {len(names)} logical names {tuple(names)} for a rank-{len(shape)} array (at '
           'most one a dimension; fewer leave the trailing dimensions replicated)')
     names = padded(names, len(shape))
-    axes_of = self.mesh_axes(names)
-    for dim, (name, axes) in enumerate(zip(names, axes_of, strict=True)):
-      missing = [a for a in axes if a not in mesh.shape]
-      if missing:
-        raise ShardingError(
-            f'{what}: dimension {dim} ({name!r}) maps onto mesh axis {missing[0]!r}, which mesh '
-            f'{dict(mesh.shape)} lacks{self._source(name, axes)}')
     missing = [a for a in self.fallback if a not in mesh.shape]
     if missing:
       raise ShardingError(
           f'{what}: the fallback maps onto mesh axis {missing[0]!r}, which mesh '
           f'{dict(mesh.shape)} lacks')
-    for dim, (name, size, axes) in enumerate(zip(names, shape, axes_of, strict=True)):
-      ways = math.prod(mesh.shape[a] for a in axes)
-      if size % ways:
-        raise ShardingError(
-            f'{what}: dimension {dim} ({name!r}, size {size}) is not divisible by mesh axes '
-            f'{axes} of total size {ways}{self._source(name, axes)}')
-    spec = self.spec(names)
+    relaxed: list[int] = []
+    while True:
+      kept = tuple(None if dim in relaxed else name for dim, name in enumerate(names))
+      axes_of = self.mesh_axes(kept)
+      for dim, (name, axes) in enumerate(zip(kept, axes_of, strict=True)):
+        missing = [a for a in axes if a not in mesh.shape]
+        if missing:
+          raise ShardingError(
+              f'{what}: dimension {dim} ({name!r}) maps onto mesh axis {missing[0]!r}, which '
+              f'mesh {dict(mesh.shape)} lacks{self._source(name, axes)}')
+      bad = next((dim for dim, (size, axes) in enumerate(zip(shape, axes_of, strict=True))
+                  if size % math.prod(mesh.shape[a] for a in axes)), None)
+      if bad is None:
+        break
+      if self.fallback and not self._source(kept[bad], axes_of[bad]):
+        relaxed.append(bad)
+        continue
+      raise ShardingError(self._indivisible(what, kept, shape, axes_of, bad, mesh))
+    spec = self.spec(kept)
     if self.fallback and all(entry is None for entry in spec):
       given = dict(self.sources)
-      whole = {dim for dim, name in enumerate(names) if name in given and not axes_of[dim]}
-      return self._fallback_spec(shape, mesh, whole)
-    return spec
+      whole = {dim for dim, name in enumerate(kept) if name in given and not axes_of[dim]}
+      spec = self._fallback_spec(shape, mesh, whole)
+    return spec, tuple(relaxed)
+
+  def _indivisible(self, what: str, names: Sequence[str | None], shape: Sequence[int],
+                   axes_of: Sequence[MeshAxes], dim: int, mesh: Mesh) -> str:
+    """The one-line error for dimension ``dim`` that its mesh axes do not divide: the sizes,
+    the rule's source, and the fixes: the rule that replicates it, the dimensions the same
+    devices divide.
+
+    Example::
+
+      parameter 'w2': dimension 1 ('embed', size 10) is not divisible by mesh axes ('data',
+      'model') of total size 4 (parallelism.rules['embed']); replicate it with
+      parallelism.rules.embed=None, or split dimension 0 ('mlp', size 128), which 4 divides
+    """
+    name, axes = names[dim], axes_of[dim]
+    ways = math.prod(mesh.shape[a] for a in axes)
+    source = dict(self.sources).get(name) if self._source(name, axes) else None
+    fixes = [f'replicate it with {source}.{name}=None'] if source else []
+    divisible = [f'dimension {d} ({names[d]!r}, size {size})' for d, size in enumerate(shape)
+                 if d != dim and size % ways == 0 and not axes_of[d]]
+    if divisible:
+      fixes.append(f'split {" or ".join(divisible)}, which {ways} divides')
+    return (f'{what}: dimension {dim} ({name!r}, size {shape[dim]}) is not divisible by mesh axes '
+            f'{axes} of total size {ways}{self._source(name, axes)}'
+            + (f'; {", or ".join(fixes)}' if fixes else ''))
 
   def _source(self, name: str | None, axes: MeshAxes) -> str:
     """`` (parallelism.rules['kv'])`` when ``axes`` came from the first rule of ``name``,

@@ -100,16 +100,55 @@ def param_shardings(shapes: PyTree, names: PyTree, mesh: Mesh, rules: LogicalRul
   """
   def one(path, shape, logical):
     name = _path_name(path)
-    scoped = rules
-    for prefix, submodel in (prefixes or {}).items():
-      if name == prefix or name.startswith(prefix + '/'):
-        scoped = rules.in_scope(submodel)
-        break
-    spec = scoped.checked_spec(logical, shape.shape, mesh, f'parameter {name!r}')
+    spec = _table(rules, name, prefixes).checked_spec(logical, shape.shape, mesh,
+                                                      f'parameter {name!r}')
     return NamedSharding(mesh, spec)
 
   return jax.tree_util.tree_map_with_path(
       one, shapes, names, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+
+
+def _table(rules: LogicalRules, name: str, prefixes: dict[str, str] | None) -> LogicalRules:
+  """The table for parameter path ``name``: its sub-model's scope, else ``rules``."""
+  for prefix, submodel in (prefixes or {}).items():
+    if name == prefix or name.startswith(prefix + '/'):
+      return rules.in_scope(submodel)
+  return rules
+
+
+def fallen_back(shapes: PyTree, names: PyTree, mesh: Mesh, rules: LogicalRules,
+                prefixes: dict[str, str] | None = None) -> tuple[str, ...]:
+  """Where `param_shardings` split each parameter whose rule a fallback table set aside, the
+  rule's mesh axes not dividing its dimension (`LogicalRules.relaxed`): one description a
+  parameter, in tree order, for a run's start-up lines. One that no dimension divides is left
+  whole and not listed here: its spec says so.
+
+  Example: FSDP on 4 devices, a digits MLP whose ``w2`` is ``('mlp', 'embed')`` of shape
+  ``(128, 10)``::
+
+    fallen_back(shapes, names, mesh, Strategy.FSDP.rules().params)
+    # ("w2 (128, 10) along dimension 0 instead of 1 ('embed')",)
+
+  Args:
+    shapes, names, mesh, rules, prefixes: as `param_shardings` takes them.
+  """
+  out = []
+  for (path, shape), logical in zip(
+      jax.tree_util.tree_flatten_with_path(shapes)[0],
+      jax.tree.leaves(names, is_leaf=lambda x: isinstance(x, tuple)), strict=True):
+    name = _path_name(path)
+    table = _table(rules, name, prefixes)
+    relaxed = table.relaxed(logical, shape.shape, mesh)
+    if not relaxed:
+      continue
+    spec = padded(tuple(table.checked_spec(logical, shape.shape, mesh, name)), len(shape.shape))
+    logical = padded(logical, len(shape.shape))
+    split = [str(d) for d, entry in enumerate(spec) if entry is not None]
+    if split:
+      was = ', '.join(f'{d} ({logical[d]!r})' for d in relaxed)
+      out.append(f'{name} {tuple(shape.shape)} along dimension {", ".join(split)} instead of '
+                 f'{was}')
+  return tuple(out)
 
 
 def init_sharded(

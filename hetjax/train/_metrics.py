@@ -14,6 +14,8 @@ import jax
 
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, WorkerTiming
+from hetjax.report._goodput import Launch
+from hetjax.report._live_throughput import LiveThroughput
 from hetjax.report._throughput import Throughput, steady_throughput
 from hetjax.train._loop import Hook, StepInfo
 
@@ -21,7 +23,7 @@ from hetjax.train._loop import Hook, StepInfo
 #: `hetjax.report.TensorBoardWriter.scalars`.
 Sink = Callable[[int, dict[str, float]], None]
 #: Record fields a sink does not get: the step is its own argument, the rest are clock readings.
-_NOT_SCALARS = ('step', 'time_s', 'returned_s', 'start_unix_s')
+_NOT_SCALARS = ('step', 'time_s', 'returned_s', 'start_unix_s', 'launch', 'launched_unix_s')
 #: Record fields the logger writes itself; ``extra`` may not return them.
 _OWN_FIELDS = (*_NOT_SCALARS, 'held_up_by_compile', 'hooks_s', 'samples_per_s', 'tokens_per_s',
                'mfu')
@@ -56,19 +58,25 @@ class MetricsLogger:
     during this step's interval, which its time includes (calls under 0.1 ms left out);
   * ``start_unix_s`` on the logger's first line: its start on the Unix clock (``time_s`` counts
     from it), so the launches of a resumed or restarted run line up
-    (`hetjax.report.goodput`).
+    (`hetjax.report.goodput`); beside it ``launch`` (how this launch began, a `Launch` value)
+    and ``launched_unix_s`` (when it began) where they are given.
 
-  Every ``every`` steps a progress line gives the steady throughput so far and the time left
-  at it, e.g. ``step 40/60 | loss 0.0911 |      1,024 samples/s |    12.3 s | eta 5.0s`` (20
-  steps of 256 rows left at 1,024 samples/s); that step's JSON line carries the figure as
-  ``samples_per_s``, and beside it ``tokens_per_s`` (samples/s × ``tokens_per_example``) and
-  ``mfu`` (``flops_per_step`` × steps/s ÷ ``peak_flops``) when they are given. Steady is
-  `hetjax.report.steady_throughput` of the steps (`steady`), the definition ``summary.json``
-  and ``python -m hetjax.report`` use: the first step (it compiles; fetched on its own) is
-  left out as the warm-up, and so is every step that a compile held up
-  (`held_up_by_compile`). `summary` gives the final figures. On a terminal (``stream`` is a
-  TTY) the progress is one live line drawn by ``rich`` instead: step/total, a bar, the loss,
-  the rate and the time left.
+  Every ``every`` steps a progress line gives the steady throughput so far and the time left,
+  e.g. ``step 40/60 | loss 0.0911 |      1,024 samples/s |    12.3 s | eta 5.0s``; that step's
+  JSON line carries the figure as ``samples_per_s``, and beside it ``tokens_per_s`` (samples/s
+  × ``tokens_per_example``) and ``mfu`` (``flops_per_step`` × steps/s ÷ ``peak_flops``) when
+  they are given. The figure is `throughput`: the one definition of samples/s that
+  ``summary.json`` and ``python -m hetjax.report`` give too (`hetjax.report.steady_throughput`:
+  the first step, which compiles, and every step that a compile held up left out). With
+  ``telemetry`` (modes shares and tokens) a step's time is its slowest worker's, read from the
+  run's ``telemetry.jsonl`` as it is written (`hetjax.report.LiveThroughput`; a step's rows
+  arrive a step or two after it, so a line covers the steps before, and the last step is
+  fetched by `close`: closed after the telemetry's writer, its line covers every step, as
+  ``summary.json`` does); without, the interval between steps on this process's clock
+  (`steady`). The time left is wall-clock time, so it goes at `steady`'s pace whatever the
+  figure (``hetjax/report/_throughput.py`` says why the two differ). `summary` gives the final
+  figures. On a terminal (``stream`` is a TTY) the progress is one live line drawn by ``rich``
+  instead: step/total, a bar, the loss, the rate and the time left.
 
   Example::
 
@@ -99,6 +107,12 @@ class MetricsLogger:
       `hetjax.train.step_flops`) and the peak FLOP/s of all the devices that run it together
       (devices × `hetjax.runtime.peak_flops`), for ``mfu``.
     live: draw the progress as one live line; None: when ``stream`` is a TTY.
+    telemetry: the run's ``telemetry.jsonl`` (modes shares and tokens), whose steps' times the figure
+      reads; None: the steps' intervals on this clock.
+    launch: how this launch of the run began (a fresh run, ``--resume``, a restart by the
+      launcher), written on its first line for `hetjax.report.goodput`; None: not written.
+    launched_unix_s: when this launch began (Unix seconds; the runner's call), written beside
+      it: goodput counts the start-up of a resumed launch from there.
 
   Raises:
     ConfigError: a negative or non-finite ``tokens_per_example``, ``flops_per_step`` or
@@ -120,6 +134,9 @@ class MetricsLogger:
       flops_per_step: float = 0.0,
       peak_flops: float = 0.0,
       live: bool | None = None,
+      telemetry: str | os.PathLike | None = None,
+      launch: Launch | None = None,
+      launched_unix_s: float | None = None,
   ):
     for name, value in (('tokens_per_example', tokens_per_example),
                         ('flops_per_step', flops_per_step), ('peak_flops', peak_flops)):
@@ -135,6 +152,10 @@ class MetricsLogger:
     live = _is_tty(self._stream) if live is None else live
     self._bar = _LiveLine(self._stream, total_steps) if live else None
     self._pending: list[_Pending] = []
+    self._live = None if telemetry is None else LiveThroughput(telemetry)
+    self._launch = {} if launch is None else {'launch': Launch(launch).value}
+    if launched_unix_s is not None:
+      self._launch['launched_unix_s'] = round(float(launched_unix_s), 3)
     self._start = self._last_time = time.perf_counter()
     self._start_unix = time.time()
     # Fetched steps, at most two entries per fetch: its steady steps and those a compile held
@@ -185,6 +206,8 @@ class MetricsLogger:
         info.step, values, info.time, held_up_by_compile(stats),
         tuple(stats.rows) if several else (), tuple(stats.compute_s) if several else ()))
     shown = info.step % self.every == 0 or info.step >= self.total_steps
+    if shown and self._live is not None and info.step >= self.total_steps:
+      return  # fetched by `close`, once the telemetry holds this step's rows too
     if first or shown:  # the first step on its own: the warm-up
       self._fetch(show=shown)
 
@@ -193,12 +216,18 @@ class MetricsLogger:
     progress line."""
     self._fetch(show=True)
 
+  def throughput(self) -> Throughput:
+    """The steady throughput the progress lines and `summary` give: ``telemetry``'s steps so
+    far where the logger has it, else `steady`."""
+    return self.steady() if self._live is None else self._live.read()
+
   def steady(self) -> Throughput:
-    """`hetjax.report.steady_throughput` of the steps fetched so far: the first (the warm-up)
-    and those a compile held up left out. A step's time runs from the end of the one before
-    to its return, or to its fetch if it is the last of one (the device may still have been
-    busy with it when it returned: async dispatch). Steps are grouped by fetch, each group
-    named by its last step."""
+    """`hetjax.report.steady_throughput` of the steps fetched so far, timed by this process's
+    clock: the first (the warm-up) and those a compile held up left out. A step's time runs
+    from the end of the one before to its return, or to its fetch if it is the last of one
+    (the device may still have been busy with it when it returned: async dispatch). Steps are
+    grouped by fetch, each group named by its last step. The pace of the time left, and the
+    figure itself without ``telemetry``."""
     return steady_throughput([e[0] for e in self._entries],
                              [e[1] * self.global_batch for e in self._entries],
                              [e[2] for e in self._entries], [e[3] for e in self._entries])
@@ -210,13 +239,14 @@ class MetricsLogger:
     now = time.perf_counter()
     step = self._pending[-1].step
     hooks = self._time_steps(now)
-    rate = _finite_or_none(self.steady().samples_per_s)
+    rate = _finite_or_none(self.throughput().samples_per_s)
+    pace = rate if self._live is None else _finite_or_none(self.steady().samples_per_s)
     for pending, fields, spent in zip(self._pending, values, hooks, strict=True):
       row = {'step': pending.step, **{k: _json_value(v) for k, v in fields.items()},
              'time_s': round(now - self._start, 4),
              'returned_s': round(max(pending.returned - self._start, 0.0), 4)}
       if not self.last:
-        row['start_unix_s'] = round(self._start_unix, 3)
+        row |= {'start_unix_s': round(self._start_unix, 3), **self._launch}
       if pending.held_up:
         row['held_up_by_compile'] = True
       spent = {k: r for k, v in spent.items() if (r := round(v, 4)) > 0}  # not no-op calls
@@ -231,7 +261,7 @@ class MetricsLogger:
     if self._file:
       self._file.flush()
     if show:
-      self._show(step, rate, now - self._start)
+      self._show(step, rate, pace, now - self._start)
     self._pending.clear()
     self._last_time = now
 
@@ -280,32 +310,34 @@ class MetricsLogger:
                       for held_up, (last, n, seconds) in sorted(groups.items())]
     return spent
 
-  def _show(self, step: int, rate: float | None, elapsed: float) -> None:
+  def _show(self, step: int, rate: float | None, pace: float | None, elapsed: float) -> None:
     if self._bar is not None:
-      self._bar.update(step, self._status(step, rate, elapsed))
+      self._bar.update(step, self._status(step, rate, pace, elapsed))
     else:
-      print(self._line(step, rate, elapsed), file=self._stream, flush=True)
+      print(self._line(step, rate, pace, elapsed), file=self._stream, flush=True)
 
-  def _status(self, step: int, rate: float | None, elapsed: float) -> str:
+  def _status(self, step: int, rate: float | None, pace: float | None, elapsed: float) -> str:
     """``loss 0.0911 |      1,024 samples/s |    12.3 s | eta 5.0s``: a progress line after
-    its step; ``n/a`` for the rate and the time left until a steady interval was fetched."""
+    its step, ``rate`` the figure and ``pace`` the clock's samples/s that the time left goes
+    at; ``n/a`` for either until a steady step was counted."""
     loss = self.last.get('loss')
     loss = 'n/a' if loss is None else f'{loss:.4f}'
     left = max(self.total_steps - step, 0) * self.global_batch
     speed = 'n/a' if rate is None else f'{rate:,.0f}'
-    eta = 'n/a' if rate is None or rate <= 0 else format_duration(left / rate)
+    eta = 'n/a' if pace is None or pace <= 0 else format_duration(left / pace)
     return f'loss {loss} | {speed:>10} samples/s | {elapsed:7.1f} s | eta {eta}'
 
-  def _line(self, step: int, rate: float | None, elapsed: float) -> str:
+  def _line(self, step: int, rate: float | None, pace: float | None, elapsed: float) -> str:
     """``step 40/60 | loss 0.0911 |      1,024 samples/s |    12.3 s | eta 5.0s``."""
-    width = len(str(self.total_steps))
-    return f'step {step:>{width}}/{self.total_steps} | ' + self._status(step, rate, elapsed)
+    head = f'step {step:>{len(str(self.total_steps))}}/{self.total_steps} | '
+    return head + self._status(step, rate, pace, elapsed)
 
   def summary(self) -> dict[str, Any]:
-    """Final loss, wall time, and the steady throughput (`steady`: the progress lines'
-    figure); ``steady_tokens_per_s`` and ``steady_mfu`` over the same steps where configured,
-    and ``hooks_s``, the seconds each `timed` hook took in all, where there are any."""
-    throughput = self.steady()
+    """Final loss, wall time, and the steady throughput (`throughput`: the progress lines'
+    figure, read once more: under telemetry, every step whose rows are written by now);
+    ``steady_tokens_per_s`` and ``steady_mfu`` over the same steps where configured, and
+    ``hooks_s``, the seconds each `timed` hook took in all, where there are any."""
+    throughput = self.throughput()
     out = {
         'final_step': self.last.get('step'),
         'final_loss': self.last.get('loss'),
@@ -322,6 +354,8 @@ class MetricsLogger:
     return out
 
   def close(self) -> None:
+    """Fetches what is pending and prints the last line: under ``telemetry``, the last step's
+    (close the telemetry's writer first, and the line covers every step, as `summary` does)."""
     self.flush()
     if self._bar is not None:
       self._bar.close()
