@@ -115,7 +115,7 @@ def test_step_head_names_every_workers_slots():
   values = np.zeros(head.size)
   for worker in range(3):
     values[list(head.slots(worker))] += [0.1 * (worker + 1), worker, worker != 1, 10 * worker,
-                                         0.5 * worker]
+                                         0.5 * worker, worker != 2]
   values[0] = 2.5
   read = head.read(values)
   assert read['loss'] == 2.5
@@ -124,6 +124,7 @@ def test_step_head_names_every_workers_slots():
   np.testing.assert_array_equal(read['sampled'], [1, 0, 1])
   np.testing.assert_array_equal(read['rows'], [0, 10, 20])
   np.testing.assert_allclose(read['compile_s'], [0.0, 0.5, 1.0])
+  np.testing.assert_array_equal(read['ready'], [1, 1, 0])
 
 
 @pytest.mark.parametrize('batch, workers, degree, bucket', [

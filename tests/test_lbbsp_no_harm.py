@@ -108,7 +108,7 @@ def test_a_compile_on_any_worker_is_no_sample_for_the_others():
   head = StepHead(2)
   values = np.zeros(head.size)
   for worker, (busy, compile_s) in enumerate(((0.05, 0.0), (2.0, 1.4))):
-    values[list(head.slots(worker))] += [busy, 1.0, 1.0, 32, compile_s]
+    values[list(head.slots(worker))] += [busy, 1.0, 1.0, 32, compile_s, worker == 0]
   trainer = WorkerTrainer.__new__(WorkerTrainer)  # stats() reads only the head and the bytes
   trainer._layout_head, trainer._fused_size = head, 1
   trainer.fused_layout = type('Layout', (), {'separate_bytes': 0})()
@@ -116,6 +116,7 @@ def test_a_compile_on_any_worker_is_no_sample_for_the_others():
   local = WorkerTiming(1, 0, 32, 1.0, 0.0, 0.05, 0.0, 0.01, 2.1)
   stats = trainer.stats(0, head.read(values), 2.1, 0.0, local)
   assert stats.sampled == (False, False) and stats.worker_compile_s == (0.0, pytest.approx(1.4))
+  assert stats.worker_ready == (True, False)
 
 
 def _partial(params, batch):
@@ -218,3 +219,49 @@ def test_hosts_a_compile_does_not_spoil_prepare_the_move_while_the_noise_is_meas
     held.append(shares.upcoming)
   assert state.immune and shares.values == RULES.uniform().values  # still measuring the noise
   assert held[0] is not None and held[0][3] < UNIFORM
+
+
+def test_a_costly_move_waits_until_every_worker_has_compiled_its_share():
+  # Workers report whether they can run the prepared shares without a compile; a new size's
+  # program takes 4 steps to compile in the background. The move is held until all are ready,
+  # then made to the prepared split: no step ever runs a size its worker has not compiled.
+  policy = LBBSP(RULES, EWMA())
+  state, shares = policy.init(), RULES.uniform()
+  compiled = [{UNIFORM} for _ in range(WORKERS)]
+  started: list[dict[int, int]] = [{} for _ in range(WORKERS)]  # size -> step its compile began
+  held_steps, history = 0, []
+  for step in range(30):
+    x = np.asarray(shares.values)
+    assert all(int(v) in c for v, c in zip(x, compiled, strict=True)), (step, x)  # no wait
+    upcoming = shares.upcoming
+    if upcoming is not None:
+      held_steps += 1
+      for w, size in enumerate(upcoming):
+        started[w].setdefault(int(size), step)
+    for w in range(WORKERS):
+      compiled[w] |= {s for s, began in started[w].items() if step - began >= 4}
+    ready = tuple(upcoming is None or int(upcoming[w]) in compiled[w] for w in range(WORKERS))
+    busy = np.asarray((1, 1, 1, 3)) * x * 5e-3
+    stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
+                      sampled=(step > 0,) * WORKERS,
+                      worker_compile_s=(1.0 if step == 0 else 0.0,) * WORKERS,
+                      worker_ready=ready)
+    history.append(tuple(int(v) for v in x))
+    shares, state = policy.update(state, stats)
+  assert history[-1][3] < UNIFORM and _changes(history) == 1  # moved once, to the balance
+  assert held_steps >= 4  # held while the programs compiled
+
+
+def test_share_programs_say_when_a_prepared_share_runs_without_a_compile():
+  programs = SharePrograms(jax.jit(_partial).lower, bucket=4, max_rows=52,
+                           granularity='micro')
+  assert programs.ready  # nothing prepared
+  programs(_add, PARAMS, _batch(16))
+  programs.prepare(32)  # two of the first size: nothing to compile
+  assert programs.ready and programs.background_compiles == 0
+  programs.prepare(20)  # 16 + 4: the micro-batch's program, compiling in the background
+  programs.wait()
+  assert programs.ready and programs.sizes == (4, 16)
+  programs.prepare(None)
+  assert programs.ready
+  programs.close()

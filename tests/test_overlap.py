@@ -334,9 +334,9 @@ def test_the_int8_estimate_follows_its_recurrence_near_the_synchronous_step(laun
                for a, b in zip(run['params'], sync, strict=True))
 
   assert gap(got) < 0.1 * gap(launched['overlap']), (gap(got), gap(launched['overlap']))
-  # its bytes: int8 gradients (all but the 1 + 5 × 2 head slots) and a float32 scale a block
+  # its bytes: int8 gradients (all but the 1 + 6 × 2 head slots) and a float32 scale a block
   fused = launched['buckets']['fused_size']
-  assert got['coarse_bytes'] == (fused - 11) + 4 * -(-(fused - 11) // 256)
+  assert got['coarse_bytes'] == (fused - 13) + 4 * -(-(fused - 13) // 256)
 
 
 @pytest.mark.multiprocess
@@ -353,9 +353,9 @@ def test_the_int8_exchange_waits_its_all_gather_on_the_links(launched):
 def test_buckets_split_in_leaf_order_and_reduce_exactly_as_one(launched):
   split, one = launched['buckets'], launched['overlap']
   assert one['buckets'] == [[0, split['fused_size']]]
-  # The head (1 + 5 x 2 slots) and down's bias (32) first, then down's kernel (64 x 32, 8 KB,
+  # The head (1 + 6 x 2 slots) and down's bias (32) first, then down's kernel (64 x 32, 8 KB,
   # over 4 KB: alone), head's bias and kernel and up's bias, then up's kernel (64 x 64).
-  assert split['buckets'] == [[0, 43], [43, 2091], [2091, 2485], [2485, 6581]]
+  assert split['buckets'] == [[0, 45], [45, 2093], [2093, 2487], [2487, 6583]]
   for a, b in zip(split['params'], one['params'], strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # 2 workers: a + b either way
   assert split['losses'][1:] == one['losses'][1:]
@@ -368,7 +368,7 @@ def test_partial_gradient_timing_is_a_value():
   moved = dataclasses.replace(part, start=0.5)
   assert part.timing(0, 0.3, 2.0).step_s == 1.0 and moved.timing(0, 0.3, 2.0).step_s == 1.5
   assert part.head_values() == {'busy_s': 0.25, 'load': 1.0, 'sampled': True, 'rows': 8,
-                               'compile_s': 0.0}
+                               'compile_s': 0.0, 'ready': 1.0}
 
 
 @pytest.mark.multiprocess

@@ -86,6 +86,9 @@ class StepStats:
     worker_compile_s: per worker, seconds it spent compiling its programs during the step
       (waited for, or on its background thread); what a change of the shares cost in compiles.
       Empty when unknown (the virtual clock, which models no compiles).
+    worker_ready: per worker, whether it can run the shares a policy prepared
+      (`hetjax.core.Shares.upcoming`) without waiting for a compile; empty when unknown (every
+      worker ready).
     bytes: bytes one worker contributed to this step's collectives (0 when none).
     loss: the global mean loss: a device scalar on real runs (reading it waits for the step),
       NaN on the virtual clock.
@@ -108,6 +111,7 @@ class StepStats:
   tokens: tuple[int, ...] = ()
   local: Any = None
   worker_compile_s: tuple[float, ...] = ()
+  worker_ready: tuple[bool, ...] = ()
 
   @property
   def workers(self) -> int:

@@ -4,17 +4,19 @@ Each worker writes its own slot of every field and the all-reduce sums them, so 
 collective every worker holds every worker's values: the inputs of a policy decision that comes
 out identical everywhere, with no other message. Layout (float32, ``n`` workers)::
 
-  [loss | busy_s × n | load × n | sampled × n | rows × n | compile_s × n]
+  [loss | busy_s × n | load × n | sampled × n | rows × n | compile_s × n | ready × n]
 
 ``compile_s`` is the seconds a worker spent compiling its programs during the step (waited for,
 or on its background thread): what lets every worker see that a compile ran somewhere in the
-job, and what a move of the shares cost.
+job, and what a move of the shares cost. ``ready`` is 1 where the worker can run the share a
+policy prepared (`hetjax.core.Shares.upcoming`) without waiting for a compile, or none was
+prepared: a costly move waits for every worker's (`hetjax.balance.LBBSP`).
 
 Example::
 
   >>> head = StepHead(workers=2)
   >>> head.size, head.slots(1)
-  (11, (2, 4, 6, 8, 10))
+  (13, (2, 4, 6, 8, 10, 12))
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import dataclasses
 
 import numpy as np
 
-FIELDS = ('busy_s', 'load', 'sampled', 'rows', 'compile_s')
+FIELDS = ('busy_s', 'load', 'sampled', 'rows', 'compile_s', 'ready')
 
 
 @dataclasses.dataclass(frozen=True)

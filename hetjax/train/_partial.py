@@ -44,6 +44,8 @@ class PartialGradient:
     compiled_s: seconds this worker compiled since its last step, waited for or in the
       background (a background compile counts when it finishes; before the first step, a
       speed probe's compile counts there).
+    ready: this worker can run the share a policy prepared (`prepare_upcoming`) without
+      waiting for a compile, or none was prepared.
   """
 
   packed: Any
@@ -60,6 +62,7 @@ class PartialGradient:
   slowdown: float
   compiled_s: float = 0.0
   exact: bool = False
+  ready: bool = True
 
   @property
   def busy_s(self) -> float:
@@ -69,7 +72,8 @@ class PartialGradient:
   def head_values(self) -> dict[str, Any]:
     """`WorkerTrainer.combine`'s keyword arguments for this worker's slots of the head."""
     return {'busy_s': self.busy_s, 'load': self.load, 'rows': self.rows,
-            'sampled': 2.0 if self.exact else float(self.sampled), 'compile_s': self.compiled_s}
+            'sampled': 2.0 if self.exact else float(self.sampled), 'compile_s': self.compiled_s,
+            'ready': float(self.ready)}
 
   def timing(self, worker: int, collective_s: float, end: float) -> WorkerTiming:
     """This worker's `WorkerTiming` of the step, given its collective time and its end."""
@@ -84,8 +88,7 @@ def prepare_upcoming(trainer: WorkerTrainer, shares: Any) -> None:
   """Starts compiling, in the background, the programs this worker's share of the shares a
   policy expects to move to will need (`hetjax.core.Shares.upcoming`), if any."""
   upcoming = getattr(shares, 'upcoming', None)
-  if upcoming is not None:
-    trainer.programs.prepare(int(upcoming[trainer.worker]))
+  trainer.programs.prepare(None if upcoming is None else int(upcoming[trainer.worker]))
 
 
 def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
@@ -121,4 +124,4 @@ def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
       packed, step, rows, start, data_s=computed - start, compute_s=compute_s,
       compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(host, step),
       sampled=sampled or exact, slowdown=host.factor(step) if host else 1.0,
-      compiled_s=compiled_s, exact=exact)
+      compiled_s=compiled_s, exact=exact, ready=programs.ready)

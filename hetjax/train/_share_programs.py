@@ -99,6 +99,7 @@ class SharePrograms:
     self._taken = 0.0  # compile seconds reported by `take_compiled`
     self._laddered = False
     self._template: tuple[PyTree, Batch] | None = None  # the first call's arguments (shapes)
+    self._upcoming: int | None = None  # the rows `prepare` was last given
     if bucket and self.granularity is Granularity.COMPILE:
       self._start_pool()
 
@@ -148,13 +149,14 @@ class SharePrograms:
     self._submit(rows, params, batch)
     return self._run_pieces(add, pieces, params, batch)
 
-  def prepare(self, rows: int) -> None:
+  def prepare(self, rows: int | None) -> None:
     """Starts compiling, in the background, what a share of ``rows`` will need, so that the
     step that runs it does not wait for it (`hetjax.core.Shares.upcoming`: a move a policy
-    waits to confirm): its own program (``compile``), or the micro-batch's (``micro``) where
-    the programs ready do not make it up. Nothing before the first call (no shapes yet), nor
-    without a bucket."""
-    if not self.bucket or self._template is None or rows <= 0:
+    holds until every worker is `ready` for it): its own program (``compile``), or the
+    micro-batch's (``micro``) where the programs ready do not make it up. Nothing before the
+    first call (no shapes yet), nor without a bucket; None: no share is prepared."""
+    self._upcoming = rows
+    if not self.bucket or self._template is None or not rows or rows <= 0:
       return
     self._collect()
     if rows in self._ready or rows in self._pending:
@@ -167,6 +169,21 @@ class SharePrograms:
       self._start_pool()
     size = rows if self.granularity is Granularity.COMPILE else self.bucket
     self._submit(size, *self._template)
+
+  @property
+  def ready(self) -> bool:
+    """Whether the share last prepared (`prepare`) runs without waiting for a compile: its own
+    program is compiled, or (``micro``) the programs compiled make it up. True when none is
+    prepared, or where this worker cannot prepare one (no bucket, no call yet): a move then
+    compiles when it comes, as it always did."""
+    rows = self._upcoming
+    if not rows or rows <= 0 or not self.bucket or self._template is None:
+      return True
+    self._collect()
+    if rows in self._ready:
+      return True
+    return (self.granularity is Granularity.MICRO
+            and decompose(rows, list(self._ready)) is not None)
 
   def wait(self) -> None:
     """Blocks until every queued background compile has finished (tests, warm-ups)."""

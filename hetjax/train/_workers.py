@@ -357,28 +357,32 @@ class WorkerTrainer:
     return self._add(packed, more)
 
   def combine(self, state: TrainState, packed, busy_s: float = 0.0, load: float = 0.0,
-              sampled: bool | float = True, rows: int = 0, compile_s: float = 0.0):
+              sampled: bool | float = True, rows: int = 0, compile_s: float = 0.0,
+              ready: float = 1.0):
     """Sums every worker's packed loss and gradient and applies the optimizer (collective).
 
     This worker's ``busy_s`` (compute and emulated padding), ``load`` (its host-load input),
     ``sampled`` (False: its time is not a speed sample, e.g. it ran a new size as pieces while
-    the size's program compiled), ``rows`` (rows it computed) and ``compile_s`` (seconds it
-    compiled during the step) ride in named slots of the same
+    the size's program compiled), ``rows`` (rows it computed), ``compile_s`` (seconds it
+    compiled during the step) and ``ready`` (1: it can run the share a policy prepared without
+    waiting for a compile) ride in named slots of the same
     all-reduce (`StepHead`), so every worker learns every worker's values without another
     message: the inputs of a deterministic, identical policy decision everywhere.
 
     Returns:
       ``(state, head)``: the new state and the summed head (`StepHead.read` names its parts).
     """
-    return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows, compile_s))
+    return self._update(state, *self.stacked(packed, busy_s, load, sampled, rows, compile_s,
+                                             ready))
 
   def stacked(self, packed, busy_s: float = 0.0, load: float = 0.0, sampled: bool | float = True,
-              rows: int = 0, compile_s: float = 0.0) -> tuple[jax.Array, list[jax.Array]]:
+              rows: int = 0, compile_s: float = 0.0,
+              ready: float = 1.0) -> tuple[jax.Array, list[jax.Array]]:
     """``packed`` with this worker's values in its slots of the head, stacked over workers as
     global arrays: what `combine`'s all-reduce sums (each worker holds its own shards)."""
     fused, separate = packed
-    fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows, compile_s],
-                                        np.float32))
+    fused = self._stamp(fused, np.array([busy_s, load, float(sampled), rows, compile_s,
+                                         float(ready)], np.float32))
     return self._stack_fused(fused), [
         self._stack(x, sh) for x, sh in zip(separate, self._separate_stacked, strict=True)]
 
@@ -432,7 +436,8 @@ class WorkerTrainer:
         iter_s=iter_s, load=tuple(head['load'].tolist()),
         sampled=tuple(bool(x) for x in sampled), compile_s=compile_s,
         bytes=self.all_reduce_bytes, loss=head['loss'], tokens=tokens,
-        local=local, worker_compile_s=tuple(float(c) for c in compiled))
+        local=local, worker_compile_s=tuple(float(c) for c in compiled),
+        worker_ready=tuple(bool(r) for r in head['ready'] > 0.5))
 
   def time_gradient(self, state: TrainState, rows: int, repeats: int = 3) -> tuple[float, ...]:
     """``repeats`` timed local gradients of ``rows`` rows (step 0's first rows), after one
