@@ -3,8 +3,9 @@
 import optax
 
 STEPS = 5
-#: Steps of the LB-BSP runs: its first move waits for three clean steps and a confirming decision.
-LBBSP_STEPS = 10
+#: Steps of the LB-BSP runs: its first move waits for three clean steps, a confirming decision
+#: and every worker's program for its new share (compiled in the background).
+LBBSP_STEPS = 12
 OPTIMIZER = optax.sgd(0.05, momentum=0.9)  # why not Adam: see tests/test_strategies.py
 MODELS = {
     'mlp': ({'hidden': 64, 'width': 32}, 64),

@@ -38,7 +38,10 @@ from hetjax.train import Strategy, WorkerTrainer, training_steps  # noqa: E402
 from tests.workers.common import LBBSP_STEPS, MODELS, OPTIMIZER, STEPS  # noqa: E402
 
 BUCKET = 4
-ROW_S = 1e-3  # a 1-device host's seconds per row: 16 rows take 16 ms, well over the compute
+# A 1-device host's seconds per row: 16 rows take 64 ms, well over the compute, and long enough
+# that the new share's program (compiled in the background while the old shares run, before
+# LB-BSP moves) is ready within a few steps on a loaded machine.
+ROW_S = 4e-3
 
 out = pathlib.Path(sys.argv[1])
 kwargs, batch = MODELS['mlp']
