@@ -143,3 +143,17 @@ def test_an_fsdp_run_that_fell_back_equals_one_device(tmp_path, capsys, one_devi
   model = run.load_model(workdir)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
                jax.device_get(nnx.to_pure_dict(nnx.state(model))), one_device[1])
+
+
+@pytest.mark.parametrize('mode', ['shares', 'tokens'])
+def test_the_fallback_is_announced_and_exact_in_every_mode(tmp_path, capsys, one_device, mode):
+  # The placements fall back alike where each worker shards its own copy (modes shares and
+  # tokens, one worker here): the same start-up line, the same SGD.
+  require_devices(8)
+  workdir = tmp_path / mode
+  config = _config('strategy=fsdp', 'mesh=4x2', f'mode={mode}')
+  assert run.train(config, workdir)['final_step'] == STEPS
+  assert ("fsdp: 1 parameter split along another dimension, 8 devices not dividing the named "
+          "one: w2 (128, 10) along dimension 0 instead of 1 ('embed')") in capsys.readouterr().out
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  np.testing.assert_allclose([r['loss'] for r in rows], one_device[0], rtol=1e-5, atol=0)

@@ -262,9 +262,15 @@ def _spmd(config, ctx, task, optimizer, strategy, mesh_shape) -> Built:
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
   if ctx.workers > 1:
     devices += f' of {ctx.workers} workers'
-  if strategy is train.Strategy.FSDP and ctx.is_chief and (notice := fsdp_notice(trainer)):
-    print(notice, flush=True)
+  _announce_fsdp(config, ctx, trainer)
   return Built(trainer, None, devices, Mode.SPMD)
+
+
+def _announce_fsdp(config, ctx, trainer) -> None:
+  """The chief prints `fsdp_notice` of a run under FSDP (modes spmd, shares and tokens)."""
+  if (train.Strategy.parse(config.parallelism.strategy) is train.Strategy.FSDP and ctx.is_chief
+      and (notice := fsdp_notice(trainer))):
+    print(notice, flush=True)
 
 
 def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
@@ -351,7 +357,7 @@ def fsdp_notice(trainer: train.Trainer) -> str | None:
     lines.append(f'fsdp: {len(moved)} {noun} split along another dimension, {ways} devices not '
                  f'dividing the named one: {", ".join(moved[:3])}{", …" if len(moved) > 3 else ""}')
   shapes = traverse_util.flatten_dict(trainer.layout.abstract.params)
-  specs = traverse_util.flatten_dict(trainer.state_shardings.params)
+  specs = traverse_util.flatten_dict(trainer.layout.shardings.params)
   whole = {k: int(np.prod(v.shape)) for k, v in shapes.items()}
   kept = sorted((k for k, s in specs.items() if shapes[k].shape and all(e is None for e in s.spec)),
                 key=lambda k: -whole[k])
@@ -495,6 +501,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
     trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
                                  mesh_shape, axis_rules, config.data.seed,
                                  accumulate=config.optimizer.accumulate)
+    _announce_fsdp(config, ctx, trainer)
     retries = []
     return Built(trainer, rules, devices, mode,
                  _hosts.emulated_host(ctx, trainer, trace, channel,
@@ -528,6 +535,7 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
                                   granularity=config.balance.granularity)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
   inner.check_shares(policy.update(policy.init(), None)[0])
+  _announce_fsdp(config, ctx, inner)
   retries = []
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s,
                               host_fixed_s=config.emulation.host_fixed_s, record=retries.append)
