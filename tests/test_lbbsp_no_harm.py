@@ -265,3 +265,18 @@ def test_share_programs_say_when_a_prepared_share_runs_without_a_compile():
   programs.prepare(None)
   assert programs.ready
   programs.close()
+
+
+def test_a_prepared_compile_that_fails_is_raised_not_waited_for_forever():
+  def lower(params, batch):
+    if len(batch['x']) == 4:
+      raise ValueError('no program for 4 rows')
+    return jax.jit(_partial).lower(params, batch)
+
+  programs = SharePrograms(lower, bucket=4, max_rows=52, granularity='micro')
+  programs(_add, PARAMS, _batch(16))
+  programs.prepare(20)  # needs the micro-batch's program, whose compile raises
+  programs.wait()
+  with pytest.raises(ValueError, match='no program for 4 rows'):
+    assert programs.ready
+  programs.close()

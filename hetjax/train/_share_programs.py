@@ -100,6 +100,7 @@ class SharePrograms:
     self._laddered = False
     self._template: tuple[PyTree, Batch] | None = None  # the first call's arguments (shapes)
     self._upcoming: int | None = None  # the rows `prepare` was last given
+    self._failed: dict[int, BaseException] = {}  # background compiles that raised, by rows
     if bucket and self.granularity is Granularity.COMPILE:
       self._start_pool()
 
@@ -175,11 +176,15 @@ class SharePrograms:
     """Whether the share last prepared (`prepare`) runs without waiting for a compile: its own
     program is compiled, or (``micro``) the programs compiled make it up. True when none is
     prepared, or where this worker cannot prepare one (no bucket, no call yet): a move then
-    compiles when it comes, as it always did."""
+    compiles when it comes, as it always did. A background compile of what it needs that
+    raised is raised here (a held move would otherwise wait for it forever)."""
     rows = self._upcoming
     if not rows or rows <= 0 or not self.bucket or self._template is None:
       return True
     self._collect()
+    needed = rows if self.granularity is Granularity.COMPILE else self.bucket
+    if needed in self._failed:
+      raise self._failed[needed]
     if rows in self._ready:
       return True
     return (self.granularity is Granularity.MICRO
@@ -211,8 +216,12 @@ class SharePrograms:
     for rows, future in list(self._pending.items()):
       if future.done():
         del self._pending[rows]
-        if not future.cancelled() and future.exception() is None:
+        if future.cancelled():
+          continue
+        if future.exception() is None:
           self._ready.setdefault(rows, future.result())
+        else:  # raised where it is needed: a run (compiled again there) or `ready`
+          self._failed[rows] = future.exception()
 
   def _pieces(self, rows: int) -> list[int] | None:
     if self._pool is None or not self._ready:
