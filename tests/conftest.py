@@ -96,6 +96,32 @@ def at_default_xla(request) -> bool:
   return False
 
 
+class MetricsClock:
+  """Stands in for `time` in hetjax.train._metrics: ``perf_counter`` reads ``now``, ``time``
+  (the Unix clock, read once at the logger's start) `UNIX_START` + ``now``."""
+
+  UNIX_START = 1_800_000_000.0
+
+  def __init__(self):
+    self.now = 0.0
+
+  def perf_counter(self):
+    return self.now
+
+  def time(self):
+    return self.UNIX_START + self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> MetricsClock:
+  """A `MetricsClock` in place of `hetjax.train._metrics`'s ``time``: a test moves ``now``."""
+  from hetjax.train import _metrics
+
+  fake = MetricsClock()
+  monkeypatch.setattr(_metrics, 'time', fake)
+  return fake
+
+
 def require_devices(n: int) -> list[jax.Device]:
   """The first ``n`` devices, or skip the test when fewer exist (e.g. on a real 1-GPU host)."""
   devices = jax.devices()

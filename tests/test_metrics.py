@@ -12,33 +12,10 @@ import pytest
 
 from hetjax.core import StepStats, WorkerTiming
 from hetjax.report import summary_fields
-from hetjax.train import MetricsLogger, StepInfo, _metrics
+from hetjax.train import MetricsLogger, StepInfo
 from hetjax.train._metrics import format_duration, held_up_by_compile
 
 BATCH = 100
-
-
-class _Clock:
-  """Stands in for `time` in hetjax.train._metrics: ``perf_counter`` reads ``now``, ``time``
-  (the Unix clock, read once at the logger's start) ``UNIX_START`` + ``now``."""
-
-  UNIX_START = 1_800_000_000.0
-
-  def __init__(self):
-    self.now = 0.0
-
-  def perf_counter(self):
-    return self.now
-
-  def time(self):
-    return self.UNIX_START + self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-  fake = _Clock()
-  monkeypatch.setattr(_metrics, 'time', fake)
-  return fake
 
 
 def _stats(step, compile_s=0.0, sampled=(True, True), per_worker=True):

@@ -15,31 +15,12 @@ import pytest
 
 from hetjax import ConfigError
 from hetjax.core import StepStats
-from hetjax.train import Hook, MetricsLogger, StepInfo, _metrics
+from hetjax.train import Hook, MetricsLogger, StepInfo
 from hetjax.train._loop import run_hooks
+from tests.conftest import MetricsClock
 
 BATCH = 100
-UNIX_START = 1_800_000_000.0
-
-
-class _Clock:
-  """Stands in for `time` in hetjax.train._metrics: ``perf_counter`` reads ``now``."""
-
-  def __init__(self):
-    self.now = 0.0
-
-  def perf_counter(self):
-    return self.now
-
-  def time(self):
-    return UNIX_START + self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-  fake = _Clock()
-  monkeypatch.setattr(_metrics, 'time', fake)
-  return fake
+UNIX_START = MetricsClock.UNIX_START
 
 
 def _run(clock, logger, steps, hooks=(), compile_at=()):

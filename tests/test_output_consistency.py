@@ -12,35 +12,17 @@ import random
 
 import numpy as np
 import pytest
-from conftest import require_devices
 
 from hetjax import balance, report, run
 from hetjax.core import StepStats, WorkerTiming
 from hetjax.emulation import StaticTrace
 from hetjax.report import LiveThroughput, _goodput, summary_fields, telemetry_throughput
-from hetjax.train import MetricsLogger, StepInfo, _metrics
+from hetjax.train import MetricsLogger, StepInfo
+from tests.conftest import require_devices
 
 BATCH = 100
 
 
-class _Clock:
-  UNIX_START = 1_800_000_000.0
-
-  def __init__(self):
-    self.now = 0.0
-
-  def perf_counter(self):
-    return self.now
-
-  def time(self):
-    return self.UNIX_START + self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-  fake = _Clock()
-  monkeypatch.setattr(_metrics, 'time', fake)
-  return fake
 
 
 def _telemetry_row(step, worker, step_s, compile_s=0.0, sampled=True, share=50):
