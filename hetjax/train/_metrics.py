@@ -323,7 +323,9 @@ class MetricsLogger:
     loss = self.last.get('loss')
     loss = 'n/a' if loss is None else f'{loss:.4f}'
     left = max(self.total_steps - step, 0) * self.global_batch
-    speed = 'n/a' if rate is None else f'{rate:,.0f}'
+    # Rounded as summary.json's `steady_samples_per_s` is (0.1) before it is shown whole, so the
+    # last line prints the summary's figure to the digit (1945.46 and 1945.5 print 1,945 and 1,946).
+    speed = 'n/a' if rate is None else f'{round(rate, 1):,.0f}'
     eta = 'n/a' if pace is None or pace <= 0 else format_duration(left / pace)
     return f'loss {loss} | {speed:>10} samples/s | {elapsed:7.1f} s | eta {eta}'
 
