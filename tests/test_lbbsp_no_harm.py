@@ -221,6 +221,30 @@ def test_hosts_a_compile_does_not_spoil_prepare_the_move_while_the_noise_is_meas
   assert held[0] is not None and held[0][3] < UNIFORM
 
 
+def test_hosts_padded_to_their_time_need_no_noise_samples_before_a_move():
+  # Every worker's busy time is its host's (`worker_exact`): a measurement without noise, so
+  # the move is prepared at the first decision and made as soon as every worker is ready,
+  # not after MIN_NOISE_SAMPLES quiet steps. The same steps unpadded wait for the samples.
+  def first_move(exact: bool) -> int:
+    policy = LBBSP(RULES, EWMA())
+    state, shares = policy.init(), RULES.uniform()
+    for step in range(12):
+      x = np.asarray(shares.values)
+      if x[3] < UNIFORM:
+        return step
+      busy = np.asarray((1, 1, 1, 3)) * x * 5e-3
+      stats = StepStats(step, tuple(int(v) for v in x), tuple(busy.tolist()),
+                        sampled=(step > 0 or exact,) * WORKERS,
+                        worker_compile_s=(1.0 if step == 0 else 0.0,) * WORKERS,
+                        worker_ready=(shares.upcoming is not None,) * WORKERS,
+                        worker_exact=(exact,) * WORKERS)
+      shares, state = policy.update(state, stats)
+    return -1
+
+  assert first_move(exact=True) == 2  # prepared after step 0, ready at step 1
+  assert first_move(exact=False) >= MIN_NOISE_SAMPLES + 2
+
+
 def test_a_costly_move_waits_until_every_worker_has_compiled_its_share():
   # Workers report whether they can run the prepared shares without a compile; a new size's
   # program takes 4 steps to compile in the background. The move is held until all are ready,

@@ -89,6 +89,9 @@ class StepStats:
     worker_ready: per worker, whether it can run the shares a policy prepared
       (`hetjax.core.Shares.upcoming`) without waiting for a compile; empty when unknown (every
       worker ready).
+    worker_exact: per worker, whether its busy time is exactly its emulated host's (its step
+      was padded to the host's time with room to spare): a measurement without noise. Empty
+      when unknown or not emulated.
     bytes: bytes one worker contributed to this step's collectives (0 when none).
     loss: the global mean loss: a device scalar on real runs (reading it waits for the step),
       NaN on the virtual clock.
@@ -112,6 +115,7 @@ class StepStats:
   local: Any = None
   worker_compile_s: tuple[float, ...] = ()
   worker_ready: tuple[bool, ...] = ()
+  worker_exact: tuple[bool, ...] = ()
 
   @property
   def workers(self) -> int:

@@ -20,6 +20,7 @@ import pathlib
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.report._figure import figure as _figure
 from hetjax.report._objective import METRICS_FILE
 
 
@@ -69,9 +70,8 @@ def plot_loss(curves: LossCurves, path: str | pathlib.Path, title: str = '') -> 
 
     plot_loss(load_loss('runs/lm'), 'runs/lm/loss.png')
   """
-  from matplotlib.figure import Figure  # imported to plot, not with hetjax
 
-  fig = Figure(figsize=(9, 4.5), layout='constrained')
+  fig = _figure(figsize=(9, 4.5), layout='constrained')
   ax = fig.add_subplot()
   ax.plot(curves.steps, curves.loss, color='#1f77b4', linewidth=1, label='training loss')
   if curves.eval_steps.size:

@@ -22,6 +22,7 @@ import pathlib
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.report._figure import figure as _figure
 
 METRICS_FILE = 'metrics.jsonl'
 
@@ -76,9 +77,8 @@ def load_objective(run_dir: str | pathlib.Path) -> ObjectiveCurve:
 
 def plot_objective(curve: ObjectiveCurve, path: str | pathlib.Path) -> pathlib.Path:
   """Writes the objective against rounds (left) and against seconds (right) as a PNG."""
-  from matplotlib.figure import Figure  # imported to plot, not with hetjax
 
-  fig = Figure(figsize=(10, 3.6), layout='constrained')
+  fig = _figure(figsize=(10, 3.6), layout='constrained')
   title = ', '.join(f'{k} {curve.run[k]}' for k in ('model', 'scheduler', 'workers')
                     if curve.run.get(k))
   for i, (x, label) in enumerate(((curve.rounds, 'round'), (curve.seconds, 'seconds'))):

@@ -11,6 +11,7 @@ import pathlib
 
 import numpy as np
 
+from hetjax.report._figure import figure as _figure
 from hetjax.report._loss import load_loss, plot_loss
 from hetjax.report._objective import METRICS_FILE
 from hetjax.report._telemetry_table import Telemetry, _after_warmup, iteration_summary
@@ -28,14 +29,6 @@ _TIMELINE_STEPS = 40  # more steps than this turn into noise: the timeline shows
 _DASHES = ('-', '--', '-.', ':')
 _MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '*')
 _MARKS_PER_WORKER = 10  # about this many markers on each worker's line
-
-
-def _figure(**kwargs):
-  """A `matplotlib.figure.Figure`; matplotlib is imported here, not with hetjax (about 1 s of
-  every worker's start-up otherwise)."""
-  from matplotlib.figure import Figure
-
-  return Figure(**kwargs)
 
 
 def plot_timeline(t: Telemetry, path: str | pathlib.Path, skip: int = 1) -> pathlib.Path:

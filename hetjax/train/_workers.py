@@ -437,7 +437,8 @@ class WorkerTrainer:
         sampled=tuple(bool(x) for x in sampled), compile_s=compile_s,
         bytes=self.all_reduce_bytes, loss=head['loss'], tokens=tokens,
         local=local, worker_compile_s=tuple(float(c) for c in compiled),
-        worker_ready=tuple(bool(r) for r in head['ready'] > 0.5))
+        worker_ready=tuple(bool(r) for r in head['ready'] > 0.5),
+        worker_exact=tuple(bool(x) for x in exact))
 
   def time_gradient(self, state: TrainState, rows: int, repeats: int = 3) -> tuple[float, ...]:
     """``repeats`` timed local gradients of ``rows`` rows (step 0's first rows), after one
