@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from hetjax._errors import ConfigError
+from hetjax.report._figure import figure as _figure
 from hetjax.report._goodput import goodput
 from hetjax.report._hosts import cost, describe_hosts, hosts_of
 from hetjax.report._objective import METRICS_FILE
-from hetjax.report._figure import figure as _figure
 from hetjax.report._plots import _SEGMENTS, _save
 from hetjax.report._telemetry_table import (
   RUN_FILE,
