@@ -133,7 +133,7 @@ def test_configs_of_your_own_are_checked(name, message):
      "model 'types:SimpleNamespace' returned SimpleNamespace, not a hetjax.train.Task"),
 ])
 def test_models_of_your_own_are_checked(model, message):
-  from hetjax.run import _build as _programs
+  from hetjax import run as _programs
 
   config = run.override(run.load_config('mlp'), [f'model={model}'])
   with pytest.raises(ConfigError, match=message):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
+from hetjax import run as _programs
 from hetjax.core import StepStats, Work, decode_state, encode_state
-from hetjax.run import _build as _programs
 from hetjax.run import _hosts
 from hetjax.train import Hook, training_steps
 from hetjax.train._head import StepHead
@@ -165,7 +165,7 @@ def test_work_and_stats_are_values():
 def test_the_oracle_under_train_py_knows_its_hosts_costs():
   """`--policy=oracle` gets the emulated hosts' per-row and fixed costs, not only the trace."""
   from hetjax import balance, run, runtime
-  from hetjax.run import _build as _programs
+  from hetjax import run as _programs
 
   config = run.override(run.load_config('mlp'), [
       'mode=shares', 'policy=oracle', 'slowdown=static:1', 'host_row_s=1e-4', 'mesh=8x1',

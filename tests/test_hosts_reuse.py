@@ -73,13 +73,13 @@ def _config(*assignments: str) -> run.Config:
 
 def test_reuse_pins_the_recorded_hosts(tmp_path):
   where = _run_dir(tmp_path / 'a', host_row_s=2.5e-5, host_fixed_s=1e-3)
-  pinned = _hosts.reuse(_config(f'hosts={where}'), Mode.SHARES, 'static:1,3')
+  pinned = _hosts.reuse(_config(f'hosts={where}'), Mode.SHARES, 'static:1,3', 'rows and fixed')
   assert (pinned.emulation.host_row_s, pinned.emulation.host_fixed_s) == (2.5e-5, 1e-3)
   assert pinned.emulation.hosts == where and _hosts.source_of(pinned) == _hosts.REUSED
   # The same numbers given beside it are no conflict; no hosts named leaves the config alone.
   same = _config(f'hosts={where}', 'host_row_s=2.5e-5', 'host_fixed_s=1e-3')
-  assert _hosts.reuse(same, Mode.SHARES, 'static:1,3') == pinned
-  assert _hosts.reuse(_config(), Mode.SHARES, 'static:1,3') == _config()
+  assert _hosts.reuse(same, Mode.SHARES, 'static:1,3', 'rows and fixed') == pinned
+  assert _hosts.reuse(_config(), Mode.SHARES, 'static:1,3', 'rows and fixed') == _config()
 
 
 @pytest.mark.parametrize('fields, assignments, mode, slowdown, fragment', [
@@ -105,7 +105,8 @@ def test_hosts_it_cannot_reuse_are_one_line(tmp_path, fields, assignments, mode,
     if fields:
       (where / 'run.json').write_text(json.dumps({'mode': 'shares', **fields}))
   with pytest.raises(ConfigError) as error:
-    _hosts.reuse(_config(f'hosts={where}', *assignments), mode, slowdown)
+    _hosts.reuse(_config(f'hosts={where}', *assignments), mode, slowdown,
+                 run.MODES[mode].hosts)
   message = str(error.value)
   assert message.startswith(f'emulation.hosts={where}') and fragment in message, message
   assert '\n' not in message

@@ -247,15 +247,17 @@ def test_every_mode_trains_flax_attention_like_one_device(tmp_path, capsys, mode
 
 @pytest.mark.parametrize('mode, why', [
     ('pipeline', "mode pipeline replicates each stage's parameters on the stage's devices"),
-    ('plan', "mode plan takes each sub-model's rules from its plan"),
+    ('plan', "mode plan takes each sub-model's layout from its plan"),
 ])
 def test_modes_without_a_strategy_refuse_parallelism_rules(tmp_path, mode, why):
   with pytest.raises(ConfigError) as err:
     run.train(_config(f'mode={mode}', 'parallelism.rules.kv=model'), tmp_path / 'run')
   message = str(err.value)
-  assert message.startswith('parallelism.rules maps logical names onto the strategy mesh of '
-                            'modes spmd, shares and tokens; ' + why), message
-  assert message.endswith(': drop parallelism.rules') and not (tmp_path / 'run').exists()
+  assert message.startswith(f'mode {mode} takes no parallelism.rules (parallelism.rules maps '
+                            'logical names onto the strategy mesh: modes spmd, shares and '
+                            f'tokens); {why}'), message
+  assert message.endswith(': drop it or pick a mode that takes it')
+  assert not (tmp_path / 'run').exists()
 
 
 def test_a_bad_axis_in_the_config_fails_before_the_run_directory(tmp_path):

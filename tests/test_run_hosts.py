@@ -97,7 +97,6 @@ def test_a_small_model_is_calibrated_all_per_row_not_refused(capsys, monkeypatch
   so its host costs per row only (what lets a balancer give a slow host fewer rows). Its
   gradient is timed as that flat dispatch (2 ms whatever the rows): really timed, noise now and
   then resolved a line on the third attempt (a fresh clone's suite, 2026-11-28)."""
-  from hetjax.run import _build
   from hetjax.train import WorkerTrainer
 
   monkeypatch.setattr(WorkerTrainer, 'time_gradient',
@@ -106,7 +105,7 @@ def test_a_small_model_is_calibrated_all_per_row_not_refused(capsys, monkeypatch
   config = run.override(run.load_config('mlp'), [
       'model.args.hidden=16', 'model.args.width=8', 'mesh=8x1', 'global_batch=128',
       'slowdown=static:3'])
-  built = _build.build(config, runtime.WorkerContext(0, 1, None), None)
+  built = run.build(config, runtime.WorkerContext(0, 1, None), None)
   assert built.host.fixed_s == 0.0 and built.program.host is built.host
   assert 'no cost per row resolved on worker 0' in capsys.readouterr().out
   assert np.isfinite(built.host.row_s) and built.host.factor(0) == 3.0

@@ -177,7 +177,7 @@ def test_strategy_shards_the_parameters_it_must(name, strategy):
   for expected in EXPECTED_SPECS[strategy][name].values():
     assert _padded(expected, 3) in momentum
   if strategy is Strategy.FSDP:
-    from hetjax.run import _build as _programs
+    from hetjax import run as _programs
 
     assert _programs.fsdp_notice(trainer) == FSDP_NOTICES[name]
 
@@ -198,7 +198,7 @@ class _Unnamed(nnx.Module):
 
 
 def test_fsdp_shards_an_unnamed_parameter_and_names_what_it_cannot():
-  from hetjax.run import _build as _programs
+  from hetjax import run as _programs
 
   mesh = make_mesh((4, 1), devices=require_devices(4))
   task = Task('unnamed', _Unnamed, lambda model, batch: model.w.sum(), models.make_task('mlp').data)

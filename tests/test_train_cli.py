@@ -120,13 +120,15 @@ BAD_INPUT = [
     (['--config=mlp', '--mesh=8x1', '--policy=fastest'], ["unknown balance.policy 'fastest'"]),
     ([], ['--config is required']),
     (['--config=mlp', '--mode=pipeline', '--slowdown=static:2'],
-     ['mode pipeline takes no slowdown (per-worker options of the shares and tokens modes)']),
+     ['mode pipeline takes no slowdown on one worker (slowdown makes every worker a host of known '
+      'speed: modes shares, tokens, plan, schmp, ps and pipeline under several workers)']),
     (['--config=mlp', '--mode=spmd', '--policy=lbbsp', '--shares=256'],
-     ['mode spmd takes no policy, shares']),
+     ['mode spmd takes no balance.policy, balance.shares (balance.policy re-sizes']),
     (['--config=mlp', '--mode=tokens', '--token_rows=24'],
      ['token_rows 24 does not divide the global batch 256']),
     (['--config=mlp', '--mode=tokens', '--plan=hetjax/configs/plans/pure_dp.json'],
-     ['a plan runs in mode plan (or auto); mode tokens takes strategy and mesh instead']),
+     ['mode tokens takes no parallelism.plan (parallelism.plan lays each sub-model out on its '
+      'group of workers: mode plan)']),
     (['--config=mlp', '--mode=plan'], ['mode plan needs a plan: --plan=PATH']),
     (['--config=mlp', '--plan=hetjax/configs/plans/pure_dp.json', '--slowdown=static:2'],
      ['this plan runs on one process: launch several workers']),
@@ -134,15 +136,20 @@ BAD_INPUT = [
      ["pipeline.sync 'ps' is now 'periodic-average'", 'choose one of: all-reduce, random-pairs']),
     (['--config=mlp', '--mode=pipeline', '--sync=gossip'], ["unknown pipeline.sync 'gossip'"]),
     (['--config=mlp', '--mode=pipeline', '--sync=all-reduce'],
-     ["sync 'all-reduce' groups pipeline replicas: it takes mode pipeline under several workers"]),
+     ['mode pipeline takes no pipeline.sync on one worker (pipeline.sync groups pipeline replicas: '
+      'mode pipeline under several workers)']),
     (['--config=mlp', '--set', 'ps=bsp,eager'], ['eager pull needs asp or ssp']),
     (['--config=mlp', '--set', 'ps=ssp'], ['ssp needs its bound, e.g. ssp:2']),
     (['--config=mlp', '--mode=ps'], ['mode ps needs parameter servers: launch it with']),
     (['--config=mlp', '--set', 'network=link:1:10'],
-     ['network (link:1:10) emulates the links of modes shares and ps; mode spmd has none']),
+     ["mode spmd takes no network (network emulates each worker's link: modes shares and ps)"]),
     (['--config=mlp', '--mode=shares', '--set', 'network=link:1'], ["bad links 'link:1'"]),
     (['--config=mlp', '--mode=tokens', '--set', 'overlap=True'],
-     ['overlap and bucket_bytes run the all-reduce scheduler of mode shares, not mode tokens']),
+     ['mode tokens takes no overlap (overlap runs the all-reduce scheduler: mode shares)']),
+    # Tokens size themselves: a share policy there was once silently ignored (issue 40).
+    (['--config=mlp', '--mode=tokens', '--policy=lbbsp'],
+     ["mode tokens takes no balance.policy (balance.policy re-sizes each worker's share: mode "
+      'shares)']),
     (['--config=mlp', '--mode=shares', '--set', 'bucket_bytes=4096'],
      ['bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True']),
     # The language model's data and training options (issue 26).

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError, models
+from hetjax import run as _programs
 from hetjax.emulation import KnownSpeedHost, StaticTrace
 from hetjax.planner import ClusterSpec
-from hetjax.run import _build as _programs
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
 from hetjax.train import Strategy

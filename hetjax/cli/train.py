@@ -8,14 +8,8 @@ Every option of a run is a field of `hetjax.run.Config` (in sections), set with
 ``--set section.field=value`` or its flat name
 (``--set mode=tokens``, ``--set policy=lbbsp``, ``--set slowdown=static:1,1,1,3``; a name two
 sections share is refused: ``--set schedule=cosine`` names ``optimizer.schedule`` and
-``pipeline.schedule``); the flags below are shorthands for the common ones. ``mode`` picks the step program: ``spmd`` (one mesh),
-``shares`` (per-worker batch shares, LB-BSP), ``tokens`` (Fela's token queue), ``pipeline``
-(stages on device groups; under several workers, one SDPipe replica per worker, grouped by the
-``sync`` policy), ``plan`` (a Fela plan: each sub-model on its group of workers with its own
-layout; one SPMD step, or stages on the groups), ``ps`` (a parameter server: under
-``launch --servers K`` the last K processes serve, the workers push and pull; ``--set ps=…``
-picks bsp, asp, ssp, eager pull and the staleness-aware rate); ``auto`` is plan given a plan,
-ps in a job with servers, else spmd on one process and shares under several workers. All of
+``pipeline.schedule``); the flags below are shorthands for the common ones. ``mode`` picks the step program
+(``--mode``'s help lists every mode and ``auto``'s rule, from `hetjax.run.MODES`). All of
 them run in one loop with the same checkpoints, metrics and telemetry.
 
   python -m hetjax.launch --workers 4 --servers 1 --network link:1:10 -- python \\
@@ -84,7 +78,7 @@ _RESUME = flags.DEFINE_bool('resume', False, 'continue from the latest checkpoin
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'delete an existing run in --workdir first')
 # Shorthands for config fields (each is the same as --set FIELD=VALUE).
 _SHORTHANDS = {
-    'mode': flags.DEFINE_string('mode', None, 'spmd, shares, tokens, pipeline, plan or auto'),
+    'mode': flags.DEFINE_string('mode', None, f'how a step runs: {run.describe_modes()}'),
     'strategy': flags.DEFINE_string('strategy', None, 'parallel strategy (default: the config\'s)'),
     'mesh': flags.DEFINE_string('mesh', None, 'mesh shape data x model, e.g. 4x2'),
     'plan': flags.DEFINE_string('plan', None, 'a plan JSON (experiments/plan.py --json)'),

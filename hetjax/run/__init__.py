@@ -9,14 +9,10 @@ notebook does the same::
   summary = run.train(config, 'runs/mlp', overwrite=True)
 """
 
-from hetjax.run._build import Built as Built
-from hetjax.run._build import build as build
 from hetjax.run._build import default_bucket as default_bucket
 from hetjax.run._build import default_token_rows as default_token_rows
 from hetjax.run._build import fsdp_notice as fsdp_notice
-from hetjax.run._build import make_task as make_task
-from hetjax.run._build import mode_of as mode_of
-from hetjax.run._build import optimizer_of as optimizer_of
+from hetjax.run._built import Built as Built
 from hetjax.run._config import Config as Config
 from hetjax.run._config import keys as config_keys
 from hetjax.run._config import override as override
@@ -26,6 +22,11 @@ from hetjax.run._config_files import names as config_names
 from hetjax.run._evaluate_run import evaluate as evaluate
 from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import emulated_host as emulated_host
+from hetjax.run._modes import MODES as MODES
+from hetjax.run._modes import ModeEntry as ModeEntry
+from hetjax.run._modes import build as build
+from hetjax.run._modes import describe_modes as describe_modes
+from hetjax.run._modes import mode_of as mode_of
 from hetjax.run._runner import train as train
 from hetjax.run._sections import BalanceConfig as BalanceConfig
 from hetjax.run._sections import CheckpointConfig as CheckpointConfig
@@ -40,10 +41,13 @@ from hetjax.run._sections import ParallelismConfig as ParallelismConfig
 from hetjax.run._sections import ParameterServerConfig as ParameterServerConfig
 from hetjax.run._sections import PipelineConfig as PipelineConfig
 from hetjax.run._sections import SchmpConfig as SchmpConfig
+from hetjax.run._task import make_task as make_task
+from hetjax.run._task import optimizer_of as optimizer_of
 from hetjax.run._trained import load_model as load_model
 
 __all__ = [
     'MARGIN',
+    'MODES',
     'BalanceConfig',
     'Built',
     'CheckpointConfig',
@@ -53,6 +57,7 @@ __all__ = [
     'EvalConfig',
     'LoggingConfig',
     'Mode',
+    'ModeEntry',
     'ModelConfig',
     'OptimizerConfig',
     'ParallelismConfig',
@@ -64,6 +69,7 @@ __all__ = [
     'config_names',
     'default_bucket',
     'default_token_rows',
+    'describe_modes',
     'emulated_host',
     'evaluate',
     'fsdp_notice',

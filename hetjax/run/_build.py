@@ -1,19 +1,17 @@
-"""From a `Config` to everything a run drives: the one place that reads ``mode``.
+"""Each mode's builder: from a `Config` to the `Built` its runner drives on this worker.
 
-Every mode's builder returns one `Built` — the step program, the policy that decides its steps,
-the host, the checkpointer, the restore target and the extras — so the runner
-(`hetjax.run.train`) runs them all with one loop, one checkpoint protocol and one set of hooks.
+`hetjax.run.MODES` holds one entry per mode, with its builder from here (mode ps's is
+`hetjax.run._ps_run.build`); which builder runs, and which options a mode refuses, is decided
+there, so a builder reads only what its own mode takes. Every builder returns a complete
+`Built` (`_complete`): the step program, the policy that decides its steps, the host, the
+checkpointer, the restore target and the extras, so the runner (`hetjax.run.train`) runs them
+all with one loop, one checkpoint protocol and one set of hooks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import math
-import os
-import pathlib
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -22,167 +20,42 @@ import numpy as np
 from hetjax import (
   ConfigError,
   balance,
-  checkpoint,
   emulation,
-  models,
   pipeline,
   planner,
-  ps,
   runtime,
   schmp,
   sharding,
   train,
 )
-from hetjax._errors import parse_choice
 from hetjax.core import ShareRules
 from hetjax.pipeline import PipelineTrainer
 from hetjax.run import _comm_options, _hosts, _replicas, _restarts, _rules
+from hetjax.run._built import Built, default_checkpoints
 from hetjax.run._config import Config, Mode
-from hetjax.run._config_files import import_function
-from hetjax.run._sections import PRECISION_FIELDS, PipelineConfig
-
-SYNC_DEFAULT = PipelineConfig.sync
+from hetjax.run._task import make_task, optimizer_of
 
 
-#: ``checkpoints(workdir, resume) -> checkpointer`` (`hetjax.checkpoint.CheckpointerProtocol`).
-Checkpoints = Callable[[pathlib.Path, bool], checkpoint.CheckpointerProtocol]
+def _complete(config: Config, ctx: runtime.WorkerContext, built: Built) -> Built:
+  """``built`` with what every mode but ps shares filled in where its builder left it out: the
+  first line's description, this worker's index, one `Checkpointer` of the whole state, the
+  program's abstract state as the restore target, and ``run.json``'s policy and hosts."""
+  layout = f'{config.parallelism.strategy} on mesh {config.parallelism.mesh}'
+  return dataclasses.replace(
+      built,
+      describe=built.describe or f'{built.mode.value}, {layout} ({built.devices})',
+      worker=ctx.worker, workers=ctx.workers,
+      checkpoints=built.checkpoints or default_checkpoints(config),
+      restore_target=built.restore_target or (lambda step: built.program.abstract_state()),
+      run_info={'policy': None if built.policy is None else built.policy.name, 'sync': None,
+                **built.run_info,
+                **_hosts.recorded(built.host, config, built.run_info.get(_hosts.RETRIES, ()))})
 
 
-@dataclasses.dataclass(frozen=True)
-class Built:
-  """Everything the runner (`hetjax.run.train`) drives, for one mode on this worker: the one
-  value each mode's builder returns, so that the runner reads no mode and probes no program.
-
-  Attributes:
-    program: the `hetjax.core.StepProgram`.
-    policy: the policy that decides its steps (shares, tokens, a sync or SchMP scheduler), or
-      None.
-    devices: where it runs, for the first line a run prints.
-    mode: the mode it runs in.
-    host: this worker's host of known speed (``--slowdown``), or None.
-    describe: the run's first line after the model's name (mode, layout and devices).
-    worker: this process's index among the training workers (a ps job's servers not counted).
-    workers: the training workers of the job.
-    checkpoints: this worker's checkpointer under the run directory (a resume restores its
-      newest good checkpoint); `default_checkpoints` for one state saved by `Checkpointer`.
-    restore_target: the abstract state a checkpoint of a step restores into.
-    start: ``start(resume) -> (state, policy state)`` when the state is not this worker's to
-      restore (a parameter-server worker pulls it from the servers); None: from ``checkpoints``.
-    measure_speed: the share and token modes: ``measure_speed(state, the policy's first
-      decision) -> samples/s`` of this worker on its first share or a token, padded to its
-      host (``cluster.json``; its telemetry then goes to ``telemetry.jsonl``); None: no probe.
-    warm_up: run once before the first step (pipeline replicas compile and connect their
-      groups before the scheduler's clock starts), or None.
-    finish: ``finish(state or None on failure) -> summary fields``, always called after the
-      loop (the replicas' scheduler stops and reports; a ps worker says it is done).
-    serve: ``serve(workdir)``: a parameter server's process serves instead of training; None
-      for a worker.
-    run_info: ``run.json``'s fields beyond the common ones.
-  """
-
-  program: Any
-  policy: Any
-  devices: str
-  mode: Mode
-  host: Any = None
-  describe: str = ''
-  worker: int = 0
-  workers: int = 1
-  checkpoints: Checkpoints | None = None
-  restore_target: Callable[[int], Any] | None = None
-  start: Callable[[bool], tuple[Any, Any]] | None = None
-  measure_speed: Callable[[Any, Any], float] | None = None
-  warm_up: Callable[[Any], Any] | None = None
-  finish: Callable[[Any], dict] = lambda state: {}
-  serve: Callable[[pathlib.Path], None] | None = None
-  run_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def default_checkpoints(config: Config) -> Checkpoints:
-  """One `hetjax.checkpoint.Checkpointer` in ``WORKDIR/checkpoints``."""
-  return lambda workdir, resume: checkpoint.Checkpointer(
-      workdir / 'checkpoints', asynchronous=config.checkpoint.asynchronous)
-
-
-def make_task(config: Config) -> train.Task:
-  """The config's task: a shipped model by name, or ``'module:function'`` of your own, called
-  with ``model.args`` and the ``model.dtype``, ``param_dtype`` and ``remat`` that are set.
-
-  Raises:
-    ConfigError: arguments the model does not take (a precision or remat setting for a model
-      without that argument says so).
-  """
-  args = config.model.task_args()
-  if ':' in config.model.name:
-    make = import_function(config.model.name, 'model')
-    try:
-      inspect.signature(make).bind(**args)
-    except ValueError:  # no signature to check (a builtin): the call will tell
-      pass
-    except TypeError as e:
-      _refuse_precision(config, inspect.signature(make).parameters)
-      raise ConfigError(f'model {config.model.name!r} does not take model_args '
-                        f'{dict(args)}: {e}') from None
-    task = make(**args)
-    if not isinstance(task, train.Task):
-      raise ConfigError(f'model {config.model.name!r} returned {type(task).__name__}, not a '
-                        'hetjax.train.Task')
-    return task
-  if config.model.name in models.NAMES:
-    factory = importlib.import_module(f'hetjax.models.{config.model.name}').make_task
-    _refuse_precision(config, inspect.signature(factory).parameters)
-  return models.make_task(config.model.name, **args)
-
-
-def _refuse_precision(config: Config, accepted) -> None:
-  for field in PRECISION_FIELDS:
-    if getattr(config.model, field) is not None and field not in accepted:
-      raise ConfigError(f'model.{field}: model {config.model.name!r} takes no {field} argument '
-                        '(the gpt model does; a model of your own takes it as a make_task '
-                        'keyword)')
-
-
-def optimizer_of(config: Config) -> tuple[Any, Callable[[int], float]]:
-  """``(the optax transformation, learning_rate(step))`` of ``config.optimizer``: its named
-  optimizer with the schedule, clipping and weight decay the config gives."""
-  opt = config.optimizer
-  rate = train.learning_rate_schedule(opt.learning_rate, opt.decay_steps or opt.steps,
-                                      opt.schedule, opt.warmup, opt.final_fraction)
-  tx = train.Optimizer.parse(opt.name).make(rate, weight_decay=opt.weight_decay,
-                                            clip_norm=opt.clip_norm)
-  return tx, (rate if callable(rate) else lambda step: rate)
-
-
-def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
-  """The mode ``config`` runs in here; ``auto`` picks:
-
-  - ``schmp`` for a SchMP app, ``ps`` in a job with parameter servers, ``plan`` given a plan;
-  - ``shares`` for anything only shares use (fixed shares, a policy, a slowdown), and under
-    several workers with an emulated network or the all-reduce scheduler, whose device counts
-    differ, or whose mesh is each worker's own (``parallelism.mesh`` the size of one worker's
-    devices);
-  - else ``spmd``: one jitted step over the mesh of every device of the job, as a homogeneous
-    multi-host job runs (on one process, over its devices).
-  """
-  mode = parse_choice(Mode, config.parallelism.mode, 'mode')
-  if mode is Mode.AUTO and config.model.name in schmp.APPS:
-    return Mode.SCHMP
-  if mode is Mode.AUTO and os.environ.get(ps.ENV_NUM_SERVERS):
-    return Mode.PS
-  if mode is Mode.AUTO and config.parallelism.plan:
-    return Mode.PLAN
-  if mode is not Mode.AUTO:
-    return mode
-  if (config.balance.shares or config.emulation.slowdown or ctx.slowdown
-      or config.balance.policy != 'uniform'):
-    return Mode.SHARES
-  if ctx.workers == 1:
-    return Mode.SPMD
-  if config.parallelism.overlap or config.emulation.network or ctx.network:
-    return Mode.SHARES  # the all-reduce of per-worker shares is what they schedule and pad
-  counts = {sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers)}
-  spans = math.prod(sharding.parse_mesh_shape(config.parallelism.mesh)) == jax.device_count()
-  return Mode.SPMD if len(counts) == 1 and spans else Mode.SHARES
+def _model(config: Config):
+  """(the task, its optimizer, the mesh shape) of a mode that trains a model."""
+  return (make_task(config), optimizer_of(config)[0],
+          sharding.parse_mesh_shape(config.parallelism.mesh))
 
 
 def default_bucket(global_batch: int, workers: int, degree: int,
@@ -255,15 +128,18 @@ def _trace(config: Config, ctx: runtime.WorkerContext):
   return emulation.subset(trace, runtime.hosts(ctx.workers))
 
 
-def _spmd(config, ctx, task, optimizer, strategy, mesh_shape) -> Built:
-  mesh = sharding.make_mesh(mesh_shape)  # every device of the job, 'data' across its workers
+def build_spmd(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode spmd: one jitted step over a mesh of every device of the job, 'data' across its
+  workers (`hetjax.train.Trainer`)."""
+  task, optimizer, mesh_shape = _model(config)
+  mesh = sharding.make_mesh(mesh_shape)
   trainer = train.Trainer(task, optimizer, config.data.global_batch, mesh, _rules.rules_of(config),
                           config.data.seed, accumulate=config.optimizer.accumulate)
   devices = f'{len(trainer.mesh.devices.flat)} {jax.devices()[0].platform} devices'
   if ctx.workers > 1:
     devices += f' of {ctx.workers} workers'
   _announce_fsdp(config, ctx, trainer)
-  return Built(trainer, None, devices, Mode.SPMD)
+  return _complete(config, ctx, Built(trainer, None, devices, Mode.SPMD))
 
 
 def _announce_fsdp(config, ctx, trainer) -> None:
@@ -273,8 +149,14 @@ def _announce_fsdp(config, ctx, trainer) -> None:
     print(notice, flush=True)
 
 
-def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
-  """The plan's program: one SPMD step on one process's devices, or stages on its groups."""
+def build_plan(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode plan: the plan's program, one SPMD step on one process's devices, or stages on its
+  groups of workers."""
+  if not config.parallelism.plan:
+    raise ConfigError('mode plan needs a plan: --plan=PATH (experiments/plan.py --json writes '
+                      'one; hetjax/configs/plans/ has hand-written ones)')
+  task, optimizer, _ = _model(config)
+  trace = _trace(config, ctx)
   if trace is not None and ctx.workers == 1:
     raise ConfigError('a slowdown emulates workers of known speed, and this plan runs on one '
                       'process: launch several workers (python -m hetjax.launch)')
@@ -289,9 +171,10 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
                                   accumulate=config.optimizer.accumulate)
   trainer, platform = compiled.trainer, jax.devices()[0].platform
   if not compiled.stage_memory:  # one SPMD step (`train.Trainer`)
-    return Built(trainer, None, f'plan {plan.name!r}: {plan.devices} {platform} devices',
-                 Mode.PLAN, describe=f'plan, plan {config.parallelism.plan} (plan {plan.name!r}: '
-                 f'{plan.devices} {platform} devices)')
+    return _complete(config, ctx, Built(
+        trainer, None, f'plan {plan.name!r}: {plan.devices} {platform} devices', Mode.PLAN,
+        describe=f'plan, plan {config.parallelism.plan} (plan {plan.name!r}: {plan.devices} '
+        f'{platform} devices)'))
   groups = ', '.join(f'{"+".join(names)} on {len(mesh.devices.flat)}'
                      for names, mesh in zip(trainer.stage_links, trainer.meshes, strict=True))
   devices = (f'plan {plan.name!r}: {trainer.stages} stages ({groups} {platform} devices), '
@@ -304,23 +187,31 @@ def _plan(config, ctx, task, optimizer, trace, channel) -> Built:
   if ctx.workers > 1:  # stages on their processes: each saves its own stages' state
     checkpoints = lambda workdir, resume: pipeline.StageCheckpointer(  # noqa: E731
         workdir / 'checkpoints', trainer)
-  return Built(trainer, None, devices, Mode.PLAN, host, checkpoints=checkpoints,
-               restore_target=trainer.abstract_state)
+  return _complete(config, ctx, Built(trainer, None, devices, Mode.PLAN, host,
+                                      checkpoints=checkpoints,
+                                      restore_target=trainer.abstract_state))
 
 
-def _schmp(config, ctx, mode, channel) -> Built:
-  """A SchMP app's rounds over every device of the job, and its scheduler."""
-  if mode is not Mode.SCHMP:
-    raise ConfigError(f'{config.model.name!r} is a SchMP app: it runs in mode schmp (or auto), not '
-                      f'{mode.value}')
-  if config.model.name not in schmp.APPS:
-    raise ConfigError(f'mode schmp runs a SchMP app, one of {", ".join(schmp.APPS)}; '
-                      f'{config.model.name!r} is not one')
-  unused = [f for f, v in (('plan', config.parallelism.plan), ('shares', config.balance.shares),
-                           ('policy', config.balance.policy != 'uniform')) if v]
-  if unused:
-    raise ConfigError(f'mode schmp takes no {", ".join(unused)}: its rounds are scheduled by '
-                      '--set scheduler=…')
+def build_pipeline(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode pipeline: stages on groups of this process's devices; under several workers each is
+  one SDPipe replica of the whole pipeline, grouped by the sync policy (`_replicas`)."""
+  task, optimizer, _ = _model(config)
+  trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
+                            config.pipeline.micro_batches * config.optimizer.accumulate,
+                            config.pipeline.schedule, jax.local_devices(), seed=config.data.seed)
+  devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
+             f'{jax.devices()[0].platform} devices, {config.pipeline.schedule}')
+  if ctx.workers == 1:  # a pipeline's step is a host int: its restore target carries the saved one
+    return _complete(config, ctx, Built(trainer, None, devices, Mode.PIPELINE,
+                                        restore_target=trainer.abstract_state))
+  return _complete(config, ctx, _replicas.build(
+      config, ctx, channel, trainer, _trace(config, ctx),
+      Built(trainer, None, f'{ctx.workers} replicas of {devices}, sync {config.pipeline.sync}',
+            Mode.PIPELINE)))
+
+
+def build_schmp(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode schmp: a SchMP app's rounds over every device of the job, and its scheduler."""
   app = schmp.make_app(config.model.name, scheduler=config.schmp.scheduler, **config.model.args)
   devices = jax.devices()
   size = config.schmp.schedule_size or app.default_schedule_size(len(devices))
@@ -335,9 +226,9 @@ def _schmp(config, ctx, mode, channel) -> Built:
                              record=retries.append)
   where = (f'{len(devices)} {devices[0].platform} devices, {size} blocks a round, scheduler '
            f'{app.scheduler}, staleness {config.schmp.staleness}')
-  return Built(program, policy, where, Mode.SCHMP, host,
-               describe=f'schmp, rounds of scheduled model parallelism ({where})',
-               run_info={_hosts.RETRIES: retries})
+  return _complete(config, ctx, Built(program, policy, where, Mode.SCHMP, host,
+                                      describe=f'schmp, rounds of scheduled model parallelism '
+                                      f'({where})', run_info={_hosts.RETRIES: retries}))
 
 
 def fsdp_notice(trainer: train.Trainer) -> str | None:
@@ -400,116 +291,51 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
   return policy, None if isinstance(policy, balance.Uniform) else bucket
 
 
-def build(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None
-          ) -> Built:
-  """Everything the runner drives for ``config`` on this worker (`Built`): its mode's step
-  program, policy and host, its checkpointer and restore target, and its extras.
-
-  Raises:
-    ConfigError: options that do not fit the mode or each other, one line.
-  """
-  mode = mode_of(config, ctx)
-  config = _hosts.reuse(config, mode, config.emulation.slowdown or ctx.slowdown)
-  _comm_options.check(config, ctx, mode)
-  if config.emulation.host_fixed_s and mode not in (Mode.SHARES, Mode.TOKENS):
-    raise ConfigError(f'emulation.host_fixed_s pins the hosts of modes shares and tokens; mode '
-                      f'{mode.value} takes host_row_s alone')
-  _rules.check(config, mode)
-  if mode is Mode.PS:
-    from hetjax.run import _ps_run  # (imports this module)
-
-    return _ps_run.build(config, ctx, channel)
-  built = _build_mode(config, ctx, channel, mode)
-  layout = f'{config.parallelism.strategy} on mesh {config.parallelism.mesh}'
-  return dataclasses.replace(
-      built,
-      describe=built.describe or f'{built.mode.value}, {layout} ({built.devices})',
-      worker=ctx.worker, workers=ctx.workers,
-      checkpoints=built.checkpoints or default_checkpoints(config),
-      restore_target=built.restore_target or (lambda step: built.program.abstract_state()),
-      run_info={'policy': None if built.policy is None else built.policy.name, 'sync': None,
-                **built.run_info,
-                **_hosts.recorded(built.host, config, built.run_info.get(_hosts.RETRIES, ()))})
-
-
-def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Channel | None,
-                mode: Mode) -> Built:
-  if mode is Mode.SCHMP or config.model.name in schmp.APPS:
-    return _schmp(config, ctx, mode, channel)
-  task = make_task(config)
-  optimizer, _ = optimizer_of(config)
-  strategy = train.Strategy.parse(config.parallelism.strategy)
-  mesh_shape = sharding.parse_mesh_shape(config.parallelism.mesh)
-  if config.parallelism.plan and mode is not Mode.PLAN:
-    raise ConfigError(f'a plan runs in mode plan (or auto); mode {mode.value} takes strategy '
-                      'and mesh instead')
-  if mode is Mode.PLAN and not config.parallelism.plan:
-    raise ConfigError('mode plan needs a plan: --plan=PATH (experiments/plan.py --json writes '
-                      'one; hetjax/configs/plans/ has hand-written ones)')
-  replicas = mode is Mode.PIPELINE and ctx.workers > 1
-  if mode in (Mode.SPMD, Mode.PIPELINE, Mode.PLAN):
-    slowed = replicas or mode is Mode.PLAN
-    slowdown = config.emulation.slowdown or ctx.slowdown
-    policy = config.balance.policy
-    unused = [f for f, v in (('slowdown', not slowed and slowdown),
-                             ('policy', policy != 'uniform' and policy),
-                             ('shares', config.balance.shares)) if v]
-    if unused:
-      also = ('; a slowdown also slows pipeline replicas, under several workers'
-              if mode is Mode.PIPELINE and 'slowdown' in unused else '')
-      raise ConfigError(f'mode {mode.value} takes no {", ".join(unused)} (per-worker options '
-                        f'of the shares and tokens modes): drop it or pick one of those '
-                        f'modes{also}')
-  if config.pipeline.sync != SYNC_DEFAULT and not replicas:
-    raise ConfigError(f'sync {config.pipeline.sync!r} groups pipeline replicas: it takes mode '
-                      'pipeline '
-                      f'under several workers (this is mode {mode.value} on {ctx.workers})')
-  if mode is Mode.SPMD:  # over every worker's devices: the mesh is the job's
-    return _spmd(config, ctx, task, optimizer, strategy, mesh_shape)
-  if mode is Mode.PLAN:
-    return _plan(config, ctx, task, optimizer, _trace(config, ctx), channel)
-  if mode is Mode.PIPELINE:
-    trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
-                              config.pipeline.micro_batches * config.optimizer.accumulate,
-                              config.pipeline.schedule,
-                              jax.local_devices(),
-                              seed=config.data.seed)
-    devices = (f'{trainer.stages} stages x {trainer.meshes[0].size} '
-               f'{jax.devices()[0].platform} devices, {config.pipeline.schedule}')
-    if not replicas:  # a pipeline's step is a host int: its restore target carries the saved one
-      return Built(trainer, None, devices, mode, restore_target=trainer.abstract_state)
-    return _replicas.build(config, ctx, channel, trainer, _trace(config, ctx),
-                           Built(trainer, None, f'{ctx.workers} replicas of {devices}, sync '
-                                 f'{config.pipeline.sync}', mode))
+def build_tokens(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode tokens: Fela's token queue, workers pulling fixed-size pieces of the batch
+  (`hetjax.train.TokenTrainer`)."""
+  task, optimizer, mesh_shape = _model(config)
   trace = _trace(config, ctx)
   axis_rules = _rules.rules_of(config)  # the strategy's tables with parallelism.rules on top
   degree = train.local_batch_degree(axis_rules, mesh_shape)
   devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
             'devices'
   counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
-  if mode is Mode.TOKENS:
-    if len(set(counts)) > 1:
-      raise ConfigError(f'mode tokens needs workers of equal device counts (every token is one '
-                        f'program shape on every worker); these have {list(counts)}: use mode '
-                        'shares (LB-BSP sizes each worker\'s share) or a plan')
-    if channel is None:
-      channel = runtime.LocalChannel()
-    rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers,
-                                                           degree)
-    rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame,
-                             config.balance.prefetch)
-    trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
-                                 mesh_shape, axis_rules, config.data.seed,
-                                 accumulate=config.optimizer.accumulate)
-    _announce_fsdp(config, ctx, trainer)
-    retries = []
-    return Built(trainer, rules, devices, mode,
-                 _hosts.emulated_host(ctx, trainer, trace, channel,
-                                      host_row_s=config.emulation.host_row_s,
-                                      host_fixed_s=config.emulation.host_fixed_s,
-                                      token_rows=rules.token_rows, record=retries.append),
-                 measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows),
-                 run_info={_hosts.RETRIES: retries})
+  if len(set(counts)) > 1:
+    raise ConfigError(f'mode tokens needs workers of equal device counts (every token is one '
+                      f'program shape on every worker); these have {list(counts)}: use mode '
+                      'shares (LB-BSP sizes each worker\'s share) or a plan')
+  if channel is None:
+    channel = runtime.LocalChannel()
+  rows = config.balance.token_rows or default_token_rows(config.data.global_batch, ctx.workers,
+                                                         degree)
+  rules = train.TokenRules(config.data.global_batch, rows, degree, config.balance.endgame,
+                           config.balance.prefetch)
+  trainer = train.TokenTrainer(task, optimizer, config.data.global_batch, rules, channel,
+                               mesh_shape, axis_rules, config.data.seed,
+                               accumulate=config.optimizer.accumulate)
+  _announce_fsdp(config, ctx, trainer)
+  retries = []
+  host = _hosts.emulated_host(ctx, trainer, trace, channel,
+                              host_row_s=config.emulation.host_row_s,
+                              host_fixed_s=config.emulation.host_fixed_s,
+                              token_rows=rules.token_rows, record=retries.append)
+  return _complete(config, ctx, Built(
+      trainer, rules, devices, Mode.TOKENS, host,
+      measure_speed=lambda state, first: trainer.measure_speed(state, rules.token_rows),
+      run_info={_hosts.RETRIES: retries}))
+
+
+def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
+  """Mode shares: each worker computes its share of the batch, re-sized by a policy or
+  fixed; the gradients summed (`hetjax.train.WorkerTrainer`, or `OverlapTrainer` under
+  ``overlap``)."""
+  task, optimizer, mesh_shape = _model(config)
+  trace = _trace(config, ctx)
+  axis_rules = _rules.rules_of(config)  # the strategy's tables with parallelism.rules on top
+  devices = f'{ctx.workers} workers x {jax.local_device_count()} {jax.devices()[0].platform} ' \
+            'devices'
+  counts = tuple(sum(d.process_index == w for d in jax.devices()) for w in range(ctx.workers))
   # Workers of different device counts: shares are multiples of every worker's degree.
   degree = math.lcm(*(train.local_batch_degree(axis_rules, mesh_shape, w)
                       for w in range(ctx.workers)))
@@ -549,7 +375,8 @@ def _build_mode(config: Config, ctx: runtime.WorkerContext, channel: runtime.Cha
   if links is not None and not config.parallelism.overlap and isinstance(
       policy, (balance.LBBSP, balance.Oracle)):  # a step is compute plus the worker's exchange
     policy = dataclasses.replace(policy, transfer_s=links.exchange_s(trainer.all_reduce_bytes))
-  return Built(trainer, policy, devices, mode, host,
-               measure_speed=lambda state, first: trainer.measure_speed(
-                   state, max(first[ctx.worker], inner.local_batch_degree)),
-               run_info={_hosts.RETRIES: retries})
+  return _complete(config, ctx, Built(
+      trainer, policy, devices, Mode.SHARES, host,
+      measure_speed=lambda state, first: trainer.measure_speed(
+          state, max(first[ctx.worker], inner.local_batch_degree)),
+      run_info={_hosts.RETRIES: retries}))

@@ -7,13 +7,13 @@ compute plus its exchange (`hetjax.emulation.Links.exchange_s`): the same for ev
 under a ring all-reduce, its own push and pull under ``exchange=server``. ``overlap`` (with
 ``bucket_bytes``) runs the shares mode with the all-reduce scheduler
 (`hetjax.train.OverlapTrainer`). Any other mode given one of them is
-refused with one line, never silently ignored.
+refused with one line (`hetjax.run.MODES`), never silently ignored.
 """
 
 from __future__ import annotations
 
 from hetjax import ConfigError, emulation, runtime
-from hetjax.run._config import Config, Mode
+from hetjax.run._config import Config
 
 
 def links_of(config: Config, ctx: runtime.WorkerContext, workers: int
@@ -23,16 +23,8 @@ def links_of(config: Config, ctx: runtime.WorkerContext, workers: int
   return None if spec is None else emulation.parse_links(spec, workers)
 
 
-def check(config: Config, ctx: runtime.WorkerContext, mode: Mode) -> None:
-  """Refuses communication options ``mode`` has no use for."""
-  network = config.emulation.network or ctx.network
-  if network is not None and network.strip() != 'none' and mode not in (Mode.SHARES, Mode.PS):
-    where = 'network' if config.emulation.network else 'the launcher\'s --network'
-    raise ConfigError(f'{where} ({network}) emulates the links of modes shares and ps; mode '
-                      f'{mode.value} has none to pad: drop it or pick one of those modes')
-  if (config.parallelism.overlap or config.parallelism.bucket_bytes) and mode is not Mode.SHARES:
-    raise ConfigError(f'overlap and bucket_bytes run the all-reduce scheduler of mode shares, '
-                      f'not mode {mode.value}')
+def check(config: Config) -> None:
+  """Refuses ``bucket_bytes`` without ``overlap`` (which modes take them: `hetjax.run.MODES`)."""
   if config.parallelism.bucket_bytes and not config.parallelism.overlap:
     raise ConfigError('bucket_bytes sizes the all-reduce scheduler\'s buckets: set overlap=True '
                       'too (the synchronous step sends one fused buffer)')

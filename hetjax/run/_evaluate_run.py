@@ -14,8 +14,8 @@ from flax import nnx
 
 from hetjax import ConfigError, checkpoint, sharding, train
 from hetjax._checks import at_least
-from hetjax.run._build import make_task
 from hetjax.run._config import Config
+from hetjax.run._task import make_task
 from hetjax.run._trained import load_model
 
 

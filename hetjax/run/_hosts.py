@@ -37,10 +37,7 @@ RETRIES = 'host_calibration_retries'
 #: ``run.json``'s ``host_source``: where the run's hosts came from.
 CALIBRATED, DECLARED, REUSED = 'calibrated', 'declared', 'reused'
 #: The modes whose hosts have a fixed cost a step beside the cost per row.
-FIXED_COST_MODES = (Mode.SHARES, Mode.TOKENS)
-
-
-def reuse(config: Config, mode: Mode, slowdown: str | None) -> Config:
+def reuse(config: Config, mode: Mode, slowdown: str | None, hosts: str) -> Config:
   """``config`` with the hosts of the run directory ``emulation.hosts`` names pinned: its
   ``run.json``'s ``host_row_s`` and ``host_fixed_s`` (`recorded`), so that this run emulates
   that run's cluster. ``config`` itself when it names none.
@@ -54,6 +51,8 @@ def reuse(config: Config, mode: Mode, slowdown: str | None) -> Config:
     config: the run's config.
     mode: the mode it runs in (`hetjax.run.mode_of`).
     slowdown: its slowdown trace (the config's or the launcher's), or None.
+    hosts: what that mode's hosts cost (`hetjax.run.ModeEntry.hosts`): ``'rows'``, ``'rows
+      and fixed'``, ``'units'`` (SchMP's) or ``'stages'`` (a plan's, paced by their roofline).
 
   Raises:
     ConfigError: one line: no such directory or no hosts recorded there; hosts this run cannot
@@ -68,7 +67,7 @@ def reuse(config: Config, mode: Mode, slowdown: str | None) -> Config:
   if not slowdown:
     raise ConfigError(f'{what} reuses emulated hosts, and this run emulates none: give it a '
                       "slowdown (--slowdown, or the launcher's)")
-  if mode is Mode.PLAN:
+  if hosts == 'stages':
     raise ConfigError(f"{what}: a plan's stages are paced by their roofline, not by a cost per "
                       'row: drop hosts')
   run = _run_json(pathlib.Path(where), what)
@@ -77,11 +76,11 @@ def reuse(config: Config, mode: Mode, slowdown: str | None) -> Config:
     raise ConfigError(f'{what}: {pathlib.Path(where) / "run.json"} records no hosts (that run '
                       "emulated none: it had no slowdown, or ran a plan's stages)")
   theirs = run.get('mode')
-  if (theirs == Mode.SCHMP.value) != (mode is Mode.SCHMP):
+  if (theirs == Mode.SCHMP.value) != (hosts == 'units'):
     raise ConfigError(f"{what}: that run's hosts cost a {_unit(theirs == Mode.SCHMP.value)} "
-                      f"(mode {theirs}), this run's a {_unit(mode is Mode.SCHMP)} (mode "
+                      f"(mode {theirs}), this run's a {_unit(hosts == 'units')} (mode "
                       f'{mode.value})')
-  if fixed and mode not in FIXED_COST_MODES:
+  if fixed and hosts != 'rows and fixed':
     raise ConfigError(f'{what}: its hosts have a fixed cost a step ({fixed:.3g} s, mode '
                       f'{theirs}), and mode {mode.value} takes a cost per row alone: give '
                       f'host_row_s={row!r} instead')

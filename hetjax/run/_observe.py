@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax import report, runtime, sharding, train
-from hetjax.run._build import Built, optimizer_of
+from hetjax.run._built import Built
 from hetjax.run._config import Config
+from hetjax.run._task import optimizer_of
 
 #: Rows of the one-device step whose XLA count gives the FLOPs of one example.
 FLOPS_ROWS = 8

@@ -24,17 +24,13 @@ import jax
 import numpy as np
 
 from hetjax import ConfigError, emulation, ps, runtime, train
-from hetjax.run import _build, _comm_options, _hosts
+from hetjax.run import _comm_options, _hosts
+from hetjax.run._built import Built
 from hetjax.run._config import Config, Mode
+from hetjax.run._task import make_task, optimizer_of
 
 
 def _check(config: Config, ctx: runtime.WorkerContext, role: ps.PsRole) -> None:
-  unused = [name for name, used in (('policy', config.balance.policy != 'uniform'),
-                                    ('shares', config.balance.shares),
-                                    ('plan', config.parallelism.plan)) if used]
-  if unused:
-    raise ConfigError(f'mode ps takes no {", ".join(unused)}: every worker computes an equal '
-                      'share, and the servers hold the parameters')
   if jax.local_device_count() > 1:
     raise ConfigError(f'mode ps computes on one device per worker; this one has '
                       f'{jax.local_device_count()} (launch without --devices-per-worker)')
@@ -83,8 +79,8 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
                       '--workers N --servers K')
   role = ps.ps_role()
   _check(config, ctx, role)
-  task = _build.make_task(config)
-  optimizer = _build.optimizer_of(config)[0]
+  task = make_task(config)
+  optimizer = optimizer_of(config)[0]
   protocol = ps.parse_ps(config.ps.protocol)
   links = _comm_options.links_of(config, ctx, role.workers)
   describe = (f'ps {protocol.describe()}, {role.workers} workers and {role.servers} servers')
@@ -97,7 +93,7 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
                checkpoint_dir=workdir / 'checkpoints', checkpoint_every=config.checkpoint.every,
                report_path=workdir / f'server-{role.index}.json')
 
-    return _build.Built(None, None, describe, Mode.PS, describe=describe, worker=role.index,
+    return Built(None, None, describe, Mode.PS, describe=describe, worker=role.index,
                  workers=role.workers, serve=serve, run_info=info)
   worker = ps.make_worker(task, config.data.global_batch, protocol, role, channel,
                           seed=config.data.seed, links=links,
@@ -119,6 +115,6 @@ def build(config: Config, ctx: runtime.WorkerContext, channel):
     worker.finish(state)
     return {'mode': 'ps', 'ps': protocol.describe(), 'refused_pushes_worker0': worker.refused}
 
-  return _build.Built(worker, None, describe, Mode.PS, describe=describe, worker=role.index,
+  return Built(worker, None, describe, Mode.PS, describe=describe, worker=role.index,
                workers=role.workers, checkpoints=lambda workdir, resume: ServerHeld(),
                start=start, finish=finish, run_info=info)

@@ -13,8 +13,9 @@ from hetjax import ConfigError, balance, checkpoint, report, runtime, sharding
 from hetjax import train as train_lib
 from hetjax.report import summary_fields
 from hetjax.run import _observe, _restarts, _rules
-from hetjax.run._build import Built, build
+from hetjax.run._built import Built
 from hetjax.run._config import Config
+from hetjax.run._modes import MODES, build
 
 
 def _prepare_workdir(workdir: pathlib.Path, resume: bool, overwrite: bool) -> None:
@@ -174,6 +175,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
       telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers,
                                             workdir / 'telemetry.jsonl')
       hooks.append(train_lib.Hook(lambda i: telemetry.record(i.stats.local)))
+    strategy = MODES[built.mode].takes('rules')  # laid out by the strategy's tables
     if ctx.is_chief:
       if resume and (notice := _schedule_notice(workdir, config)):
         print(notice, flush=True)
@@ -182,13 +184,13 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                   'model': task.name, 'mode': built.mode.value,
                   'slowdown': config.emulation.slowdown or ctx.slowdown,
                   'started_unix_s': _started(workdir, called), **observed,
-                  **_rules.recorded(config, built.mode), **built.run_info}
+                  **(_rules.recorded(config) if strategy else {}), **built.run_info}
       (workdir / 'run.json').write_text(json.dumps(run_info, indent=2) + '\n')
       print(f'{task.name}: {built.describe}, global batch {config.data.global_batch}, steps '
             f'{start}→{config.optimizer.steps}, run dir {workdir}', flush=True)
       if name := built.run_info.get('policy'):  # the share policy's name, said in words
         print(f'policy: {balance.describe_policy(name)}', flush=True)
-      if notice := _rules.notice(config, built.mode, task):
+      if strategy and (notice := _rules.notice(config, task)):
         print(notice, flush=True)
       if notice := _fixed_state_notice(config, task):
         print(notice, flush=True)

@@ -10,11 +10,12 @@ import jax
 from flax import nnx
 
 from hetjax import ConfigError, checkpoint, sharding, train
-from hetjax.run._build import make_task, optimizer_of
 from hetjax.run._config import Config
+from hetjax.run._modes import MODES
+from hetjax.run._task import make_task, optimizer_of
 
-#: The modes whose checkpoints hold the whole model in one `TrainState` (`checkpoint.Checkpointer`).
-WHOLE_MODEL_MODES = ('spmd', 'shares', 'tokens')
+#: The modes whose checkpoints hold the whole model in one `TrainState` (`hetjax.run.MODES`).
+WHOLE_MODEL_MODES = tuple(m.value for m, entry in MODES.items() if entry.whole_model)
 
 
 def load_model(run_dir: str | pathlib.Path, step: int | None = None,

@@ -1,0 +1,121 @@
+"""The mode registry (`hetjax.run.MODES`) is the one description of each mode: every mode has an
+entry, an option a mode does not take is refused in one line naming the modes that do, and the
+``--mode`` help and `run.load_model`'s modes come from it. The run package's modules import
+one another without a cycle."""
+
+import ast
+import pathlib
+
+import pytest
+
+from hetjax import ConfigError, run, runtime
+from hetjax.run import _modes, _trained
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: One assignment that sets each option of `hetjax.run._modes.OPTIONS`.
+SETS = {
+    'plan': 'parallelism.plan=hetjax/configs/plans/pure_dp.json',
+    'policy': 'policy=lbbsp',
+    'shares': 'balance.shares=[128,128]',
+    'slowdown': 'slowdown=static:1,2',
+    'host_fixed_s': 'emulation.host_fixed_s=0.001',  # with host_row_s, below
+    'network': 'network=link:1:10',
+    'overlap': 'overlap=True',
+    'rules': 'parallelism.rules.kv=model',
+    'sync': 'pipeline.sync=all-reduce',
+}
+
+
+def test_every_mode_but_auto_has_one_entry_and_every_option_a_setting():
+  assert set(run.MODES) == set(run.Mode) - {run.Mode.AUTO}
+  assert all(entry.mode is mode for mode, entry in run.MODES.items())
+  assert set(SETS) == set(_modes.OPTIONS)
+  assert {e.trains for e in run.MODES.values()} == {'model', 'app'}
+
+
+@pytest.mark.parametrize('workers', [1, 2])
+@pytest.mark.parametrize('option', sorted(SETS))
+@pytest.mark.parametrize('mode', [m for m in run.MODES], ids=lambda m: m.value)
+def test_an_option_is_refused_exactly_where_its_mode_does_not_take_it(mode, option, workers):
+  sets = [f'mode={mode.value}', SETS[option]]
+  if option == 'host_fixed_s':
+    sets.insert(1, 'emulation.host_row_s=0.001')  # the two pin a host together
+  config = run.override(run.load_config('lasso' if mode is run.Mode.SCHMP else 'mlp'), sets)
+  entry, ctx = run.MODES[mode], runtime.WorkerContext(0, workers, None)
+  assert _modes.OPTIONS[option].given(config, ctx)
+  if entry.takes(option, workers):
+    _modes.refuse(config, ctx, mode)
+    return
+  with pytest.raises(ConfigError) as err:
+    _modes.refuse(config, ctx, mode)
+  message = str(err.value)
+  assert '\n' not in message and message.startswith(
+      f'mode {mode.value} takes no {_modes.OPTIONS[option].key}')
+  takers = [m.value for m, e in run.MODES.items() if e.takes(option, 2)]
+  assert takers and all(name in message for name in takers), message
+
+
+def test_a_schmp_app_and_a_model_are_told_apart_by_the_registry():
+  ctx = runtime.WorkerContext(0, 1, None)
+  with pytest.raises(ConfigError, match="'lasso' is a SchMP app: it runs in mode schmp"):
+    _modes.refuse(run.override(run.load_config('lasso'), ['mode=spmd']), ctx, run.Mode.SPMD)
+  with pytest.raises(ConfigError, match="mode schmp runs a SchMP app, one of lasso"):
+    _modes.refuse(run.override(run.load_config('mlp'), ['mode=schmp']), ctx, run.Mode.SCHMP)
+
+
+def test_the_mode_help_and_load_models_modes_come_from_the_registry():
+  from absl import flags
+
+  from hetjax.cli import train  # noqa: F401  (defines the flags)
+
+  help_text = flags.FLAGS['mode'].help
+  for mode, entry in run.MODES.items():
+    assert f'{mode.value}: {entry.summary}' in help_text
+  assert _modes.AUTO_RULE in help_text
+  assert _trained.WHOLE_MODEL_MODES == tuple(
+      m.value for m, e in run.MODES.items() if e.whole_model) == ('spmd', 'shares', 'tokens')
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+  """The ``hetjax.run`` modules ``path`` imports at module level or inside functions."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module:
+      if node.module == 'hetjax.run':
+        found |= {f'hetjax.run.{a.name}' for a in node.names if a.name.startswith('_')}
+      elif node.module.startswith('hetjax.run.'):
+        found.add(node.module)
+    elif isinstance(node, ast.Import):
+      found |= {a.name for a in node.names if a.name.startswith('hetjax.run.')}
+  return found
+
+
+def test_the_run_package_imports_without_a_cycle():
+  package = ROOT / 'hetjax' / 'run'
+  graph = {f'hetjax.run.{p.stem}': _imports(p) for p in package.glob('_*.py')}
+  state: dict[str, int] = {}
+
+  def visit(module, path):
+    if state.get(module) == 1:
+      raise AssertionError(f'import cycle: {" -> ".join([*path, module])}')
+    if state.get(module) == 2 or module not in graph:
+      return
+    state[module] = 1
+    for other in sorted(graph[module]):
+      visit(other, [*path, module])
+    state[module] = 2
+
+  for module in sorted(graph):
+    visit(module, [])
+
+
+def test_the_readmes_mode_table_says_what_the_registry_says():
+  rows = {}
+  for line in (ROOT / 'README.md').read_text().splitlines():
+    if line.startswith('| `'):
+      name, text = line.split('|')[1:3]
+      rows[name.strip().strip('`')] = ' '.join(text.split())
+  assert set(rows) >= {m.value for m in run.Mode}, sorted(rows)
+  for mode, entry in run.MODES.items():
+    assert rows[mode.value].startswith(entry.summary), (mode.value, rows[mode.value])
