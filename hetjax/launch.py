@@ -59,7 +59,7 @@ from typing import NoReturn
 
 from hetjax._errors import ConfigError
 from hetjax.emulation import parse_links, parse_trace
-from hetjax.runtime._elastic import launch_elastic
+from hetjax.runtime import launch_elastic
 
 
 def parse_port_range(text: str) -> tuple[int, int]:

@@ -1,10 +1,13 @@
-"""Arrows point down only (DESIGN.md's layers): no import cycle, and the layers that must stay
-below others do not import them.
+"""Imports between hetjax's packages point down only: every subpackage (and every module at the
+root) has a layer in `LAYERS`, and a module may import a package of its own layer or a lower
+one, never a higher one; a new subpackage must be given a layer here. There is no import cycle
+at start-up (each subpackage imports first in a fresh interpreter).
 
-The planner uses the pipeline (stage layouts, chains, `split_stages`); the pipeline must not
-import the planner, not even inside a function: that was a ten-module cycle. Replica sync uses
-the pipeline and the virtual clock uses replica sync, never the reverse. Core, the lowest layer,
-imports nothing of hetjax but its errors.
+Some of these arrows are spelled out on their own: the planner uses the pipeline (stage
+layouts, chains, `split_stages`); the pipeline must not import the planner, not even inside a
+function: that was a ten-module cycle. Replica sync uses the pipeline and the virtual clock uses
+replica sync, never the reverse. Core, the lowest subpackage, imports nothing of hetjax but its
+errors.
 """
 
 import ast
@@ -111,3 +114,101 @@ def test_train_does_not_import_the_virtual_clocks():
   # hetjax.sync (which simulation imports) drives train's programs: train importing simulation
   # would close a cycle train → simulation → sync → train.
   assert _violations('train', lambda name: not name.startswith('hetjax.simulation')) == []
+
+
+#: Each subpackage's layer (and the root's modules': its shared internals at the bottom, the
+#: ``python -m hetjax.launch`` entry point at the top). Imports go from a layer to the same one
+#: or a lower one.
+LAYERS = {
+    '_errors': 0,       # the root's shared internals: every package may import them
+    '_checks': 0,
+    'core': 1,          # step stats, policies as values, hosts, the link model
+    'data': 1,
+    'sharding': 1,
+    'emulation': 2,     # emulated hosts and links (core's link model)
+    'runtime': 2,       # workers, launching, the coordination channel (core)
+    'balance': 3,       # load-balancing policies (core, emulation)
+    'report': 4,        # telemetry, throughput and goodput (balance, in its __main__)
+    'train': 5,         # step programs and the loop (report's throughput, runtime's channel)
+    'checkpoint': 6,    # saves train's state, as a hook of train's loop
+    'pipeline': 7,      # pipeline parallelism (train, checkpoint, runtime)
+    'ps': 7,            # the parameter server (train, checkpoint, runtime)
+    'schmp': 7,         # scheduled model parallelism (core, data)
+    'models': 8,        # the models (pipeline's chains, train's tasks)
+    'planner': 8,       # plans and profiles (pipeline, train, runtime)
+    'sync': 8,          # replicas of a pipeline and their sync policies (pipeline, train)
+    'simulation': 9,    # the virtual clocks (sync's policies, train's end game)
+    'run': 10,          # a run from a config: every package below
+    'configs': 10,      # the shipped configs (run's Config; run loads them by name)
+    'cli': 11,
+    'launch': 11,       # hetjax/launch.py
+}
+
+
+def _unit(path: pathlib.Path) -> str | None:
+  """The `LAYERS` key of a hetjax file: its subpackage, or a root module's name (None for the
+  root's ``__init__``, which is the face of the whole library)."""
+  parts = path.relative_to(PACKAGE).with_suffix('').parts
+  if len(parts) > 1:
+    return parts[0]
+  return None if parts[0] == '__init__' else parts[0]
+
+
+def _imported_unit(name: str) -> str | None:
+  """The `LAYERS` key an imported ``hetjax.X…`` path reaches, or None (the root face, or a name
+  it re-exports such as ``hetjax.ConfigError``)."""
+  parts = name.split('.')
+  if parts[0] != 'hetjax' or len(parts) < 2:
+    return None
+  first = parts[1]
+  if (PACKAGE / first / '__init__.py').exists() or (PACKAGE / f'{first}.py').exists():
+    return first
+  return None
+
+
+def import_graph() -> dict[tuple[str, str], list[str]]:
+  """``(importer, imported)`` -> the ``'FILE: MODULE'`` imports behind that arrow, between
+  different `LAYERS` keys."""
+  graph: dict[tuple[str, str], list[str]] = {}
+  for path in sorted(PACKAGE.rglob('*.py')):
+    unit = _unit(path)
+    if unit is None:
+      continue
+    for name in sorted(imported_modules(path, ROOT)):
+      target = _imported_unit(name)
+      if target is not None and target != unit:
+        graph.setdefault((unit, target), []).append(f'{path.relative_to(ROOT)}: {name}')
+  return graph
+
+
+def test_every_subpackage_and_root_module_has_a_layer():
+  units = set(SUBPACKAGES) | {p.stem for p in PACKAGE.glob('*.py') if p.stem != '__init__'}
+  assert units == set(LAYERS), ('give each new package a layer in LAYERS (and drop the gone): '
+                                f'missing {sorted(units - set(LAYERS))}, '
+                                f'gone {sorted(set(LAYERS) - units)}')
+
+
+def test_imports_between_packages_point_down_the_layers():
+  upward = [f'{src} (layer {LAYERS[src]}) imports {dst} (layer {LAYERS[dst]}): {where}'
+            for (src, dst), wheres in sorted(import_graph().items())
+            if src in LAYERS and dst in LAYERS and LAYERS[src] < LAYERS[dst]
+            for where in wheres]
+  assert upward == [], 'an import points up the layers:\n' + '\n'.join(upward)
+
+
+def test_the_layer_scan_sees_an_upward_import(monkeypatch, tmp_path):
+  package = tmp_path / 'hetjax'
+  for name in ('core', 'train'):
+    (package / name).mkdir(parents=True)
+    (package / name / '__init__.py').write_text('')
+  (package / '_errors.py').write_text('')
+  (package / 'core' / '_stats.py').write_text(
+      'from hetjax._errors import ConfigError\n'
+      'def f():\n  from hetjax import train\n')
+  monkeypatch.setattr(sys.modules[__name__], 'PACKAGE', package)
+  monkeypatch.setattr(sys.modules[__name__], 'ROOT', tmp_path)
+  assert import_graph() == {
+      ('core', '_errors'): ['hetjax/core/_stats.py: hetjax._errors',
+                            'hetjax/core/_stats.py: hetjax._errors.ConfigError'],
+      ('core', 'train'): ['hetjax/core/_stats.py: hetjax.train'],
+  }

@@ -2,8 +2,16 @@
 (``hetjax.run._build``, ``from hetjax import _errors``, ``from hetjax.runtime._verdict import
 proc_stat``), so that a private module can move without breaking what users copy from.
 
-The scan reads every ``experiments/**/*.py`` and ``examples/**/*.py`` with `ast` (imports inside
-functions included) and names the file and line of each private import.
+Inside hetjax, packages meet through their faces: a module may import the private modules of its
+own package and of the packages above it (the root's shared internals ``hetjax._errors`` and
+``hetjax._checks`` for every module; ``hetjax.planner._cost`` inside ``hetjax.planner``), but not
+another package's (``from hetjax.core._links import LinkCost`` outside ``hetjax.core``: use
+``from hetjax.core import LinkCost``, and export the name from the package's ``__init__`` if it
+is not yet).
+
+The scan reads every ``experiments/**/*.py``, ``examples/**/*.py`` and ``hetjax/**/*.py`` with
+`ast` (imports inside functions and relative imports included) and names the file and line of
+each private import.
 """
 
 import ast
@@ -15,12 +23,17 @@ ROOT = pathlib.Path(__file__).parents[1]
 SCRIPT_DIRS = ('experiments', 'examples')
 
 
-def _private(dotted: str) -> bool:
-  """Whether a ``hetjax…`` path has a component after ``hetjax`` that starts with ``_`` (dunders
-  such as ``__version__`` are public)."""
+def _private_owner(dotted: str) -> str | None:
+  """The package whose private member a ``hetjax…`` path reaches (``hetjax.core`` for
+  ``hetjax.core._links.LinkCost``, ``hetjax`` for ``hetjax._errors``), or None for a public path
+  (dunders such as ``__version__`` are public)."""
   parts = dotted.split('.')
-  return parts[0] == 'hetjax' and any(
-      p.startswith('_') and not (p.startswith('__') and p.endswith('__')) for p in parts[1:])
+  if parts[0] != 'hetjax':
+    return None
+  for i, part in enumerate(parts[1:], 1):
+    if part.startswith('_') and not (part.startswith('__') and part.endswith('__')):
+      return '.'.join(parts[:i])
+  return None
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -32,19 +45,40 @@ def _dotted(node: ast.expr) -> str | None:
   return '.'.join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
 
-def private_uses(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
-  """``'FILE:LINE: PATH'`` for each private hetjax path ``path`` imports or reads."""
+def _package_of(path: pathlib.Path, root: pathlib.Path) -> str:
+  """The dotted package a file under ``root`` belongs to (``hetjax.core`` for
+  ``hetjax/core/_links.py`` and for ``hetjax/core/__init__.py``)."""
+  return '.'.join(path.relative_to(root).parts[:-1])
+
+
+def private_uses(path: pathlib.Path, root: pathlib.Path = ROOT,
+                 inside: str | None = None) -> list[str]:
+  """``'FILE:LINE: PATH'`` for each private hetjax path ``path`` imports or reads.
+
+  ``inside``: the dotted package ``path`` belongs to, for a module of hetjax itself; then its
+  relative imports are resolved, and the private members of ``inside`` and of the packages above
+  it are allowed."""
   found = []
   for node in ast.walk(ast.parse(path.read_text(), str(path))):
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-      names = [node.module] + [f'{node.module}.{a.name}' for a in node.names if a.name != '*']
+    elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+      if node.level and inside is None:
+        continue   # a script's own package, not hetjax
+      module = node.module
+      if node.level:
+        base = inside.split('.')[:len(inside.split('.')) - node.level + 1]
+        module = '.'.join(base + ([node.module] if node.module else []))
+      names = [module] + [f'{module}.{a.name}' for a in node.names if a.name != '*']
     elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Del):
       names = [_dotted(node) or '']
     else:
       continue
-    found += [f'{path.relative_to(root)}:{node.lineno}: {n}' for n in names if _private(n)]
+    for name in names:
+      owner = _private_owner(name)
+      if owner is None or (inside is not None and (inside + '.').startswith(owner + '.')):
+        continue
+      found.append(f'{path.relative_to(root)}:{node.lineno}: {name}')
   return sorted(set(found))
 
 
@@ -85,3 +119,47 @@ def test_scripts_and_examples_import_only_public_hetjax_names(directory):
   found = [u for p in paths for u in private_uses(p)]
   assert found == [], 'private hetjax imports (export them from the package __init__):\n' + \
       '\n'.join(found)
+
+
+def _hetjax_uses(root: pathlib.Path = ROOT) -> list[str]:
+  return [u for p in sorted((root / 'hetjax').rglob('*.py'))
+          for u in private_uses(p, root, _package_of(p, root))]
+
+
+def test_the_scan_of_hetjax_allows_only_its_own_package_and_the_root(tmp_path):
+  package = tmp_path / 'hetjax' / 'planner'
+  package.mkdir(parents=True)
+  (tmp_path / 'hetjax' / '__init__.py').write_text(
+      'from hetjax import _errors\nfrom hetjax.runtime import _elastic\n')
+  (package / '__init__.py').write_text('from ._cost import cost as cost\n')
+  (package / '_cost.py').write_text(
+      'from hetjax._errors import ConfigError\n'
+      'from hetjax import _checks\n'
+      'from hetjax.planner._layout import Layout\n'
+      'from hetjax.planner import _profile_timing\n'
+      'from . import _hlo\n'
+      'from hetjax.core import LinkCost\n'
+      'from hetjax.core._links import ring_bytes\n'
+      'from ..pipeline._chain import check_chain\n'
+      'def f():\n'
+      '  from hetjax.runtime import _calibrate\n'
+      '  import hetjax\n'
+      '  return hetjax.sync._policy.SyncPolicy, hetjax.planner._cost.cost\n')
+  assert _hetjax_uses(tmp_path) == [
+      'hetjax/__init__.py:2: hetjax.runtime._elastic',
+      'hetjax/planner/_cost.py:10: hetjax.runtime._calibrate',
+      'hetjax/planner/_cost.py:12: hetjax.sync._policy',
+      'hetjax/planner/_cost.py:12: hetjax.sync._policy.SyncPolicy',
+      'hetjax/planner/_cost.py:7: hetjax.core._links',
+      'hetjax/planner/_cost.py:7: hetjax.core._links.ring_bytes',
+      'hetjax/planner/_cost.py:8: hetjax.pipeline._chain',
+      'hetjax/planner/_cost.py:8: hetjax.pipeline._chain.check_chain',
+  ]
+
+
+def test_hetjax_packages_import_each_other_through_their_faces():
+  found = _hetjax_uses()
+  assert found == [], ("another package's private module imported (import the name from the "
+                       "package instead, exporting it from its __init__ if needed):\n" +
+                       '\n'.join(found))
+

@@ -36,8 +36,8 @@ from hetjax.balance._simple import Proportional as Proportional
 from hetjax.balance._simple import ProportionalState as ProportionalState
 from hetjax.balance._simple import SharesState as SharesState
 from hetjax.balance._simple import Uniform as Uniform
-from hetjax.core._shares import ShareRules as ShareRules
-from hetjax.core._shares import Shares as Shares
+from hetjax.core import ShareRules as ShareRules
+from hetjax.core import Shares as Shares
 
 __all__ = [
     'AR',

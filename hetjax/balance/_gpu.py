@@ -20,8 +20,7 @@ import numpy as np
 
 from hetjax._errors import ConfigError
 from hetjax.balance._policy import shares_array, shares_of
-from hetjax.core._shares import ShareRules, Shares
-from hetjax.core._stats import StepStats
+from hetjax.core import ShareRules, Shares, StepStats
 
 _NOISE = 1e-6  # relative timing resolution: residuals below it count as a perfect fit
 

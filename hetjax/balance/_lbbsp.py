@@ -113,8 +113,7 @@ from hetjax.balance._policy import (
 )
 from hetjax.balance._predictors import SpeedPredictor
 from hetjax.balance._simple import min_max_shares
-from hetjax.core._shares import ShareRules, Shares
-from hetjax.core._stats import StepStats
+from hetjax.core import ShareRules, Shares, StepStats
 
 #: Noise samples (pairs of clean steps of unchanged shares) measured before a costly move, both
 #: in all and since the last change (a move is measured at its new shares before the next).

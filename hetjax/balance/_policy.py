@@ -27,9 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.core._policy import Policy
-from hetjax.core._shares import ShareRules, Shares
-from hetjax.core._stats import StepStats
+from hetjax.core import Policy, ShareRules, Shares, StepStats
 
 logger = logging.getLogger('hetjax.balance')
 

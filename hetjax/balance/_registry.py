@@ -22,7 +22,7 @@ from hetjax.balance._policy import BalancePolicy
 from hetjax.balance._predictors import AR, EWMA, LastValue
 from hetjax.balance._regime import Regime
 from hetjax.balance._simple import Oracle, Proportional, Uniform
-from hetjax.core._shares import ShareRules
+from hetjax.core import ShareRules
 from hetjax.emulation import SlowdownTrace
 
 

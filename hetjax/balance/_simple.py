@@ -22,8 +22,7 @@ import numpy as np
 
 from hetjax._errors import ConfigError
 from hetjax.balance._policy import observed_speeds, shares_array, shares_of, transfer_of
-from hetjax.core._shares import ShareRules, Shares
-from hetjax.core._stats import StepStats
+from hetjax.core import ShareRules, Shares, StepStats
 from hetjax.emulation import SlowdownTrace
 
 

@@ -6,6 +6,7 @@ nothing here imports anything else of hetjax but its errors.
 """
 
 from hetjax.core._host import EmulatedHost as EmulatedHost
+from hetjax.core._host import host_load as host_load
 from hetjax.core._host import known_speed_host as known_speed_host
 from hetjax.core._links import LinkCost as LinkCost
 from hetjax.core._links import ring_bytes as ring_bytes
@@ -35,6 +36,7 @@ __all__ = [
     'WorkerTiming',
     'decode_state',
     'encode_state',
+    'host_load',
     'known_speed_host',
     'ring_bytes',
     'ring_fraction',

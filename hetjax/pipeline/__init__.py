@@ -13,6 +13,7 @@ Data-parallel replicas of a pipeline and the policies that sync them (SDPipe) ar
 
 from hetjax.pipeline._chain import HasChain as HasChain
 from hetjax.pipeline._chain import Link as Link
+from hetjax.pipeline._chain import check_chain as check_chain
 from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
 from hetjax.pipeline._schedule import Action as Action
@@ -44,6 +45,7 @@ __all__ = [
     'StageLayout',
     'StagePace',
     'StagePrograms',
+    'check_chain',
     'dispatch_order',
     'equal_stages',
     'gpipe',

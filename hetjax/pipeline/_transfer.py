@@ -54,7 +54,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._rendezvous import port_in_use
+from hetjax.runtime import port_in_use
 
 PyTree = Any
 

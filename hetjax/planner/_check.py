@@ -25,8 +25,7 @@ import optax
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline import PipelineTrainer
-from hetjax.pipeline._chain import check_chain
+from hetjax.pipeline import PipelineTrainer, check_chain
 from hetjax.planner._hlo import collective_bytes
 from hetjax.planner._plan import Plan
 from hetjax.planner._stages import plan_stages

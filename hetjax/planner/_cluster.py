@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from hetjax._checks import number, positive_int, positive_number
 from hetjax._errors import ConfigError
-from hetjax.core._links import LinkCost
+from hetjax.core import LinkCost
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from hetjax.core._links import ring_bytes, ring_steps
+from hetjax.core import ring_bytes, ring_steps
 from hetjax.planner._cluster import ClusterSpec
 from hetjax.planner._layout import TENSOR_AXES, Layout
 from hetjax.planner._profile_types import SubmodelProfile

@@ -67,7 +67,7 @@ from collections.abc import Mapping
 
 import jax
 
-from hetjax.core._links import ring_bytes, ring_steps
+from hetjax.core import ring_bytes, ring_steps
 
 KINDS = ('all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'collective_permute')
 

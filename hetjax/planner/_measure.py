@@ -8,7 +8,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax.planner._cluster import ClusterSpec, WorkerSpec
-from hetjax.runtime._calibrate import (
+from hetjax.runtime import (
   chain_length,
   device_flops_per_s,
   device_memory,

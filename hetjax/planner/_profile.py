@@ -57,7 +57,7 @@ from hetjax.planner import _profile_timing
 from hetjax.planner._layout import FSDP_AXES, TENSOR_AXES
 from hetjax.planner._profile_types import SubmodelProfile
 from hetjax.planner._whole import WHOLE_MODEL, WholeModel
-from hetjax.runtime._calibrate import seconds_per_call
+from hetjax.runtime import seconds_per_call
 from hetjax.train import HasSubmodels, Task, program_flops
 
 _COMPILER_OPTIONS = {'xla_backend_optimization_level': 0}

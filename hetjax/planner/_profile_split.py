@@ -10,8 +10,7 @@ from __future__ import annotations
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.pipeline import split_stages
-from hetjax.pipeline._chain import check_chain
+from hetjax.pipeline import check_chain, split_stages
 from hetjax.planner._profile import profile_submodels
 
 

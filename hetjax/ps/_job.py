@@ -33,7 +33,7 @@ import optax
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.core._host import EmulatedHost
+from hetjax.core import EmulatedHost
 from hetjax.emulation import Links
 from hetjax.ps import _keys as keys
 from hetjax.ps._checkpoint import ServerCheckpointer

@@ -23,7 +23,7 @@ import numpy as np
 from jax.experimental import transfer
 
 from hetjax._errors import ConfigError
-from hetjax.runtime._rendezvous import port_in_use
+from hetjax.runtime import port_in_use
 
 
 class Transport:

@@ -31,8 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.core import ShareRules, StepStats, Work
-from hetjax.core._host import EmulatedHost, host_load, known_speed_host
+from hetjax.core import EmulatedHost, ShareRules, StepStats, Work, host_load, known_speed_host
 from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync

@@ -11,7 +11,6 @@ from typing import Any
 
 from hetjax import planner, runtime, sharding
 from hetjax.core import StepStats, decode_state, encode_state
-from hetjax.runtime import _elastic_env as _env
 
 RESTARTS_FILE = 'restarts.jsonl'
 REPLAYED_STEPS = 8  # the survivors' last steps before the checkpoint that seed a resized policy
@@ -93,8 +92,8 @@ def watchdog(channel, worker: int, workers: int) -> runtime.ProgressWatchdog:
   processes (worker 0 also watches; a parameter server reports nothing), with the timeout and
   verdict directory the launcher gave."""
   names = [f'worker {h}' for h in runtime.hosts(workers)]
-  return runtime.ProgressWatchdog(channel, worker, workers, timeout_s=_env.stall_timeout(),
-                                  verdict_dir=_env.verdict_dir(), names=names)
+  return runtime.ProgressWatchdog(channel, worker, workers, timeout_s=runtime.stall_timeout(),
+                                  verdict_dir=runtime.verdict_dir(), names=names)
 
 
 def reseed_policy(policy, saved: dict[str, Any], workdir: pathlib.Path,

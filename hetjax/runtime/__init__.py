@@ -6,7 +6,11 @@ slowdown traces from `hetjax.emulation`; the virtual clock is `hetjax.simulation
 
 from hetjax.runtime._cache import enable_compilation_cache as enable_compilation_cache
 from hetjax.runtime._calibrate import AllReduceFit as AllReduceFit
+from hetjax.runtime._calibrate import chain_length as chain_length
+from hetjax.runtime._calibrate import device_flops_per_s as device_flops_per_s
+from hetjax.runtime._calibrate import device_memory as device_memory
 from hetjax.runtime._calibrate import fit_allreduce as fit_allreduce
+from hetjax.runtime._calibrate import median_seconds as median_seconds
 from hetjax.runtime._calibrate import seconds_per_call as seconds_per_call
 from hetjax.runtime._calibrate import time_allreduce as time_allreduce
 from hetjax.runtime._discovery import Cluster as Cluster
@@ -22,6 +26,8 @@ from hetjax.runtime._elastic_env import hosts as hosts
 from hetjax.runtime._elastic_env import original_workers as original_workers
 from hetjax.runtime._elastic_env import restart_attempt as restart_attempt
 from hetjax.runtime._elastic_env import restart_cause as restart_cause
+from hetjax.runtime._elastic_env import stall_timeout as stall_timeout
+from hetjax.runtime._elastic_env import verdict_dir as verdict_dir
 from hetjax.runtime._kv import Channel as Channel
 from hetjax.runtime._launcher import LaunchResult as LaunchResult
 from hetjax.runtime._launcher import find_free_ports as find_free_ports
@@ -29,6 +35,7 @@ from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._peak_flops import measure_peak_flops as measure_peak_flops
 from hetjax.runtime._peak_flops import peak_flops as peak_flops
+from hetjax.runtime._rendezvous import port_in_use as port_in_use
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
 from hetjax.runtime._telemetry import split_collective as split_collective
 from hetjax.runtime._verdict import proc_stat as proc_stat
@@ -46,6 +53,9 @@ __all__ = [
     'TelemetryGatherer',
     'WorkerContext',
     'WorkerInfo',
+    'chain_length',
+    'device_flops_per_s',
+    'device_memory',
     'discover_cluster',
     'enable_compilation_cache',
     'find_free_ports',
@@ -56,12 +66,16 @@ __all__ = [
     'launch_local',
     'local_worker_info',
     'measure_peak_flops',
+    'median_seconds',
     'original_workers',
     'peak_flops',
+    'port_in_use',
     'proc_stat',
     'restart_attempt',
     'restart_cause',
     'seconds_per_call',
     'split_collective',
+    'stall_timeout',
     'time_allreduce',
+    'verdict_dir',
 ]

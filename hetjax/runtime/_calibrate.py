@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hetjax.core._links import LinkCost
+from hetjax.core import LinkCost
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,13 +57,13 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.data._data_file import is_data_path
-from hetjax.data._design_file import read_design
-from hetjax.data._sparse_design import (
+from hetjax.data import (
     Response,
     SparseDesign,
     bundled_design,
     correlated_design,
+    is_data_path,
+    read_design,
 )
 from hetjax.schmp._cyclic import Cyclic
 from hetjax.schmp._dynamic import DynamicScheduler, Priority

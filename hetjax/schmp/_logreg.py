@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hetjax.data._sparse_design import Response
+from hetjax.data import Response
 from hetjax.schmp._coordinate_app import (
     DynamicOptions,
     PrimalCoordinateApp,

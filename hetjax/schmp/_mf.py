@@ -65,9 +65,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.data._data_file import is_data_path
-from hetjax.data._ratings import Ratings, zipf_ratings
-from hetjax.data._ratings_file import read_ratings
+from hetjax.data import Ratings, is_data_path, read_ratings, zipf_ratings
 from hetjax.schmp._mf_layout import MFLayout, mf_layout, split_users
 from hetjax.schmp._mf_sgd import sgd_pass
 from hetjax.schmp._static import StaticRotation

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetjax._errors import ConfigError
-from hetjax.data._ratings import Ratings
+from hetjax.data import Ratings
 
 #: the per-rating arrays of an `MFLayout`'s data, each [P × P × L]
 FIELDS = ('user', 'item', 'value', 'observed', 'user_reg', 'item_reg')

@@ -79,7 +79,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from hetjax._errors import ConfigError
-from hetjax.data._sparse_design import Response
+from hetjax.data import Response
 from hetjax.schmp._coordinate_app import (
     CoordinateApp,
     DynamicOptions,

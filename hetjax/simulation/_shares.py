@@ -38,9 +38,7 @@ import numpy as np
 
 from hetjax._checks import integer, number, positive_int
 from hetjax._errors import ConfigError
-from hetjax.core._links import LinkCost
-from hetjax.core._policy import Policy
-from hetjax.core._stats import StepStats
+from hetjax.core import LinkCost, Policy, StepStats
 from hetjax.emulation import HostModel, SlowdownTrace
 
 

@@ -55,10 +55,9 @@ import numpy as np
 
 from hetjax._checks import number, positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.core._links import ring_fraction
+from hetjax.core import ring_fraction
 from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
-from hetjax.sync._host_pause import replica_trace
-from hetjax.sync._policy import SyncName, SyncPolicy, parse_sync_name
+from hetjax.sync import SyncName, SyncPolicy, parse_sync_name, replica_trace
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9

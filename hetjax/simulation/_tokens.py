@@ -48,10 +48,10 @@ import numpy as np
 
 from hetjax._checks import number, positive_int
 from hetjax._errors import ConfigError
-from hetjax.core._stats import StepStats
+from hetjax.core import StepStats
 from hetjax.emulation import SlowdownTrace
 from hetjax.simulation._shares import ClockCosts, VirtualRun
-from hetjax.train._endgame import SURE_TAKE, takes_token
+from hetjax.train import SURE_TAKE, takes_token
 
 
 def simulate_tokens(trace: SlowdownTrace, cost: ClockCosts, global_batch: int, token_rows: int,

@@ -51,7 +51,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import EmulatedHost, StepStats, Work
-from hetjax.pipeline._executor import PipelineState, PipelineTrainer
+from hetjax.pipeline import PipelineState, PipelineTrainer
 from hetjax.sync._averaging import GroupAverager
 from hetjax.sync._host_pause import HostPause
 from hetjax.sync._policy import SyncPolicy

@@ -38,7 +38,7 @@ from typing import Any
 from hetjax._errors import ConfigError
 from hetjax.checkpoint import ArraysCheckpointer
 from hetjax.core import StepStats
-from hetjax.pipeline._executor import PipelineState
+from hetjax.pipeline import PipelineState
 from hetjax.sync._driver import ServiceThread, start_service
 from hetjax.sync._policy import SyncPolicy, resume_state
 from hetjax.sync._service import Board, ServiceReport

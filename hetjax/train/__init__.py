@@ -1,8 +1,9 @@
 """Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
 
-from hetjax.core._host import EmulatedHost as EmulatedHost
+from hetjax.core import EmulatedHost as EmulatedHost
 from hetjax.train._accumulate import micro_rows_of as micro_rows_of
 from hetjax.train._accumulate import summed_value_and_grad as summed_value_and_grad
+from hetjax.train._endgame import SURE_TAKE as SURE_TAKE
 from hetjax.train._endgame import may_leave as may_leave
 from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._evaluate import Evaluation as Evaluation
@@ -44,6 +45,7 @@ from hetjax.train._workers import WorkerTrainer as WorkerTrainer
 
 __all__ = [
     'QUANT_BLOCK',
+    'SURE_TAKE',
     'EmulatedHost',
     'Evaluation',
     'Granularity',

@@ -14,9 +14,7 @@ import jax
 
 from hetjax._errors import ConfigError
 from hetjax.core import StepStats, WorkerTiming
-from hetjax.report._goodput import Launch
-from hetjax.report._live_throughput import LiveThroughput
-from hetjax.report._throughput import Throughput, steady_throughput
+from hetjax.report import Launch, LiveThroughput, Throughput, steady_throughput
 from hetjax.train._loop import Hook, StepInfo
 
 #: ``sink(step, scalars)``: takes every record's numbers (`MetricsLogger`'s ``sinks``), e.g.

@@ -71,8 +71,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import fraction
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.core import StepStats, Work
-from hetjax.core._host import EmulatedHost
+from hetjax.core import EmulatedHost, StepStats, Work
 from hetjax.data import Batch
 from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hetjax.core import Work, WorkerTiming
-from hetjax.core._host import host_load
+from hetjax.core import Work, WorkerTiming, host_load
 from hetjax.data import slice_batch
 
 if TYPE_CHECKING:

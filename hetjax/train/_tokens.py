@@ -70,8 +70,7 @@ import numpy as np
 
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work, WorkerTiming
-from hetjax.core._host import EmulatedHost, host_load
+from hetjax.core import EmulatedHost, StepStats, Work, WorkerTiming, host_load
 from hetjax.data import take_rows
 from hetjax.runtime import Channel
 from hetjax.train._endgame import may_leave, takes_token

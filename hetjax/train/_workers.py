@@ -41,8 +41,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work, WorkerTiming
-from hetjax.core._host import EmulatedHost, known_speed_host
+from hetjax.core import EmulatedHost, StepStats, Work, WorkerTiming, known_speed_host
 from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
