@@ -19,7 +19,5 @@ if __package__ in (None, ''):  # run as a script from a checkout: its packages f
 
 from hetjax.cli import train
 
-run = train.train_from_flags  # `experiments/schmp.py` runs the same program with its own flags
-
 if __name__ == '__main__':
   train.main()

@@ -26,9 +26,9 @@ TIMEOUT_S = 120
 
 
 def _child(args: list[str], out: str, err: str) -> None:
-  from experiments import schmp, train
-  from hetjax.cli import run_main
-  script, run = ('schmp.py', schmp.run) if args[:1] == ['schmp.py'] else ('train.py', train.run)
+  from hetjax.cli import run_main, schmp, train
+  script, run = (('schmp.py', schmp.schmp_from_flags) if args[:1] == ['schmp.py']
+                 else ('train.py', train.train_from_flags))
   args = args[1:] if script == 'schmp.py' else args
   for fd, path in ((1, out), (2, err)):
     os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -68,7 +68,7 @@ def _run(args: list[str], scratch: pathlib.Path) -> dict:
 
 
 def main(cases_path: str, results_path: str) -> None:
-  from experiments import schmp, train  # noqa: F401  (imported once, before the forks)
+  from hetjax.cli import schmp, train  # noqa: F401  (imported once, before the forks)
 
   def on_alarm(signum, frame):
     raise InterruptedError
