@@ -5,7 +5,7 @@ central scheduler forms from the replicas that are ready. Run it under the launc
       .venv/bin/python examples/sdpipe_replicas.py
 
 Each worker is one replica (a 2-stage pipeline of the MLP on its own 2 devices); worker 0 also
-runs the group scheduler in a thread. The lines between the markers are the README's snippet.
+runs the group scheduler in a thread. The lines between the markers are docs/pipeline.md's snippet.
 `experiments/train.py --mode=pipeline --sync=sdpipe` under the launcher runs the same, with
 checkpoints (the scheduler's state in them), ``--resume`` and ``--slowdown``.
 """
@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-# --- README snippet: start
+# --- docs/pipeline.md snippet: start
 import jax
 import optax
 
@@ -34,7 +34,7 @@ driver = ReplicaDriver(trainer, SyncClient(channel, 'run0', ctx.worker), ctx.wor
 state, steps = driver.run(trainer.init_state(), steps=20)
 print(f'replica {ctx.worker}: {len(steps)} steps, loss {steps[-1].loss:.4f}, '
       f'last group {steps[-1].members}')
-# --- README snippet: end
+# --- docs/pipeline.md snippet: end
 if ctx.is_chief:
   service.join(60)
 channel.barrier('done')

@@ -27,7 +27,7 @@ def _cluster(tmp_path, workers):
 
 def test_plan_prints_a_table_and_the_plan_trains(tmp_path):
   """A cluster file's plan, priced analytically from timed sub-models (the profiled costs,
-  plan.py's default, are the README's command: `tests/test_readme.py`)."""
+  plan.py's default, are docs/heterogeneous.md's command: `tests/test_readme.py`)."""
   cluster = _cluster(tmp_path, [{'devices': 8, 'speed': 2e10, 'memory': 4e9}])
   out = tmp_path / 'plan.json'
   result = _run('plan.py', '--config=wide_deep', *SMALL_WD, f'--cluster={cluster}',

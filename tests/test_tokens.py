@@ -43,7 +43,7 @@ def _reference():
 # scheduler (with tokens this small, the first worker back from the combine may drain the queue).
 @pytest.mark.multiprocess
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
-# (Two workers run tokens under the launcher in the README's block: tests/test_readme.py.)
+# (Two workers run tokens under the launcher in docs/heterogeneous.md's block: tests/test_readme.py.)
 @pytest.mark.parametrize('workers, slowdown', [(4, 'static:1,1,200,1')])
 def test_tokens_match_single_device_and_go_to_the_fast_workers(tmp_path, workers, slowdown):
   out = tmp_path / 'out.json'
