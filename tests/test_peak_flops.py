@@ -21,6 +21,8 @@ def test_accelerators_chain_products_in_one_program():
   assert _calibrate.chain_length(jax.devices()[0]) == 1
   assert _calibrate.ACCELERATOR_CHAIN >= 8
   stacked = jax.numpy.ones((2, 64, 64), jax.numpy.bfloat16)
+  # Three 64² products: microseconds; the bound is a loaded machine's scheduling, and it
+  # catches a time in the wrong unit (milliseconds read as seconds).
   assert 0 < _calibrate.matmul_seconds(stacked, chain=3, repeats=1) < 1.0
 
 
@@ -70,4 +72,6 @@ def test_seconds_per_call_times_back_to_back_calls_after_one_untimed():
     return jax.numpy.asarray(x)
 
   seconds = seconds_per_call(fn, (3.0,), rounds=4, calls=2)
+  # An identity call takes microseconds: a second of bound is scheduling on a loaded machine
+  # and catches a total (8 calls) or a time in the wrong unit passed off as one call's.
   assert len(calls) == 1 + 4 * 2 and 0 < seconds < 1
