@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from hetjax import ConfigError
-from hetjax.core import LinkCost, _links, ring_bytes, ring_fraction, ring_steps
+from hetjax import ConfigError, _links
+from hetjax.core import LinkCost, ring_bytes, ring_fraction, ring_steps
 from hetjax.emulation import Links
 from hetjax.simulation import ClockCosts
 

@@ -75,7 +75,7 @@ def test_replica_sync_does_not_import_its_virtual_clock():
 
 
 def test_core_imports_nothing_of_hetjax_but_its_errors():
-  allowed = ('hetjax._errors', 'hetjax.core')
+  allowed = ('hetjax._errors', 'hetjax._links', 'hetjax.core')  # _links: the α–β model it exports
   assert _violations('core', lambda name: name.startswith(allowed)) == []
 
 
@@ -122,6 +122,7 @@ def test_train_does_not_import_the_virtual_clocks():
 LAYERS = {
     '_errors': 0,       # the root's shared internals: every package may import them
     '_checks': 0,
+    '_links': 0,        # the α–β link model: pure arithmetic (core re-exports it)
     'core': 1,          # step stats, policies as values, hosts, the link model
     'data': 1,
     'sharding': 1,
@@ -142,6 +143,7 @@ LAYERS = {
     'configs': 10,      # the shipped configs (run's Config; run loads them by name)
     'cli': 11,
     'launch': 11,       # hetjax/launch.py
+    'bench': 12,        # the benchmarks' and tests' hooks into every package: nothing imports it
 }
 
 

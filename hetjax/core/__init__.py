@@ -5,13 +5,13 @@ Both clocks (real runs and the virtual clock, `hetjax.simulation.simulate_shares
 nothing here imports anything else of hetjax but its errors.
 """
 
+from hetjax._links import LinkCost as LinkCost
+from hetjax._links import ring_bytes as ring_bytes
+from hetjax._links import ring_fraction as ring_fraction
+from hetjax._links import ring_steps as ring_steps
 from hetjax.core._host import EmulatedHost as EmulatedHost
 from hetjax.core._host import host_load as host_load
 from hetjax.core._host import known_speed_host as known_speed_host
-from hetjax.core._links import LinkCost as LinkCost
-from hetjax.core._links import ring_bytes as ring_bytes
-from hetjax.core._links import ring_fraction as ring_fraction
-from hetjax.core._links import ring_steps as ring_steps
 from hetjax.core._policy import Policy as Policy
 from hetjax.core._program import Batch as Batch
 from hetjax.core._program import StepProgram as StepProgram

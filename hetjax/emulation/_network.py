@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.core import LinkCost
+from hetjax._links import LinkCost
 
 _MB = 1e6
 
