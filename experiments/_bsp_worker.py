@@ -36,7 +36,7 @@ def main(out_dir: str, steps: int, block: int) -> None:
   ctx = runtime.initialize(init_timeout_s=120)
   import optax
 
-  from hetjax import balance, emulation, models, run
+  from hetjax import balance, core, emulation, models, run
   from hetjax.train import Hook, WorkerTrainer
 
   out = pathlib.Path(out_dir)
@@ -47,7 +47,7 @@ def main(out_dir: str, steps: int, block: int) -> None:
   state = trainer.init_state()
   host = run.emulated_host(ctx, trainer, traces['none'], channel)
   hosts = {name: dataclasses.replace(host, trace=trace) for name, trace in traces.items()}
-  policy = balance.Uniform(balance.ShareRules(GLOBAL_BATCH, ctx.workers))
+  policy = balance.Uniform(core.ShareRules(GLOBAL_BATCH, ctx.workers))
   policy_state = policy.init()
   speed = trainer.measure_speed(state, policy.update(policy_state, None)[0][ctx.worker])
   cluster = runtime.discover_cluster(speed, channel)

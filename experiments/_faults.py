@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from hetjax import checkpoint
-from hetjax.runtime import ENV_LAUNCHER_PID, ENV_WORKER_ID, proc_stat
+from hetjax.bench import ENV_LAUNCHER_PID, ENV_WORKER_ID, proc_stat
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -37,7 +37,7 @@ import numpy as np
 from experiments import _analysis, _harness
 from experiments._bench_launch import launch_workers
 from experiments._lbbsp_worker import BUCKET
-from hetjax import balance, emulation, simulation
+from hetjax import balance, core, emulation, simulation
 
 WORKERS = 4
 TOKEN_ROWS = 128  # 16 tokens of the 2048-row batch: a bucket, so one of the compiled pieces
@@ -124,7 +124,7 @@ def _virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts,
   """The scenario tiled over ``workers`` on the virtual clock (modelled, not measured)."""
   trace = _analysis.tile_trace(emulation.parse_trace(SCENARIOS[scenario], WORKERS), workers)
   x = ROWS_PER_WORKER * workers
-  rules = balance.ShareRules(x, workers, BUCKET)
+  rules = core.ShareRules(x, workers, BUCKET)
   runs = {name: simulation.simulate_shares(balance.make_policy(name, rules), trace, cost, x,
                                            VIRTUAL_STEPS) for name in ('uniform', 'lbbsp')}
   for name, (endgame, prefetch) in VIRTUAL_TOKENS.items():

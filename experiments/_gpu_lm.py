@@ -29,7 +29,7 @@ sequence 1024, bfloat16 compute over float32 weights and optimizer state) on one
 
 * **where the step's time goes** (the first variant's hetjax step): each distinct matmul of
   the step (and cuDNN's attention kernels) timed alone at its shapes
-  (`hetjax.train.time_matmuls`), times how often the step runs it; the step's time less theirs
+  (`hetjax.bench.time_matmuls`), times how often the step runs it; the step's time less theirs
   is the rest (norms, activations, the loss's softmax over the vocabulary, the optimizer's
   update); ``mfu_ceiling`` is the MFU the step would reach if only its matmuls ran.
 
@@ -57,11 +57,12 @@ from experiments import _harness
 from experiments._gpu_curve import is_out_of_memory
 from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import models, planner
+from hetjax.bench import compiled_bytes, time_matmuls
 from hetjax.models import gpt
 from hetjax.run import load_config
 from hetjax.runtime import peak_flops
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, program_flops, time_matmuls
+from hetjax.train import Strategy, Trainer, program_flops
 
 SEED = 0
 LR = 3e-4
@@ -209,9 +210,9 @@ LADDER_COMPILER_OPTIONS = {'xla_gpu_autotune_level': 0, 'xla_backend_optimizatio
 
 
 def _compiled_bytes(compiled) -> float | None:
-  """`hetjax.planner.compiled_bytes` (the donated state counted once), None without an
+  """`hetjax.bench.compiled_bytes` (the donated state counted once), None without an
   analysis."""
-  return None if compiled.memory_analysis() is None else float(planner.compiled_bytes(compiled))
+  return None if compiled.memory_analysis() is None else float(compiled_bytes(compiled))
 
 
 def _largest_batch(args: dict, s: Sizes) -> dict:

@@ -44,7 +44,7 @@ import numpy as np
 import optax
 
 from hetjax import models, planner
-from hetjax.runtime import seconds_per_call
+from hetjax.runtime import device_memory, seconds_per_call
 
 GOAL = 0.25  # predicted within this fraction of measured
 
@@ -152,7 +152,7 @@ def _step_seconds(plan: planner.Plan, task, batch: int, devices: list, rounds: i
                   calls: int) -> float:
   """Seconds per step of ``plan`` trained on ``devices`` (module docstring, step 3)."""
   compiled = planner.compile_plan(plan, task, optax.adam(1e-3), batch,
-                                  planner.device_memory(devices), devices=devices)
+                                  device_memory(devices), devices=devices)
   trainer, program = compiled.trainer, compiled.compiled
   batches = [trainer.put_batch(trainer.global_batch_at(s)) for s in range(calls)]
   # The state is filled from the host, not initialised by the model's init: that would cost

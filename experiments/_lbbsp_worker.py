@@ -47,7 +47,7 @@ class Bench:
   trainer: object  # hetjax.train.WorkerTrainer
   trace: SlowdownTrace
   host: KnownSpeedHost
-  rules: object  # balance.ShareRules
+  rules: object  # core.ShareRules
   channel: runtime.Channel
   fit: object  # runtime.AllReduceFit
   telemetry: runtime.TelemetryGatherer
@@ -80,13 +80,13 @@ def set_up(ctx, out: pathlib.Path, channel_prefix: str, token_rows: int | None =
   import jax
   import optax
 
-  from hetjax import balance, emulation, models, run
+  from hetjax import core, emulation, models, run
   from hetjax.train import WorkerTrainer
 
   trainer = WorkerTrainer(models.make_task('mlp', **MODEL), optax.sgd(0.05, momentum=0.9),
                           GLOBAL_BATCH, bucket=BUCKET)
   trace = emulation.parse_trace(ctx.slowdown or 'none', ctx.workers)
-  rules = balance.ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
+  rules = core.ShareRules(GLOBAL_BATCH, ctx.workers, BUCKET)
   channel = runtime.Channel(f'{channel_prefix}/{out}')
   fit = runtime.fit_allreduce(trainer.mesh, 'proc', trainer.fused_size, 10)
   telemetry = runtime.TelemetryGatherer(channel, ctx.worker, ctx.workers, out / 'telemetry.jsonl')

@@ -33,7 +33,7 @@ import numpy as np
 if __package__ in (None, ''):
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from hetjax import ConfigError, balance, emulation
+from hetjax import ConfigError, balance, core, emulation
 
 _BRUTE_FORCE_SPLITS = 20_000  # beyond this many bucket splits, the symmetric 1-D search
 
@@ -50,7 +50,7 @@ class MarkovLimit:
     fixed_s: seconds per step whatever the rows, at factor 1.
   """
 
-  rules: balance.ShareRules
+  rules: core.ShareRules
   trace: emulation.MarkovTrace
   row_s: float = 1.0
   fixed_s: float = 0.0
@@ -67,11 +67,11 @@ class MarkovLimit:
 
   def update(self, state, stats):
     if stats is None:
-      return balance.Shares(tuple(int(v) for v in state.shares), self.rules), state
+      return core.Shares(tuple(int(v) for v in state.shares), self.rules), state
     shares = self.plan(self.trace.factors(stats.step), first=False)
     return shares, balance.SharesState(np.asarray(shares.values))
 
-  def plan(self, factors: np.ndarray, first: bool = True) -> balance.Shares:
+  def plan(self, factors: np.ndarray, first: bool = True) -> core.Shares:
     """The shares minimising the expected next step given this step's ``factors`` (at step 0,
     ``first``: the chain's known start, every worker fast at that very step)."""
     t = self.trace
@@ -98,7 +98,7 @@ class MarkovLimit:
       factor = np.where(slow_next, t.slow, 1.0)
       step = (busy[:, None, :] * factor[None]).max(axis=2)  # [splits, states]
       best = splits[int(np.argmin(step @ p_state))]
-      return balance.Shares(tuple(int(u) * self.rules.bucket for u in best), self.rules)
+      return core.Shares(tuple(int(u) * self.rules.bucket for u in best), self.rules)
     # One share per state group (interchangeable workers, convex objective): ternary search.
     group = slow_now & affected
     n_slow = int(group.sum())
@@ -121,7 +121,7 @@ def _splits(total: int, n: int):
     yield tuple(b - a for a, b in zip((0, *cuts), (*cuts, total), strict=True))
 
 
-def virtual_row(scenario: str, trace, rules: balance.ShareRules, cost, steps: int) -> dict:
+def virtual_row(scenario: str, trace, rules: core.ShareRules, cost, steps: int) -> dict:
   """`bench_lbbsp`'s virtual row of the causal limit on ``trace`` (a `MarkovTrace`) and ``cost``
   (`hetjax.simulation.ClockCosts`, one per-row cost for every worker)."""
   from experiments import _analysis
@@ -146,7 +146,7 @@ def expected_rows(workers: int = 4, seeds: int = 20, steps: int = 200, names=(
   from hetjax import simulation
 
   cost = simulation.ClockCosts(per_sample_s=0.2236e-3, fixed_s=16.85e-3)
-  rules = balance.ShareRules(512 * workers, workers, 128 if workers == 4 else 32)
+  rules = core.ShareRules(512 * workers, workers, 128 if workers == 4 else 32)
   out = {name: [] for name in (*names, 'limit')}
   for seed in range(seeds):
     trace = emulation.MarkovTrace(workers, 3.0, 0.9, seed=seed)

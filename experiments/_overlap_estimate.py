@@ -11,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from hetjax import models
-from hetjax.train import QUANT_BLOCK, quantize_int8
+from hetjax.bench import QUANT_BLOCK, quantize_int8
 
 WORKERS, BATCH = 4, 128
 MODEL = {'hidden': 64, 'width': 32}
@@ -39,7 +39,7 @@ def _setup():
 
 def _int8_sum(grads: list) -> dict:
   """Σᵢ of the workers' gradient trees, each in 8 bits as the scheduler sends them
-  (`hetjax.train.quantize_int8` over blocks of its leaves in leaf order)."""
+  (`hetjax.bench.quantize_int8` over blocks of its leaves in leaf order)."""
   flats = [jax.flatten_util.ravel_pytree(g) for g in grads]
   size, unravel = flats[0][0].size, flats[0][1]
   total = 0.0

@@ -38,7 +38,7 @@ from absl import flags
 
 from experiments import _harness
 from experiments._bench_launch import launch_workers
-from hetjax import ConfigError, balance, emulation, simulation
+from hetjax import ConfigError, balance, core, emulation, simulation
 
 WORKERS = 4
 SCENARIOS = {'none': 'none', 'static': 'static:1,1,1,3'}
@@ -72,7 +72,7 @@ def _virtual(cost: simulation.ClockCosts, workers: int, rows_per_worker: int, st
              noise_cv: float) -> dict:
   factors = (1.0,) * (workers - 1) + (3.0,)
   batch = rows_per_worker * workers
-  uniform = balance.Uniform(balance.ShareRules(batch, workers))
+  uniform = balance.Uniform(core.ShareRules(batch, workers))
   v = simulation.simulate_shares(uniform, emulation.StaticTrace(factors), cost, batch, steps,
                                  noise_cv=noise_cv)
   idle = v.idle_fraction.mean(axis=0)

@@ -6,7 +6,7 @@ measured by `measure_cluster`) against ``hetjax/configs/plans/`` (pure data-para
 model-parallel, uniform hybrid). Per plan:
 
 * ``bytes/device``: collective bytes per device per step, counted exactly from the compiled
-  step's HLO (`hetjax.planner.collective_bytes`);
+  step's HLO (`hetjax.bench.collective_bytes`);
 * ``measured ms``: median train-step time, plans interleaved (R rounds × N steps each after one
   untimed step, the order rotating by round) so machine drift hits all alike;
 * ``predicted ms``: the cost model at the measured α and β; ``@1/10/100 Gbit/s``: the same
@@ -53,6 +53,7 @@ from absl import flags
 
 from experiments import _analysis, _harness
 from hetjax import ConfigError, configs, models, planner
+from hetjax.bench import collective_bytes
 from hetjax.sharding import submodel_names
 
 PLANS = configs.PLANS
@@ -144,7 +145,7 @@ def _model_rows(key: str, rounds: int, steps: int, cluster) -> list[dict]:
   times = _harness.interleave({name: block(name) for name in compiled}, rounds)
   rows = []
   for name, c in compiled.items():
-    moved = planner.collective_bytes(c.compiled)
+    moved = collective_bytes(c.compiled)
     row = {'model': key, 'plan': name, 'cluster': 'equal', 'layouts': {s.name: s.layout.name(DEVICES)
                                                    for s in c.plan.submodels},
            'bytes_per_device': float(moved.total), 'measured_step_s': float(np.median(times[name])),

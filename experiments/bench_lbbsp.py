@@ -79,7 +79,7 @@ from absl import flags
 from experiments import _analysis, _harness, _lbbsp_harm, _markov_limit
 from experiments._bench_launch import launch_workers, make_policy
 from experiments._lbbsp_worker import LINKS_POLICY
-from hetjax import ConfigError, balance, emulation, simulation
+from hetjax import ConfigError, core, emulation, simulation
 
 WORKERS = 4
 SCENARIOS = {
@@ -136,7 +136,7 @@ def virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts, steps
   """The scenario tiled over ``workers`` on the virtual clock (modelled, not measured)."""
   trace = _analysis.tile_trace(emulation.parse_trace(SCENARIOS[scenario], WORKERS), workers)
   x = VIRTUAL_ROWS_PER_WORKER * workers
-  rules = balance.ShareRules(x, workers, VIRTUAL_BUCKET)
+  rules = core.ShareRules(x, workers, VIRTUAL_BUCKET)
   if scenario in EXCHANGE:  # each worker's own transfer, tiled as the trace is
     uniform_s = cost.fixed_s + VIRTUAL_ROWS_PER_WORKER * float(np.max(cost.per_sample_s))
     cost = dataclasses.replace(cost, transfer_s=tuple(

@@ -26,13 +26,13 @@ same initial parameters (``seed`` 0, checked equal) on the same global batches
 Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M parameters) and ``25m`` (d_model 512,
 8 heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the
 test. Per size × strategy × dtype: both steps are compiled ahead of time (``compile_s``: lower +
-compile; their HLO collectives are counted with `hetjax.planner.collective_bytes`), each side
+compile; their HLO collectives are counted with `hetjax.bench.collective_bytes`), each side
 runs one untimed warm-up step, then R rounds each time one block of N steps per side, the side
 that goes first alternating by round; a block ends at `jax.block_until_ready` of its state and
 losses. ``step_s`` is the median block time / N, ``cpu_step_s`` the same with
 `time.process_time` (all of the process's threads: on a shared 2-core machine it swings less
 with others' load than the wall clock). ``mfu``: each side's model FLOPs per step as XLA counts
-its compiled step (`hetjax.train.compiled_flops`, one device's part, × 4 devices), over the step
+its compiled step (`hetjax.bench.compiled_flops`, one device's part, × 4 devices), over the step
 time, over 4 × `hetjax.runtime.peak_flops` of one device measured once per dtype (a 1024² matmul).
 The 4 virtual devices share the machine's 2 cores, so this peak overstates what the 4 can do at
 once and the MFU is low by construction; it compares the two sides, not the machine.
@@ -77,11 +77,11 @@ from jax.sharding import Mesh, PartitionSpec
 from experiments import _harness, _lm_launched
 from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import ConfigError, models
+from hetjax.bench import collective_bytes, compiled_flops
 from hetjax.models import gpt
-from hetjax.planner import collective_bytes
 from hetjax.runtime import enable_compilation_cache, peak_flops
 from hetjax.sharding import abstract_model, make_mesh, param_shardings
-from hetjax.train import Strategy, Trainer, compiled_flops
+from hetjax.train import Strategy, Trainer
 
 DEVICES = 4
 # name → (gpt make_task keyword arguments, global batch)

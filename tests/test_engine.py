@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from hetjax import ConfigError
+from hetjax import ConfigError, bench
 from hetjax import run as _programs
 from hetjax.core import StepStats, Work, decode_state, encode_state
 from hetjax.run import _hosts
@@ -132,15 +132,15 @@ def test_step_head_names_every_workers_slots():
     (96, 5, 2, 2)])
 def test_default_bucket_divides_the_global_batch_for_any_worker_count(batch, workers, degree,
                                                                       bucket):
-  got = _programs.default_bucket(batch, workers, degree)
+  got = bench.default_bucket(batch, workers, degree)
   assert got == bucket and batch % got == 0 and got % degree == 0
 
 
 def test_default_token_rows_gives_about_four_tokens_per_worker():
-  assert _programs.default_token_rows(256, 3, 1) == 16
-  assert _programs.default_token_rows(64, 2, 1) == 8
+  assert bench.default_token_rows(256, 3, 1) == 16
+  assert bench.default_token_rows(64, 2, 1) == 8
   with pytest.raises(ConfigError, match='degree 3 does not divide the global batch 64'):
-    _programs.default_token_rows(64, 2, 3)
+    bench.default_token_rows(64, 2, 3)
 
 
 @pytest.mark.parametrize('flags, endgame, prefetch', [

@@ -7,16 +7,9 @@ import optax
 import pytest
 
 from hetjax import ConfigError, models
+from hetjax.bench import compiled_flops, flops_ratio, matmul_flops, step_flops
 from hetjax.sharding import make_mesh
-from hetjax.train import (
-  Strategy,
-  Trainer,
-  compiled_flops,
-  flops_ratio,
-  matmul_flops,
-  program_flops,
-  step_flops,
-)
+from hetjax.train import Strategy, Trainer, program_flops
 from tests.conftest import require_devices
 
 TINY = {'d_model': 32, 'heads': 4, 'layers': 2, 'mlp': 64, 'seq_len': 16}

@@ -188,7 +188,7 @@ def test_float32_logits_backward_is_the_einsums_in_the_compute_dtype():
   """The head's logits are float32; its gradients are the bfloat16 einsum's, fed the
   cotangent rounded to bfloat16, and its backward holds two matmuls, not a third (a dead
   forward that a jaxpr's matmul count would see)."""
-  from hetjax.train import matmul_flops
+  from hetjax.bench import matmul_flops
 
   rng = np.random.default_rng(0)
   h = jnp.asarray(rng.standard_normal((2, 3, 8)), jnp.bfloat16)

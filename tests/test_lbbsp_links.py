@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from hetjax import ConfigError, balance, emulation, simulation
+from hetjax import ConfigError, balance, core, emulation, simulation
 from hetjax.balance._simple import min_max_shares
 from hetjax.emulation import Exchange, Links, StaticTrace, _network, parse_links
 from hetjax.report import load_telemetry
@@ -40,7 +40,7 @@ def test_the_links_docstring_examples_hold():
 
 def test_the_solver_equalises_compute_plus_transfer():
   # Equal hosts, worker 3's transfer 60 ms: 4T − 60 ms = 400 rows × 1 ms ⇒ T = 115 ms.
-  rules = balance.ShareRules(400, 4, 1)
+  rules = core.ShareRules(400, 4, 1)
   shares = min_max_shares(rules, [ROW_S] * 4, [0, 0, 0, 0.06])
   assert shares.values == (115, 115, 115, 55)
   finish = np.asarray(shares.values) * ROW_S + [0, 0, 0, 0.06]
@@ -56,7 +56,7 @@ def test_the_solver_equalises_compute_plus_transfer():
     ((1, 1, 2, 1), (0, 0, 0, 0.05), 370, (120, 120, 60, 70), 0.12),
 ])
 def test_lbbsp_with_links_reaches_the_balanced_limit(factors, transfer, batch, balanced, limit):
-  rules, trace = balance.ShareRules(batch, 4, 1), StaticTrace(factors)
+  rules, trace = core.ShareRules(batch, 4, 1), StaticTrace(factors)
   with_links = _run(balance.LBBSP(rules, balance.EWMA(), transfer_s=transfer), trace, transfer,
                     batch)
   assert tuple(with_links.shares[-1]) == balanced
@@ -81,7 +81,7 @@ def test_a_transfer_longer_than_the_balanced_step_leaves_that_worker_out_of_the_
 
 def test_equal_transfers_keep_the_compute_only_split():
   # A ring all-reduce paces every worker alike: the transfers shift the time, not the split.
-  rules, trace = balance.ShareRules(4096, 4, 64), StaticTrace((1, 1, 1, 3))
+  rules, trace = core.ShareRules(4096, 4, 64), StaticTrace((1, 1, 1, 3))
   ring = parse_links('link:1:1000,1000,1000,100', 4).exchange_s(4_000_000)
   assert len(set(ring)) == 1
   plain = _run(balance.LBBSP(rules, balance.EWMA()), trace, (), 4096)
@@ -91,7 +91,7 @@ def test_equal_transfers_keep_the_compute_only_split():
 
 
 def test_a_resumed_policy_decides_as_the_uninterrupted_one():
-  rules, trace = balance.ShareRules(400, 4, 4), StaticTrace((1, 1.5, 1, 1))
+  rules, trace = core.ShareRules(400, 4, 4), StaticTrace((1, 1.5, 1, 1))
   transfer = (0.0, 0.0, 0.01, 0.05)
   policy = balance.LBBSP(rules, balance.EWMA(), transfer_s=transfer)
   cost = simulation.ClockCosts(per_sample_s=ROW_S, transfer_s=transfer)
@@ -128,7 +128,7 @@ def test_bad_links_are_one_line(spec, message):
 
 
 def test_transfers_for_another_worker_count_are_one_line():
-  rules = balance.ShareRules(400, 4, 1)
+  rules = core.ShareRules(400, 4, 1)
   for make in (lambda t: balance.LBBSP(rules, balance.EWMA(), transfer_s=t),
                lambda t: balance.Oracle(rules, StaticTrace((1,) * 4), transfer_s=t)):
     with pytest.raises(ConfigError, match=r'must be one finite value >= 0 per worker \(4\)'):

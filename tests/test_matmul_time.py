@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import optax
 
 from hetjax import models
+from hetjax.bench import matmul_equations, matmul_flops, time_matmuls
 from hetjax.sharding import make_mesh
-from hetjax.train import Strategy, Trainer, matmul_equations, matmul_flops, time_matmuls
+from hetjax.train import Strategy, Trainer
 
 
 def test_identical_matmuls_are_timed_once_and_counted_each_time():

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from hetjax import balance, report, run
+from hetjax import balance, core, report, run
 from hetjax.core import StepStats, WorkerTiming
 from hetjax.emulation import StaticTrace
 from hetjax.report import LiveThroughput, _goodput, summary_fields, telemetry_throughput
@@ -231,7 +231,7 @@ def test_a_run_prints_one_samples_per_s_names_its_policy_and_resumes_as_resume(t
 
 @pytest.mark.parametrize('name', [n.value for n in balance.PolicyName])
 def test_every_policy_name_is_explained(name):
-  rules = balance.ShareRules(global_batch=256, workers=2, bucket=8)
+  rules = core.ShareRules(global_batch=256, workers=2, bucket=8)
   policy = balance.make_policy(name, rules, StaticTrace((1, 3)))
   described = balance.describe_policy(policy.name)
   assert described.startswith(f'{policy.name} (') and described.endswith(')')
@@ -239,7 +239,7 @@ def test_every_policy_name_is_explained(name):
 
 def test_lbbsp_says_what_ewma_is():
   """The issue's case: --policy=lbbsp is reported as lbbsp-ewma, with no word on ewma."""
-  rules = balance.ShareRules(global_batch=256, workers=2, bucket=8)
+  rules = core.ShareRules(global_batch=256, workers=2, bucket=8)
   assert balance.make_policy('lbbsp', rules).name == 'lbbsp-ewma'
   assert balance.describe_policy('lbbsp-ewma') == (
       "lbbsp-ewma (LB-BSP: each worker's speed predicted by an exponentially weighted moving "

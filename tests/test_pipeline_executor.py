@@ -19,11 +19,11 @@ import pytest
 from flax import nnx
 
 from hetjax import ConfigError, models
+from hetjax.bench import dispatch_order
 from hetjax.pipeline import (
   HasChain,
   Link,
   PipelineTrainer,
-  dispatch_order,
   gpipe,
   one_f_one_b,
   split_stages,

@@ -14,6 +14,7 @@ import optax
 import pytest
 
 from hetjax import models
+from hetjax.bench import collective_bytes
 from hetjax.planner import (
   AnalyticCost,
   ClusterSpec,
@@ -24,7 +25,6 @@ from hetjax.planner import (
   PricedBy,
   SubmodelPlan,
   SubmodelProfile,
-  collective_bytes,
   compile_plan,
   evaluate,
   measure_cluster,

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError, models
+from hetjax.bench import group_factors
 from hetjax.pipeline import PipelineTrainer
 from hetjax.pipeline._transfer import piece_plan
-from hetjax.planner import Plan, compile_plan, group_factors, plan_stages
+from hetjax.planner import Plan, compile_plan, plan_stages
 from hetjax.sharding import LogicalRules, ShardingRules, make_mesh, submodel_names
 from hetjax.train import Trainer, training_steps
 from tests.conftest import require_devices

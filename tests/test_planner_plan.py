@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError, configs, models
-from hetjax.planner import Layout, Plan, mesh_factors, tensor_degrees
+from hetjax.bench import mesh_factors, tensor_degrees
+from hetjax.planner import Layout, Plan
 from hetjax.sharding import LogicalRules, submodel_names
 from hetjax.train import Trainer, training_steps
 from tests.conftest import require_devices

@@ -12,6 +12,7 @@ from flax import nnx
 
 from hetjax import ConfigError, models, planner
 from hetjax import data as hdata
+from hetjax.bench import compiled_bytes
 from hetjax.planner._profile import profile_submodels
 from hetjax.planner._profile_types import SubmodelProfile
 from hetjax.sharding import make_mesh
@@ -129,7 +130,7 @@ def test_a_large_vocabularys_step_memory_matches_xlas():
   assert profiles[-1].name == 'head'
   assert profiles[-1].activation_bytes_per_example * batch > 2 * logits  # logits + gradient
   mesh = make_mesh((1, 1), devices=jax.devices()[:1])
-  xla = planner.compiled_bytes(Trainer(  # the donated state counted once
+  xla = compiled_bytes(Trainer(  # the donated state counted once
       task, optax.adamw(1e-3), batch, mesh, Strategy.DATA_PARALLEL.rules(), 0).compile_step())
   cluster = planner.ClusterSpec.uniform(1, 1, 1e12, 16e9)
   plan = planner.search(profiles, cluster, batch, memory_cap=float('inf'), micro_batches=1)

@@ -6,14 +6,12 @@ import threading
 import pytest
 
 from hetjax import ConfigError
+from hetjax.bench import find_free_ports, local_worker_info, split_collective
 from hetjax.core import WorkerTiming
 from hetjax.runtime import (
   Channel,
   Cluster,
   TelemetryGatherer,
-  find_free_ports,
-  local_worker_info,
-  split_collective,
 )
 from hetjax.runtime._rendezvous import roll_call
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hetjax import ConfigError, core
-from hetjax.balance import ShareRules, Shares
+from hetjax.core import ShareRules, Shares
 
 
 def test_balance_names_the_core_types():

@@ -177,9 +177,9 @@ def test_strategy_shards_the_parameters_it_must(name, strategy):
   for expected in EXPECTED_SPECS[strategy][name].values():
     assert _padded(expected, 3) in momentum
   if strategy is Strategy.FSDP:
-    from hetjax import run as _programs
+    from hetjax import bench
 
-    assert _programs.fsdp_notice(trainer) == FSDP_NOTICES[name]
+    assert bench.fsdp_notice(trainer) == FSDP_NOTICES[name]
 
 
 @pytest.mark.parametrize('name', list(MODELS))
@@ -198,7 +198,7 @@ class _Unnamed(nnx.Module):
 
 
 def test_fsdp_shards_an_unnamed_parameter_and_names_what_it_cannot():
-  from hetjax import run as _programs
+  from hetjax import bench
 
   mesh = make_mesh((4, 1), devices=require_devices(4))
   task = Task('unnamed', _Unnamed, lambda model, batch: model.w.sum(), models.make_task('mlp').data)
@@ -206,6 +206,6 @@ def test_fsdp_shards_an_unnamed_parameter_and_names_what_it_cannot():
   specs = trainer.state_shardings.params
   assert specs['w'].spec == PartitionSpec(None, D)
   assert specs['odd'].spec == PartitionSpec(None, None)
-  assert _programs.fsdp_notice(trainer) == (
+  assert bench.fsdp_notice(trainer) == (
       'fsdp: 1 parameter (23.8% of the weights) left replicated, no dimension divisible by 4 '
       'devices: odd (3, 5)')

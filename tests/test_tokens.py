@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError, models
+from hetjax.bench import may_leave
 from hetjax.emulation import StaticTrace
 from hetjax.runtime import launch_local
 from hetjax.sharding import make_mesh
 from hetjax.simulation import ClockCosts
 from hetjax.simulation._tokens import simulate_tokens
-from hetjax.train import Strategy, Trainer, may_leave, takes_token, training_steps
+from hetjax.train import Strategy, Trainer, takes_token, training_steps
 from hetjax.train._tokens import TokenRules
 from tests.conftest import require_devices
 from tests.workers.common import MODELS, OPTIMIZER, STEPS

@@ -51,7 +51,7 @@ def _launch(tmp_path, name, workers, local_shape, schedule, strategy, bucket=Non
 
 def _random_schedule(workers, batch, seed, bucket=4):
   """LB-BSP-like shares: random weights, bucketed, every worker at least one bucket."""
-  from hetjax.balance import ShareRules
+  from hetjax.core import ShareRules
 
   rng = np.random.default_rng(seed)
   rules = ShareRules(batch, workers, bucket)
@@ -111,7 +111,7 @@ def test_a_worker_that_never_starts_is_named_not_waited_for(tmp_path, worker, me
 
 
 def _free_port():
-  from hetjax.runtime import find_free_ports
+  from hetjax.bench import find_free_ports
   return find_free_ports(1)[0]
 
 

@@ -18,8 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from hetjax import ConfigError, models
-from hetjax import run as _programs
+from hetjax import ConfigError, bench, models
 from hetjax.emulation import KnownSpeedHost, StaticTrace
 from hetjax.planner import ClusterSpec
 from hetjax.runtime import launch_local
@@ -178,6 +177,6 @@ def test_a_host_of_k_devices_is_k_times_as_fast_per_row():
 
 
 def test_default_bucket_of_unequal_workers_is_a_sixteenth_of_the_smallest_share():
-  assert _programs.default_bucket(256, 3, 2, devices=(2, 1, 1)) == 4  # shares 128, 64, 64
-  assert _programs.default_bucket(64, 3, 2, devices=(2, 1, 1)) == 2  # at least the degree
-  assert _programs.default_bucket(256, 2, 4, devices=(4, 4)) == 8  # equal: X / (16 n)
+  assert bench.default_bucket(256, 3, 2, devices=(2, 1, 1)) == 4  # shares 128, 64, 64
+  assert bench.default_bucket(64, 3, 2, devices=(2, 1, 1)) == 2  # at least the degree
+  assert bench.default_bucket(256, 2, 4, devices=(4, 4)) == 8  # equal: X / (16 n)

@@ -36,8 +36,6 @@ from hetjax.balance._simple import Proportional as Proportional
 from hetjax.balance._simple import ProportionalState as ProportionalState
 from hetjax.balance._simple import SharesState as SharesState
 from hetjax.balance._simple import Uniform as Uniform
-from hetjax.core import ShareRules as ShareRules
-from hetjax.core import Shares as Shares
 
 __all__ = [
     'AR',
@@ -60,8 +58,6 @@ __all__ = [
     'ProportionalState',
     'Regime',
     'RegimeState',
-    'ShareRules',
-    'Shares',
     'SharesState',
     'ShiftDetector',
     'ShiftState',

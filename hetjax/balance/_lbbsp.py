@@ -40,13 +40,13 @@ does (a wrong one is undone at the next step at no cost). A costly move must als
 
 * **noise**: its predicted gain must exceed the step-time noise as measured (`NOISE_Z` × the
   median of the recent |log(makespan / the last one)| over clean steps of unchanged shares: a
-  regime change moves it once, noise every step; a noisy machine's 10–40% wobble would
-  otherwise read as imbalance), and no move before `MIN_NOISE_SAMPLES` such steps, in all and
+  regime change moves it once, noise every step; a noisy machine's wobble of tens of percent
+  would otherwise read as imbalance), and no move before `MIN_NOISE_SAMPLES` such steps, in all and
   since the last change (one noisy first step read as speeds sent rows to the wrong workers; a
   move is measured at its new shares before the next). A step whose every worker was padded
   to its emulated host's time with room to spare (`StepStats.worker_exact`) is a measurement
-  without noise: there the noise counts as measured at once (declared hosts, 20 ms a row:
-  the wait cost three uniform steps, 1.7 s of a 44 s run);
+  without noise: there the noise counts as measured at once (waiting for it would cost a few
+  uniform steps of a run whose hosts are declared);
 * **cost**: the seconds it saves per step, times ``horizon`` steps (how long a split is
   expected to hold), must exceed what a change costs in compiles: the compile seconds the last
   change caused (the slowest worker's, summed from the step it was prepared for until a clean
@@ -61,8 +61,8 @@ does (a wrong one is undone at the next step at no cost). A costly move must als
   ones (`Shares.upcoming`) while every worker compiles what its new share needs on its
   background thread, and the move is made once every worker reports it can run its share
   without waiting (`StepStats.worker_ready`), to the split they prepared (within a bucket a
-  worker of the target). On four processes sharing two cores a transformer's micro-batch
-  program took 6–8 s to compile, which a move made at once waited for; held, the old shares
+  worker of the target). On processes sharing a few cores a transformer's micro-batch program
+  takes many steps' time to compile, which a move made at once waits for; held, the old shares
   keep running (on hosts padded to a declared time, mostly asleep) while it compiles. The
   preparing starts while the noise is measured where a compile has been seen to spoil no
   sample (hosts padded with room to spare); elsewhere a compile beside a step would spoil it

@@ -119,8 +119,8 @@ class ShiftState:
 class ShiftDetector:
   """Tells a level shift from jitter: a big move twice running, in the same direction.
 
-  Workers sharing cores measure their compute with a coefficient of variation of 0.3–0.5 per
-  step, so one large deviation is usually noise; a move beyond twice the limit counts at once.
+  Workers sharing cores measure their compute with a coefficient of variation of several tenths
+  per step, so one large deviation is usually noise; a move beyond twice the limit counts at once.
   "Big" is the larger of ``threshold`` and
   ``noise_multiple`` times the worker's typical deviation (a running mean of |log(v / ref)|),
   so the detector is as sensitive as the noise allows: on a quiet worker a 30% move counts, on

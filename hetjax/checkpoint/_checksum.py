@@ -15,8 +15,8 @@ the sum is the same whatever the sharding and the reduction order; because every
 `jax.jit` on the arrays where they are, a collective on global arrays, so every process of a
 job gets the same replicated value; a leaf this process holds whole on CPU devices (of a 1-,
 2- or 4-byte type or bool; a numpy value, once on the default device, is one on a CPU host) is
-summed by numpy instead, to the same value: one program over every leaf of a model took XLA
-seconds to compile (a 6-block gpt's 231 leaves: 2.3 s), longer than the sums on the host.
+summed by numpy instead, to the same value: one program over every leaf of a model takes XLA
+seconds to compile (a 6-block gpt has 231 leaves), longer than the sums on the host.
 
 Example::
 

@@ -28,8 +28,8 @@ its best layout and group, which the output says in one line.
 Sub-model costs come from XLA's analyses of each sub-model compiled alone (``--profile=timed``,
 the default on a GPU or TPU: their compute from each one's forward + backward timed on this
 job's first device, scaled to each worker's speed; FLOP and byte counts miss a GPU's kernel
-launches and memory traffic that does not overlap compute: an H200's step was 7.56x off with
-them, 1.03 timed); with
+launches and memory traffic that does not overlap compute: a GPU step priced from them can be
+several times off, where timed it is close); with
 ``--cost=compiled`` (the default) FSDP options are priced from each sub-model's FSDP step
 compiled on this job's devices and its optimizer update timed there
 (`hetjax.planner.CompiledCost`: its measurements describe this machine, not a ``--cluster``

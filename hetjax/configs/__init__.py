@@ -6,3 +6,5 @@ import pathlib
 
 #: The directory of the shipped plan JSONs (``--plan=hybrid`` names one of them).
 PLANS = pathlib.Path(__file__).with_name('plans')
+
+__all__ = ['PLANS']

@@ -18,7 +18,7 @@ def digits() -> ArraySource:
 
   The file `sklearn.datasets.load_digits` reads, read the same way (`np.loadtxt` of
   ``digits.csv.gz``: 64 pixel columns, then the label) without importing scikit-learn, whose
-  import costs every worker process over a second of CPU.
+  import would cost every worker process a noticeable amount of CPU at start-up.
   """
   spec = importlib.util.find_spec('sklearn')  # locates the package without importing it
   if spec is None or not spec.submodule_search_locations:

@@ -16,10 +16,11 @@ vocabulary is then the ``vocabulary`` most frequent words that occur in at least
 those words. The codec tables of ``encodings/`` (one comment per character) and the test suites
 are left out.
 
-Sizes on CPython 3.11.7: the full corpus (``documents=None``, 552 files read in about 5 s) has
+Sizes on CPython 3.11.7: the full corpus (``documents=None``, 552 files, seconds to read) has
 3,200 documents; with a vocabulary of 5,000 words they hold 195,409 tokens (6,455 words occur
 in two documents or more: 198,751 tokens). The default, 256 documents and 1,000 words, has
-13,031 tokens from 31 files (0.4 s); 64 documents and 300 words, 2,430 tokens.
+13,031 tokens from 31 files (a small part of that read time); 64 documents and 300 words, 2,430
+tokens.
 
 Example::
 

@@ -6,13 +6,13 @@ skew is what makes blocks of the matrix unequal in work. No such data set ships 
 this one is drawn, deterministically from a seed.
 
 The issue's size is 10⁵ users × 10⁴ items. With 10⁶ ratings the three arrays take 12 MB
-(int32 user, int32 item, float32 value: 12 bytes a rating) and drawing them takes 0.9 s on one
-core, about 100 MB above the process's start; 7 % of the users have no rating, the median user
-3, the hottest user 9,321 and the hottest item 36,776. With 10⁷ (1 % of the cells, Netflix's
-density): 120 MB, 15 s, a peak of 0.84 GB resident (the int64 cell keys, their sort and the
-draws, 2.4 draws a kept cell); every user has at least 7 ratings (median 41) and the hottest
-user and item are saturated (10⁴ items, 98 % of the users). The defaults are small, so tests
-draw in about 10 ms::
+(int32 user, int32 item, float32 value: 12 bytes a rating) and drawing them needs about 100 MB
+above the process's start; 7 % of the users have no rating, the median user 3, the hottest
+user 9,321 and the hottest item 36,776. With 10⁷ (1 % of the cells, Netflix's density):
+120 MB, over ten times as long to draw, a peak of 0.84 GB resident (the int64 cell keys, their
+sort and the draws, 2.4 draws a kept cell); every user has at least 7 ratings (median 41) and
+the hottest user and item are saturated (10⁴ items, 98 % of the users). The defaults are
+small, so tests draw in a moment::
 
   full = zipf_ratings(users=100_000, items=10_000, ratings=1_000_000, rank=8)
 """

@@ -48,7 +48,7 @@ from hetjax.emulation._traces import SlowdownTrace
 logger = logging.getLogger('hetjax.emulation')
 
 #: Host time over the calibrated compute, for every emulated host (rows, steps, rounds, stage
-#: actions): 1.25 left 10–30% of share steps overrunning their host's time.
+#: actions): a smaller margin left many share steps overrunning their host's time.
 MARGIN = 1.5
 
 
@@ -153,9 +153,9 @@ def _start_together(calibration: Calibration, worker: int, workers: int, board: 
                     key: str) -> None:
   """Runs every size once, untimed (its compile, its buffers' first touch), then waits until
   every worker has: the timings that follow carry the contention of all workers computing at
-  once, which the run will have. Without it a worker still compiling left the others a
-  quieter machine: one `make demo` in four calibrated its hosts up to 11x apart in time and
-  overran them (BUILD_NOTES, sixth session)."""
+  once, which the run will have. Without it a worker still compiling leaves the others a
+  quieter machine: their hosts come out calibrated far apart in time, and the quieter ones'
+  steps overrun them."""
   for size in calibration.sizes:
     calibration.measure(size)
   board.set(f'{key}/ready/{worker}', True)

@@ -7,23 +7,23 @@ squares and multiplies it by a margin, so that the real compute normally stays u
 it is padded to (an overrun is a step the emulation could not hold).
 
 Calls made in a stream (a token worker's 4–5 calls a step) meet the machine's slow spells in a
-way a margin on medians does not cover: on the 2-core development machine, four processes
-making the same 128-row call back to back took 10 ms a call for seconds, then 50–190 ms
-(3–4× the CPU time for the same work) for seconds. Such spells slow every call alike, so they
+way a margin on medians does not cover: where several processes share a few cores, the same
+call made back to back runs at one speed for seconds, then several times slower (several times
+the CPU time for the same work) for seconds. Such spells slow every call alike, so they
 scale the line rather than add a fixed cost per call: ``tail=q`` scales the fitted line by the
 q-quantile of measured / fitted over every timing when that exceeds the margin, leaving the
 line's shape (fixed cost against cost per row) to the medians.
 
 A small model's step is nearly all fixed cost (dispatch), and its cost per row can be smaller
-than the timing noise at the sizes measured (an MLP of width 8: 10 and 42 rows both took 4.0 ms
-± 0.3 ms). A slope fitted there is noise: refused as none, or a host that is all fixed cost.
-Neither serves: the host model slows the fixed cost too, so a 3× slow host that is mostly fixed
-cost can never match the others however few rows it gets, and a balancer gives it none (shares
-[54, 72, 2] for speeds 1, 1, 3, where rows in proportion to speed are 3/7, 3/7, 1/7). So the
-line is kept only when its cost per row is resolved: the rise it fits across the sizes exceeds
-`RESOLVE` standard errors of the medians (each from its size's median absolute deviation), and
-the rows make at least `ROW_SHARE` of the largest size's step (the benchmarks' recorded hosts:
-0.77 or more).
+than the timing noise at the sizes measured (an MLP of width 8 takes the same time, within the
+noise, at 10 rows as at 42). A slope fitted there is noise: refused as none, or a host that
+is all fixed cost. Neither serves: the host model slows the fixed cost too, so a 3× slow host
+that is mostly fixed cost can never match the others however few rows it gets, and a balancer
+gives it none (shares [54, 72, 2] for speeds 1, 1, 3, where rows in proportion to speed are
+3/7, 3/7, 1/7). So the line is kept only when its cost per row is resolved: the rise it fits
+across the sizes exceeds `RESOLVE` standard errors of the medians (each from its size's median
+absolute deviation), and the rows make at least `ROW_SHARE` of the largest size's step (the
+benchmarks' recorded hosts clear it).
 Otherwise the cost is taken as all per row, sized so that no call of the fewest rows measured
 overruns (`RowCost.per_row_s`): the slowest size's median over the smallest size, scaled.
 Measuring larger sizes instead would resolve a slope too small to matter at the run's sizes.

@@ -1,10 +1,10 @@
 """Hosts of known speed: a real worker's step padded by sleep to the time its emulated host takes.
 
-Why: on a machine with two cores shared by several worker processes, how fast a worker computes
+Why: on a machine whose few cores several worker processes share, how fast a worker computes
 depends on what its neighbours do at that moment. Time dilation (sleeping (s − 1) × the measured
-compute) inherits that noise, multiplied by s: four processes on two cores swung a policy's block
-time up to 2.4× between blocks. A `KnownSpeedHost` instead defines the host: a step of ``rows``
-rows takes
+compute) inherits that noise, multiplied by s: with more processes than cores a policy's block
+time swings by a factor of two or more between blocks. A `KnownSpeedHost` instead defines the
+host: a step of ``rows`` rows takes
 
   target = (factor(step) + delay(step)) × (fixed_s + rows × row_s / speed)
 

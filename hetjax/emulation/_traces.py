@@ -251,7 +251,7 @@ class TransientTrace(_Trace):
     return np.ones(self.workers)
 
   def delays(self, step: int) -> np.ndarray:
-    """One draw per worker (~25 µs each here: 1024 workers cost ~25 ms a step)."""
+    """One draw per worker, each a Python call: a step's draws grow with the workers."""
     step = self._step(step)
     return np.array([self._delay(w, step) for w in range(self.workers)])
 

@@ -14,6 +14,8 @@ from hetjax.train import Task
 
 NAMES = ('gpt', 'mlp', 'transformer', 'wide_deep')
 
+__all__ = ['NAMES', 'make_task']
+
 
 def make_task(name: str, **kwargs: Any) -> Task:
   """Builds model ``name``'s task with keyword arguments checked against its signature.

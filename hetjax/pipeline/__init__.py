@@ -28,7 +28,6 @@ from hetjax.pipeline._stage_pace import ActionPace as ActionPace
 from hetjax.pipeline._stage_pace import StagePace as StagePace
 from hetjax.pipeline._stage_pace import roofline_costs as roofline_costs
 from hetjax.pipeline._stage_programs import StagePrograms as StagePrograms
-from hetjax.pipeline._stage_programs import dispatch_order as dispatch_order
 from hetjax.pipeline._stages import StageLayout as StageLayout
 from hetjax.pipeline._stages import equal_stages as equal_stages
 
@@ -46,7 +45,6 @@ __all__ = [
     'StagePace',
     'StagePrograms',
     'check_chain',
-    'dispatch_order',
     'equal_stages',
     'gpipe',
     'one_f_one_b',

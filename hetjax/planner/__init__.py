@@ -4,7 +4,6 @@ A model without ``submodels()`` is planned whole, as one part named `WHOLE_MODEL
 
 from hetjax.planner._check import CompiledPlan as CompiledPlan
 from hetjax.planner._check import compile_plan as compile_plan
-from hetjax.planner._check import compiled_bytes as compiled_bytes
 from hetjax.planner._cluster import ClusterSpec as ClusterSpec
 from hetjax.planner._cluster import WorkerSpec as WorkerSpec
 from hetjax.planner._compiled_cost import CompiledCost as CompiledCost
@@ -18,12 +17,7 @@ from hetjax.planner._explain import Alternative as Alternative
 from hetjax.planner._explain import alternatives as alternatives
 from hetjax.planner._explain import explain as explain
 from hetjax.planner._hlo import CollectiveBytes as CollectiveBytes
-from hetjax.planner._hlo import collective_bytes as collective_bytes
 from hetjax.planner._layout import Layout as Layout
-from hetjax.planner._layout import group_factors as group_factors
-from hetjax.planner._layout import mesh_factors as mesh_factors
-from hetjax.planner._layout import tensor_degrees as tensor_degrees
-from hetjax.planner._measure import device_memory as device_memory
 from hetjax.planner._measure import measure_cluster as measure_cluster
 from hetjax.planner._plan import Plan as Plan
 from hetjax.planner._plan import SubmodelPlan as SubmodelPlan
@@ -56,20 +50,14 @@ __all__ = [
     'SubmodelProfile',
     'WorkerSpec',
     'alternatives',
-    'collective_bytes',
     'compile_plan',
-    'compiled_bytes',
-    'device_memory',
     'evaluate',
     'explain',
     'feasible',
-    'group_factors',
     'measure_cluster',
-    'mesh_factors',
     'plan_stages',
     'profile_split',
     'profile_submodels',
     'search',
-    'tensor_degrees',
     'worker_devices',
 ]

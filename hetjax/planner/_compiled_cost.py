@@ -3,10 +3,10 @@
 Why: `AnalyticCost` prices FSDP from ring formulas (a reduction and one all-gather per
 parameter array) and its sharded optimizer update from a memory-traffic formula. On the small
 LM (bench_fela's ``lm_small``, 8 virtual CPU devices) both were wrong in the direction that
-mattered: it predicted FSDP blocks 9% faster than data parallelism, measured 4–9% slower. The
-compiled FSDP step has 13 all-gathers per block, not 2, and sharding Adam's update saves
-1.0–2.8 ms per block (measured: it depends on what else runs on the 2 cores), not the 4 ms the
-formula said. This model keeps the analytic model for everything the formulas get right and
+mattered: it predicted FSDP blocks faster than data parallelism, and they measured slower. The
+compiled FSDP step has 13 all-gathers per block, not 2, and sharding Adam's update saves well
+under what the formula said (how much depends on what else runs on the cores the devices
+share). This model keeps the analytic model for everything the formulas get right and
 replaces the two terms they got wrong with evidence.
 
 An FSDP option, ``Layout(t, fsdp=True)``, of a sub-model on a group of n devices, d = n / t:
@@ -39,23 +39,22 @@ What is measured is this job's devices: the model prices a cluster that is them
 (`measure_cluster`, or one regrouped from it), and would be wrong for a cluster file that
 describes other hardware (use `AnalyticCost` there); a slowdown applied to the cluster
 (`ClusterSpec.with_slowdowns`) reaches the analytic terms, not the timed update. What it still
-misses here: on XLA:CPU an all-gather's bytes move about 3x slower than the β fitted from an
-all-reduce (BUILD_NOTES, issue 14), so FSDP is still priced somewhat low.
+misses here: on XLA:CPU an all-gather's bytes move markedly slower than the β fitted from an
+all-reduce, which the α–β link model cannot express, so FSDP is still priced somewhat low.
 
 Compiled analyses and update timings are cached per (sub-model structure, layout, mesh,
 batch): identical transformer blocks are compiled and timed once, and re-pricing under another
 β (bench_fela's @β columns) costs nothing.
 
 Example, the small LM's block (bench_fela's ``lm_small``) on this machine's 8 devices as
-`measure_cluster` found them in one run (α 21.3 µs, β 2.38 GB/s)::
+`measure_cluster` found them (α and β its fit)::
 
   cost = CompiledCost(task, optax.adam(1e-3))
   cost.node(block, Layout(1, fsdp=True), 64, cluster, (0,))
   # collectives: 1 all-reduce (14 steps) + 13 all-gathers (7 steps each) = 105 steps and
-  #   2.08 MB: 105 · 21.3 µs + 2.08 MB / 2.38 GB/s = 3.1 ms (data parallel: 14 steps and
-  #   1.38 MB, 0.9 ms);
-  # update: 1.11 ms sharded − 2.32 ms replicated = −1.2 ms (the formula said −4 ms);
-  # so FSDP costs the block 1.0 ms more than data parallelism, and the search keeps dp8.
+  #   2.08 MB: 105 · α + 2.08 MB / β (data parallel: 14 steps and 1.38 MB);
+  # update: sharded − replicated, both timed on these devices (not the formula's saving);
+  # where FSDP's extra collectives cost more than its update saves, the search keeps dp8.
   [p.describe() for p in cost.pricings]   # how every option was priced, and on what evidence
 """
 

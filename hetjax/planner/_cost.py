@@ -147,7 +147,7 @@ class AnalyticCost:
 
   * compute = flops_per_example · B / (n · s): devices run in lockstep, the slowest sets the pace;
     when every device's memory bandwidth is known, max(compute, `traffic` / bandwidth), the
-    roofline (on the 2-core development machine the models are memory-bound). A timed profile
+    roofline (small models on CPU devices that share cores are memory-bound). A timed profile
     (``profile_submodels(..., timed=True)``) replaces the counts with its times: its forward +
     backward on B/d rows (``seconds_per_step + seconds_per_example · B/d``), divided by t when
     tensor parallelism splits it, times s_max / s (the profile is taken to be timed on a device

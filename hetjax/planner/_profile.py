@@ -13,8 +13,8 @@ and the gradients (so neither half can be pruned). The lowered program's ``cost_
 gives the FLOPs (or its matmuls counted from the jaxpr where XLA counted fewer:
 `hetjax.train.program_flops`), the compiled program's the bytes accessed, and its
 ``memory_analysis()`` the temporaries: the activations the backward pass keeps, plus scratch.
-On a GPU XLA's analysis misses the matmuls, compiled or lowered: an H200 counted 55.5 GFLOP for
-a block that does 773 (d_model 768, batch 32 × 512). Identical sub-models (the transformer's
+On a GPU XLA's analysis misses the matmuls, compiled or lowered: it can count a small fraction of
+what a transformer block does. Identical sub-models (the transformer's
 blocks) are compiled once.
 
 Two consequences of measuring a sub-model alone: its inputs are arguments of the program, not
@@ -29,8 +29,8 @@ embedding gradient touches the whole table), so each sub-model is compiled at ``
 and twice that: the slope is the per-example traffic, the rest the per-step traffic.
 
 These analyses are made on the optimised HLO, before machine code, so the programs are compiled
-with ``xla_backend_optimization_level=0``: the numbers are the same and compiling is about twice
-as fast.
+with ``xla_backend_optimization_level=0``: the numbers are the same and compiling is markedly
+faster.
 
 A model that lists no ``submodels()`` is profiled as one part, `WHOLE_MODEL` (``'model'``): its
 program is the task's loss on the batch (`WholeModel`), forward and backward, so its output is
@@ -142,8 +142,8 @@ def profile_submodels(task: Task, batch_size: int = 32, seed: int = 0, timed: bo
     # The loss's gradient with respect to the model's output is live while the last sub-model's
     # backward runs; compiled alone, that sub-model is handed it as an argument (module
     # docstring), so it is added here: GPT-2 small's logits' gradient, batch × 1024 × 50304
-    # float32, is a third of its step's memory (an H200 at batch 128: the planner said 47 GiB
-    # without it, XLA's compiled step 73).
+    # float32 (about 25 GiB at batch 128), is about a third of its step's memory, which the
+    # planner would otherwise leave out.
     kept = temp + (output if name == last else 0)
     profiles.append(SubmodelProfile(
         name=name,

@@ -2,12 +2,11 @@
 
 Why time rather than count: a cost model built from FLOPs and bytes prices each sub-model as
 ``max(FLOPs / peak, bytes / bandwidth)``, and on a GPU that is far from what the device does.
-On an H200 (the sixth session's GPU check, BUILD_NOTES) a transformer block of d_model 768 at
-32 × 512 tokens does 773 GFLOP and moves 9.6 GB: the roofline says 3.5 ms, the block took
-5.93 ms, because its matmuls, softmax and layer norms do not overlap their memory traffic with
-the tensor cores' work. Wide & deep's whole step took 0.47 ms, mostly kernel launches, which no
-FLOP or byte count sees. The same sub-models timed alone summed to the measured step within 1.5%.
-Fela profiles its sub-models on the hardware for the same reason.
+A transformer block on a GPU takes well over the time its roofline says, because its matmuls,
+softmax and layer norms do not overlap their memory traffic with the tensor cores' work; a small
+model's step (wide & deep's) is mostly kernel launches, which no FLOP or byte count sees. A large
+model's sub-models, timed alone, sum to close to its measured step. Fela profiles its sub-models
+on the hardware for the same reason.
 
 What is timed is the program `hetjax.planner.profile_submodels` analyses (the sub-model's
 ``vjp`` with respect to its parameters and floating-point inputs, fed a cotangent of its
@@ -20,15 +19,15 @@ calls, waited for at the end, per call (`hetjax.runtime.seconds_per_call`): back
 step issues its sub-models, so that a call's dispatch overlaps the previous one's work.
 
 **One call a step.** Each sub-model timed as its own program pays a program call's fixed cost
-(dispatch, launch, the wait for the first kernel) that the step, one program, pays once. At
-0.1 ms a sub-model that is most of it: on an H200 wide & deep's three sub-models timed alone
-took 0.088 + 0.142 + 0.178 ms, the whole step (update included) 0.316, and the planner
-predicted 1.48x the step. So the whole loss's gradient is timed too, as one program at the
-profile's batch, and `call_seconds` is what the separate programs took beyond it, per call too
-many; every sub-model but the first has it taken off its fixed time (the first carries the
-step's one call). Where the separate programs sum to no more than the one, it is 0 and nothing
-changes. (On this 2-core CPU it is not 0: 103 µs for a 2-block gpt of d_model 32, 198 µs for
-wide & deep at its defaults, measured alone; what makes it up there was not examined.)
+(dispatch, launch, the wait for the first kernel) that the step, one program, pays once. For a
+sub-model that takes not much longer than that cost it is most of the time: a small model's
+sub-models timed alone can sum to well over its whole step (update included), and the planner
+then predicts that much over the step. So the whole loss's gradient is timed too, as one
+program at the profile's batch, and `call_seconds` is what the separate programs took beyond it,
+per call too many; every sub-model but the first has it taken off its fixed time (the first
+carries the step's one call). Where the separate programs sum to no more than the one, it is 0
+and nothing changes. (On a CPU it is not 0 either for small models, measured alone; what makes
+it up there was not examined.)
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def call_seconds(separate: Sequence[float], whole: float) -> float:
   the step's work timed as one (``whole``): ``(sum(separate) − whole) / (n − 1)``, at least 0,
   and 0 for one sub-model (module docstring).
 
-  Example (an H200's wide & deep, the whole gradient taken as 0.25 ms)::
+  Example (three sub-models timed alone, the whole gradient timed as 0.25 ms)::
 
     >>> round(call_seconds([0.088e-3, 0.142e-3, 0.178e-3], 0.25e-3) * 1e6, 1)   # µs
     79.0

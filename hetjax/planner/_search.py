@@ -107,7 +107,7 @@ def search(profiles: Sequence[SubmodelProfile], cluster: ClusterSpec, batch: int
     groups: the device groups to try, as worker indices (default: `candidate_groups`).
     tie_tolerance: relative slack on the least time within which plans count as ties (0: the
       fastest plan, whatever its bytes). The default, 3%, is below the model's resolution: the
-      same compiled step measured twice in one run differs by up to 4% on the development machine.
+      same compiled step measured twice in one run can differ by a few percent on shared cores.
     micro_batches: micro-batches per step as the plan will be trained (1 for one SPMD step):
       a group is then a candidate only if a micro-batch's rows split evenly over its devices,
       as the trainer splits them, so the plan returned can be trained. None (pure cost
@@ -228,8 +228,8 @@ def _fewest_bytes(tables: Tables, caps: np.ndarray, node_bytes: list[np.ndarray]
   the one saving the most bytes (its node and both edges), until no move saves any.
 
   A local search, not exact: minimising bytes under a time cap is a second constrained chain
-  problem, and the exact labeller with time as one more capped sum took minutes on 64
-  sub-models × 1024 devices where the time search takes a fraction of a second. Bytes strictly
+  problem, and the exact labeller with time as one more capped sum was orders of magnitude
+  slower than the time search on 64 sub-models × 1024 devices. Bytes strictly
   fall with every move, so it ends; it returns a plan no single change improves.
   """
   choice = list(choice)

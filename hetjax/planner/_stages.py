@@ -3,7 +3,7 @@
 One SPMD program cannot run one sub-model on some devices and the next on others (two meshes'
 arrays never enter one `jax.jit`), so a grouped plan runs as a pipeline
 (`hetjax.pipeline.PipelineTrainer`): every run of consecutive sub-models on the same group of
-workers is one stage, on a mesh of that group's devices (`hetjax.planner.group_factors`: the
+workers is one stage, on a mesh of that group's devices (`hetjax.bench.group_factors`: the
 workers' factors first), with the plan's layout for each of its sub-models (`Plan.rules` on that
 mesh). Activations cross between groups at stage boundaries, split by rows
 (`hetjax.pipeline._transfer`); micro-batches let groups overlap.

@@ -1,11 +1,10 @@
 """Timing a sub-model's optimizer update under several parameter layouts, side by side.
 
 Why measure: the update is memory-bound, and what sharding it saves depends on what the devices
-share. A traffic formula says FSDP on 8 devices saves 7/8 of the update's bytes; on the 2-core
-development machine, whose 8 virtual CPU devices share the cores and the memory bus, the small
-LM's block update measured 2.9 ms replicated and 1.5 ms sharded (a 1.4 ms saving, where the
-formula said 4 ms): part of the update is a fixed cost per array and per device that sharding
-does not remove.
+share. A traffic formula says FSDP on 8 devices saves 7/8 of the update's bytes; where 8
+virtual CPU devices share the cores and the memory bus, the small LM's block update saves far
+less than the formula says when sharded: part of the update is a fixed cost per array and per
+device that sharding does not remove.
 
 What is timed: optax's ``update`` then ``apply_updates`` of the sub-model's parameters, jitted
 with the layout's shardings for parameters, gradients and optimizer state (slots follow their
@@ -46,7 +45,7 @@ def update_seconds(module: nnx.Module, layouts: Sequence[Layout], mesh: Mesh,
 
     replicated, sharded = update_seconds(block, [Layout(1), Layout(1, fsdp=True)], mesh,
                                          optax.adam(1e-3))
-    sharded - replicated   # about -1.4e-3 for lm_small's block on the 2-core machine
+    sharded - replicated   # negative where sharding saves time: this machine's figure
   """
   programs = [_Update(module, layout, mesh, optimizer) for layout in layouts]
   for program in programs:

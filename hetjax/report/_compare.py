@@ -7,8 +7,8 @@ each run's samples/s over the first's. A run with telemetry (several workers) is
 samples/s per step, and each worker's mean step split into compute, padding, wait and comm.
 
 Two runs are a comparison of policies only on one cluster: the same hosts (``run.json``'s
-``host_row_s`` and ``host_fixed_s``). Hosts calibrated separately can differ by 5x on a busy
-machine, so `hosts_warning` names runs whose hosts differ, and the fix (``--hosts=RUN_DIR``).
+``host_row_s`` and ``host_fixed_s``). Hosts calibrated separately can differ severalfold on a
+busy machine, so `hosts_warning` names runs whose hosts differ, and the fix (``--hosts=RUN_DIR``).
 
 Example::
 

@@ -1,6 +1,6 @@
 """The one way a report makes a figure: `matplotlib.figure.Figure` directly, not pyplot, so
 plotting needs no display and no global state; matplotlib is imported here, when a figure is
-made, not with hetjax (about 1 s of every worker's start-up otherwise)."""
+made, not with hetjax (a noticeable part of every worker's start-up otherwise)."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ pipeline, SchMP) times its steps by the chief's clock between two steps
 (`hetjax.train.MetricsLogger.steady`). Why not that clock everywhere: it also holds what runs
 between the steps (a checkpoint's save, an evaluation, publishing telemetry, the stall
 watchdog's report, the policy's decision, and on one machine emulating a cluster, the other
-processes' share of its cores), so one run gave two figures: 8,681 samples/s on its progress
-lines, 12,025 in ``summary.json`` (issue 44). The steps' speed is what policies are compared
-on; where the rest of the wall time went is goodput's split (`hetjax.report.goodput`). The
-clock gives the time a run has left (the progress lines' ``eta``), a wall-clock time.
+processes' share of its cores), so the two clocks can give one run two throughputs far apart.
+The steps' speed is what policies are compared on; where the rest of the wall time went is
+goodput's split (`hetjax.report.goodput`). The clock gives the time a run has left (the
+progress lines' ``eta``), a wall-clock time.
 """
 
 from __future__ import annotations

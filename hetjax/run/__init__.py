@@ -9,9 +9,6 @@ notebook does the same::
   summary = run.train(config, 'runs/mlp', overwrite=True)
 """
 
-from hetjax.run._build import default_bucket as default_bucket
-from hetjax.run._build import default_token_rows as default_token_rows
-from hetjax.run._build import fsdp_notice as fsdp_notice
 from hetjax.run._built import Built as Built
 from hetjax.run._config import Config as Config
 from hetjax.run._config import keys as config_keys
@@ -20,7 +17,6 @@ from hetjax.run._config_files import import_function as import_function
 from hetjax.run._config_files import load as load_config
 from hetjax.run._config_files import names as config_names
 from hetjax.run._evaluate_run import evaluate as evaluate
-from hetjax.run._hosts import MARGIN as MARGIN
 from hetjax.run._hosts import emulated_host as emulated_host
 from hetjax.run._modes import MODES as MODES
 from hetjax.run._modes import ModeEntry as ModeEntry
@@ -46,7 +42,6 @@ from hetjax.run._task import optimizer_of as optimizer_of
 from hetjax.run._trained import load_model as load_model
 
 __all__ = [
-    'MARGIN',
     'MODES',
     'BalanceConfig',
     'Built',
@@ -67,12 +62,9 @@ __all__ = [
     'build',
     'config_keys',
     'config_names',
-    'default_bucket',
-    'default_token_rows',
     'describe_modes',
     'emulated_host',
     'evaluate',
-    'fsdp_notice',
     'import_function',
     'load_config',
     'load_model',

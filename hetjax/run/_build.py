@@ -163,7 +163,7 @@ def build_plan(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   plan = planner.Plan.load(config.parallelism.plan, sharding.submodel_names(task.make_model))
   if plan.devices != jax.device_count() and runtime.original_workers(ctx.workers) > ctx.workers:
     plan = _restarts.replan(plan, task, config.data.global_batch, ctx, channel)  # workers were lost
-  cap = planner.device_memory(jax.local_devices())
+  cap = runtime.device_memory(jax.local_devices())
   compiled = planner.compile_plan(plan, task, optimizer, config.data.global_batch, cap,
                                   seed=config.data.seed,
                                   micro_batches=config.pipeline.micro_batches,

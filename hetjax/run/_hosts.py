@@ -7,7 +7,7 @@ parameter-server worker's hosts are built beside their modes (`_replicas`, `_ps_
 
 A run records the hosts it emulated in ``run.json`` (`recorded`), and another run emulates them
 again with ``emulation.hosts=RUN_DIR`` (`reuse`): two policies compared on one cluster, not on
-two calibrations of a busy machine (one user's two runs calibrated hosts 5x apart).
+two calibrations of a busy machine (two runs' calibrations can come out severalfold apart).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def emulated_host(ctx, trainer, trace, channel, *, host_row_s: float = 0.0,
   and the line scaled to the `TAIL` quantile of the slow spells they meet
   (`hetjax.emulation.calibrate_row_cost`'s ``tail``). With workers pinned to cores (what the
   token benchmark does) the tail is close to the median and the margin decides. A cost per row
-  the timing noise hides (a small model; four workers on two cores) is measured again, then
+  the timing noise hides (a small model; more workers than cores) is measured again, then
   taken as all per row (`hetjax.emulation.build_host`), never a failed job.
   """
   if trace is None:

@@ -16,9 +16,6 @@ from hetjax.runtime._calibrate import time_allreduce as time_allreduce
 from hetjax.runtime._discovery import Cluster as Cluster
 from hetjax.runtime._discovery import WorkerInfo as WorkerInfo
 from hetjax.runtime._discovery import discover_cluster as discover_cluster
-from hetjax.runtime._discovery import local_worker_info as local_worker_info
-from hetjax.runtime._distributed import ENV_LAUNCHER_PID as ENV_LAUNCHER_PID
-from hetjax.runtime._distributed import ENV_WORKER_ID as ENV_WORKER_ID
 from hetjax.runtime._distributed import WorkerContext as WorkerContext
 from hetjax.runtime._distributed import initialize as initialize
 from hetjax.runtime._elastic import launch_elastic as launch_elastic
@@ -30,20 +27,15 @@ from hetjax.runtime._elastic_env import stall_timeout as stall_timeout
 from hetjax.runtime._elastic_env import verdict_dir as verdict_dir
 from hetjax.runtime._kv import Channel as Channel
 from hetjax.runtime._launcher import LaunchResult as LaunchResult
-from hetjax.runtime._launcher import find_free_ports as find_free_ports
 from hetjax.runtime._launcher import launch_local as launch_local
 from hetjax.runtime._local_channel import LocalChannel as LocalChannel
 from hetjax.runtime._peak_flops import measure_peak_flops as measure_peak_flops
 from hetjax.runtime._peak_flops import peak_flops as peak_flops
 from hetjax.runtime._rendezvous import port_in_use as port_in_use
 from hetjax.runtime._telemetry import TelemetryGatherer as TelemetryGatherer
-from hetjax.runtime._telemetry import split_collective as split_collective
-from hetjax.runtime._verdict import proc_stat as proc_stat
 from hetjax.runtime._watchdog import ProgressWatchdog as ProgressWatchdog
 
 __all__ = [
-    'ENV_LAUNCHER_PID',
-    'ENV_WORKER_ID',
     'AllReduceFit',
     'Channel',
     'Cluster',
@@ -58,23 +50,19 @@ __all__ = [
     'device_memory',
     'discover_cluster',
     'enable_compilation_cache',
-    'find_free_ports',
     'fit_allreduce',
     'hosts',
     'initialize',
     'launch_elastic',
     'launch_local',
-    'local_worker_info',
     'measure_peak_flops',
     'median_seconds',
     'original_workers',
     'peak_flops',
     'port_in_use',
-    'proc_stat',
     'restart_attempt',
     'restart_cause',
     'seconds_per_call',
-    'split_collective',
     'stall_timeout',
     'time_allreduce',
     'verdict_dir',

@@ -1,11 +1,11 @@
 """Pinning local workers to cores: what makes emulated hosts hold when workers outnumber cores.
 
-Four workers on the 2-core development machine, each free to run on either core, timed the same
-128-row gradient call back to back at 10–60 ms (median of 40 calls, one phase to the next) and
-14–190 ms (90th percentile), using 10–45 ms of CPU for 8 ms of work: XLA's threads of one call
-spread over both cores and wait for each other there. Pinned, two workers to a core, the same
-calls took 16 ms (median) and 16.5–18.5 ms (90th percentile) in every phase on every worker, at
-8 ms of CPU. A host of known speed (`hetjax.emulation.KnownSpeedHost`) pads a call to its
+When workers outnumber the cores and each is free to run on any of them, the same gradient call
+timed back to back swings severalfold from one phase to the next (its median and its tail
+alike) and uses several times its work in CPU time: XLA's threads of one call spread over all
+the cores and wait for each other there. Pinned, several workers to a core, the same calls take
+a steady time in every phase on every worker, at about their work's CPU time. A host of known
+speed (`hetjax.emulation.KnownSpeedHost`) pads a call to its
 calibrated time only if the real call stays under it; pinned, it does.
 
 `worker_cpus` deals this process's allowed CPUs out round robin (worker i gets CPU
@@ -14,9 +14,8 @@ duration of a fork, which the child inherits (so its first thread, and every thr
 run there) while the launcher's other threads keep theirs. Linux only (`os.sched_setaffinity`).
 
 Not for jobs that compile while they run: a worker's background compile of a new share size
-(`hetjax.train.SharePrograms`) then shares its one core. Four LB-BSP workers under Markov
-slowdowns, pinned, ran 88 of 420 worker-steps past their host's time; unpinned, at most 23 of
-840.
+(`hetjax.train.SharePrograms`) then shares its one core: LB-BSP workers under Markov slowdowns
+run many more worker-steps past their host's time pinned than unpinned.
 """
 
 from __future__ import annotations

@@ -107,9 +107,9 @@ _MATMUL = 256  # n of the n×n×n matmuls timed per device
 _ACCELERATOR_MATMUL = 4096  # the same on a GPU or TPU
 
 #: Operations chained in one timed program on an accelerator (one on a CPU, where a single one
-#: runs long enough). A call's dispatch and wait cost about 0.3 ms on an H200 with jax 0.11.2:
-#: a 4096² bfloat16 product timed alone ran at 292 TFLOP/s, a 16 MiB update at 217 GB/s, a
-#: third and a twentieth of what the chip does. Sixteen in one program share that cost.
+#: runs long enough). On an accelerator a call's dispatch and wait cost more than a 4096²
+#: bfloat16 product or a 16 MiB update itself: each, timed alone, runs at a fraction of what
+#: the chip does. Sixteen in one program share that cost.
 ACCELERATOR_CHAIN = 16
 
 

@@ -38,7 +38,7 @@ def measure_peak_flops(dtype: str = 'float32', device: jax.Device | None = None,
 
   Example::
 
-    measure_peak_flops()                         # 4e10-7e10 on a 2-core CPU VM (n = 1024)
+    measure_peak_flops()                         # this machine's figure (n = 1024 on a CPU)
     measure_peak_flops('bfloat16', jax.devices()[0])
 
   Args:
@@ -71,7 +71,7 @@ def peak_flops(declared: float | None, dtype: str = 'float32',
   Example::
 
     peak_flops(989e12, 'bfloat16')   # (9.89e14, 'declared'): an H100 SXM's dense bf16
-    peak_flops(None)                 # (6.1e10, 'measured') on a 2-core CPU VM
+    peak_flops(None)                 # (…, 'measured'): this machine's figure
 
   Raises:
     ConfigError: ``declared`` is not a positive finite number.

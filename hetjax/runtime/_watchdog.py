@@ -13,8 +13,8 @@ names the culprit:
 * nobody: every worker is stuck in the same step.
 
 It prints one line, leaves the verdict for the launcher (`hetjax.runtime._verdict`), and ends
-the job by exiting worker 0 with status 3. Each report is one key-value write (~0.4 ms on
-loopback); the watcher reads 3 keys per worker every half second.
+the job by exiting worker 0 with status 3. Each report is one key-value write (one round
+trip to the coordinator); the watcher reads 3 keys per worker every half second.
 
 The timeout is the one given, or it follows the step time measured from the first step on, so
 that a healthy job is never ended for being slow:
@@ -26,11 +26,11 @@ that a healthy job is never ended for being slow:
   advance of the slowest worker adds its time per step (the last 20 are kept);
 * the timeout is five times their median, never under 10 s.
 
-Worked example: 4 workers whose step takes 14 s (a 3.3M-parameter GPT) and whose first step is
-done 34 s after the start (20 s of it compiling). Until step 2 is done the timeout is 5 x 34 =
-170 s; once step 3 is done it is 5 x median(34, 14, 14) = 70 s. A worker that hangs in step 6
-is named 70 s after every worker had finished step 5. (A 10 s floor with nothing measured ended
-that job 10 s into its second step.)
+Worked example: 4 workers whose step takes 14 s and whose first step is done 34 s after the
+start (20 s of it compiling). Until step 2 is done the timeout is 5 x 34 = 170 s; once step 3
+is done it is 5 x median(34, 14, 14) = 70 s. A worker that hangs in step 6 is named 70 s after
+every worker had finished step 5. (A fixed 10 s timeout, with nothing measured, would end that
+job 10 s into its second step.)
 
 A worker inside a known long phase (`ProgressWatchdog.busy`: a checkpoint save, an evaluation)
 is not stalled: its heartbeat thread publishes the phase's name as ``busy/{w}`` at its next beat

@@ -19,8 +19,8 @@ change and the dependency check are STRADS's, Kim et al.):
   report is ``staleness`` rounds old when it arrives; the coordinates picked by the rounds
   decided since (the state remembers the last `IN_FLIGHT`) get weight 0 — their update is
   under way. No warm-up is needed. On the correlated designs of bench_schmp it reaches the
-  target in about a tenth of the rounds that ``ABS`` needs (BUILD_NOTES.md); each round
-  costs one pass over X more.
+  target in about a tenth of the rounds that ``ABS`` needs; each round costs one pass over X
+  more.
 * **Dependency check.** Two coordinates updated at once from the same β both correct the part
   of the residual they share, and when their columns correlate they overshoot it together
   (Shotgun diverges this way). Candidates are taken in order of weight (draw order in the

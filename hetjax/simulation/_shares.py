@@ -213,7 +213,7 @@ def simulate_shares(policy: Policy, trace: SlowdownTrace, cost: ClockCosts, glob
   ``noise_cv`` multiplies every modelled compute time by an independent log-normal factor with
   that coefficient of variation (seeded by ``seed``, drawn step by step from step 0, so a resumed
   run sees the same noise): real workers sharing cores measure their compute with a CV of
-  0.3–0.5 per step, and a policy must not chase that noise.
+  several tenths per step, and a policy must not chase that noise.
 
   Example::
 

@@ -31,7 +31,8 @@ Event model:
   work (fast workers may do more than ``steps``, stragglers fewer; every resume at T counts, so
   the total may exceed it slightly). Throughput = completed steps / T. Cost: O(log replicas)
   bookkeeping per event, plus the policy's closing checks (a global sync checks every active
-  worker): 1024 replicas × 20 steps take 0.2–0.6 s per policy, plus ~25 µs per transient draw.
+  worker): 1024 replicas × 20 steps take under a second per policy, plus a Python call per
+  transient draw.
 
 The policies' fault time-outs default to 1e9 s here (nobody is dropped: stragglers are slow, not
 dead) unless ``timeout_s`` (or ``rules``) is passed. SDPipe's windows are absolute seconds

@@ -81,7 +81,7 @@ def matmul_equations(jaxpr: Any) -> list[tuple[Any, int]]:
   """The matmul equations of ``jaxpr`` (every ``dot_general`` and cuDNN attention equation)
   with how many times the program runs each, as `matmul_flops` counts them: nested jaxprs
   included, a ``scan``'s body times its length, a ``cond``'s costliest branch, a ``while``'s
-  body once. What `hetjax.train.time_matmuls` times."""
+  body once. What `hetjax.bench.time_matmuls` times."""
   inner = getattr(jaxpr, 'jaxpr', jaxpr)
   found: list[tuple[Any, int]] = []
   for eqn in inner.eqns:
@@ -132,8 +132,8 @@ def program_flops(traced: Any, lowered: Any = None) -> float:
   """FLOPs of a traced program (`jax.stages.Traced`): XLA's count of its lowered HLO
   (`compiled_flops`; ``lowered``, ``traced.lower()``, when the caller has it already, else it is
   lowered here), or its matmuls' (`matmul_flops`) where XLA counted fewer. On a GPU XLA's
-  analysis misses matmuls: an H200 counted 55.5 GFLOP for a transformer block whose matmuls do
-  about 773 (jax#22249 shows the same for a dense layer). Where XLA counts them (a CPU), its
+  analysis misses matmuls: it can count a small fraction of what a transformer block's matmuls
+  do (jax#22249 shows the same for a dense layer). Where XLA counts them (a CPU), its
   count is the larger: the matmuls plus the elementwise work.
 
   Example::

@@ -60,8 +60,8 @@ class FusedLayout:
     A leaf is fused when it is replicated inside a worker: its spec names no mesh axis, or only
     axes of size 1 in ``axis_sizes`` (every worker's largest size of each local mesh axis), as
     hybrid rules on a one-device worker do. Such a leaf would otherwise cost an all-reduce of
-    its own each step (measured: 16 leaves of a 132K-parameter GPT on 4 processes, 110-180 ms a
-    step against 6 ms for one all-reduce of the same bytes).
+    its own each step, and each pays a collective's fixed cost: a small GPT's leaves reduced one
+    by one cost a step many times what one all-reduce of the same bytes does.
     """
     leaves, treedef = jax.tree.flatten(abstract_params)
     flat_specs = treedef.flatten_up_to(specs)

@@ -46,7 +46,7 @@ class TimedMatmul:
     primitive: ``'dot_general'``, or the name of cuDNN's attention primitive.
     shapes: its operands' shapes; ``dtypes``: their dtypes' names.
     count: how many times the program runs it (a scan's length, identical equations merged).
-    flops: matmul FLOPs of one run (`hetjax.train.matmul_flops`'s count).
+    flops: matmul FLOPs of one run (`hetjax.bench.matmul_flops`'s count).
     seconds: measured seconds of one run, None when not timed (``error`` says why).
   """
 

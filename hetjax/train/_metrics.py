@@ -102,7 +102,7 @@ class MetricsLogger:
     tokens_per_example: > 0: tokens in one example (a language model's positions), for
       ``tokens_per_s``.
     flops_per_step, peak_flops: both > 0: the FLOPs of one whole step (every device's part,
-      `hetjax.train.step_flops`) and the peak FLOP/s of all the devices that run it together
+      `hetjax.bench.step_flops`) and the peak FLOP/s of all the devices that run it together
       (devices × `hetjax.runtime.peak_flops`), for ``mfu``.
     live: draw the progress as one live line; None: when ``stream`` is a TTY.
     telemetry: the run's ``telemetry.jsonl`` (modes shares and tokens), whose steps' times the figure

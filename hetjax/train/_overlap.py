@@ -18,15 +18,15 @@ all-gather those (a quarter of the bytes, one ring pass instead of two: at 4 wor
 all-reduce's time on the links), and each takes w̃ₜ₊₁ = opt(wₜ, ĝₜ) with ĝₜ the sum of the
 dequantized gradients: the same w̃ on every worker, off from wₜ₊₁ by the rounding only. That
 exchange blocks the step; the exact all-reduce still runs under the gradient. At SGD η = 0.3
-on 4 launched workers of 32 rows, where communication = compute, it takes 0.78× the synchronous
-step's time and ends at 0.94× its loss after 60 steps (the own estimate: 0.52× and 1.17×);
-over 8 data orders of the one-device recurrence, 1.014 ± 0.015× at step 60, at the noise floor
-of that ratio (BUILD_NOTES, issue 28 item 5).
+on 4 workers of 32 rows, where communication = compute, its step is longer than the own
+estimate's but still well under the synchronous one, and it ends at 0.94× the synchronous
+run's loss after 60 steps (the own estimate: 1.17×); over 8 data orders of the one-device
+recurrence, 1.014 ± 0.015× at step 60, at the noise floor of that ratio.
 
 Two launched workers on hosts of known speed (40 ms of compute a step) and links
-``link:20:inf`` (a 40 ms all-reduce): 80.8 ms a step synchronous, 41.8 ms overlapped, with the
-final loss of 30 mlp steps at shares (40, 24) 0.4 % above the synchronous run's
-(tests/test_overlap.py).
+``link:20:inf`` (a 40 ms all-reduce): the overlapped step takes about half the synchronous
+one, the all-reduce hidden under the next gradient, with the final loss of 30 mlp steps at
+shares (40, 24) 0.4 % above the synchronous run's (tests/test_overlap.py).
 
 The state (`OverlapState`) is a value at every step boundary: the exact wₜ and optimizer state,
 and ``pending``, the packed, not yet reduced gradient of the last batch (each worker's own
@@ -162,9 +162,9 @@ class OverlapTrainer:
     estimate_scale: α in (0, 1]: w̃ = opt(w, α · g · X / x), this worker's estimate shrunk
       toward wₜ. 1 (the default) is Jin's "apply the local gradient first"; below 1 trades a
       little of the step for less of the worker's sampling noise, which helps at large
-      learning rates (BUILD_NOTES, issue 28 item 5: SGD at η = 0.3, 4 workers of 32 rows, the
-      loss at step 60 is 1.22× synchronous training's at α = 1 and 1.05× at 0.5; at η = 0.1,
-      1.006× at α = 1, and 0.5 does not help).
+      learning rates (SGD at η = 0.3, 4 workers of 32 rows: the loss at step 60 is 1.22×
+      synchronous training's at α = 1 and 1.05× at 0.5; at η = 0.1, 1.006× at α = 1, and 0.5
+      does not help).
     estimate: an `OverlapEstimate` or its name: ``'own'`` (the default) or ``'int8'``, every
       worker's gradient exchanged first in 8 bits (module docstring); α scales either.
 

@@ -1,25 +1,25 @@
 """A worker's gradient programs, one per share size, compiled so that a step never waits for one.
 
 LB-BSP changes a worker's share between iterations, and each new share size is a new XLA
-program. Compiling it on the spot (0.3–1 s on the 2-core development machine) stalls the whole
-job at the barrier. With a ``bucket`` this keeps, besides the programs of sizes already seen, a
-binary ladder of *piece* programs (bucket × 1, 2, 4, …), compiled when the first new size comes
-(a run whose shares never move compiles one program, as fixed shares do). A share size without
-its own program yet runs as a sum of pieces — the gradient is a sum over rows, so
+program. Compiling it on the spot stalls the whole job at the barrier (a compile costs many
+steps of a small model). With a ``bucket`` this keeps, besides the programs of sizes already
+seen, a binary ladder of *piece* programs (bucket × 1, 2, 4, …), compiled when the first new
+size comes (a run whose shares never move compiles one program, as fixed shares do). A share
+size without its own program yet runs as a sum of pieces — the gradient is a sum over rows, so
 ``Σ pieces = whole`` to float rounding — while its own program compiles on a background thread
-and takes over once ready (pieces cost 4–26% more compute than one program on the development
-machine, so they are a stopgap). What a step waits for counts as compile time: the ladder, and
-a size without pieces. A new size's lowering (tracing, Python) and its XLA compile both run on
-the background thread: the main thread spends most of a step in calls that release the GIL
-(a computation, a collective, a host's sleep), so the lowering takes the GIL in those gaps.
-Lowered on the main thread it took 4–8% of the step time of policies whose shares move every
-step (bench_lbbsp, Markov, three runs).
+and takes over once ready (pieces cost more compute than one program, so they are a stopgap).
+What a step waits for counts as compile time: the ladder, and a size without pieces. A new
+size's lowering (tracing, Python) and its XLA compile both run on the background thread: the
+main thread spends most of a step in calls that release the GIL (a computation, a collective,
+a host's sleep), so the lowering takes the GIL in those gaps.
+Lowered on the main thread it took a noticeable part of the step time of policies whose shares
+move every step.
 
 That is granularity ``compile``. Where one compile costs more than a few steps (a model whose
 step is short next to its compile: a small model on a loaded CPU, where one compile of a new
-size took 1–2 s against 50 ms steps and starved the other workers' steps for 10 of them; a
-124M GPT on a GPU, tens of seconds against a tenth of one), a new program per size cannot pay
-for itself. Granularity ``micro`` never compiles one: shares are whole micro-batches of
+size lasts tens of steps and starves the other workers' steps while it runs; a 124M GPT on a
+GPU, whose compile lasts hundreds of its steps), a new program per size cannot pay for
+itself. Granularity ``micro`` never compiles one: shares are whole micro-batches of
 ``bucket`` rows, and a share runs as gradient accumulation over the programs of two sizes, the
 first size it ran (a uniform share's, as the run starts) and one micro-batch, each compiled
 once (the micro-batch when first needed): 20 rows beside a uniform 16 are 16 + 4 (two calls).

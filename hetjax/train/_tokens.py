@@ -18,15 +18,14 @@ adds its tokens' partial sums, and the all-reduce adds the workers': the total i
 rows / X whatever the split — "combine weighted by tokens done" is this sum. Only float rounding
 order differs from one device computing the batch.
 
-**What it costs.** A pull is one round trip to the coordinator: a median 0.4 ms (p90 0.8 ms)
-over loopback with 4 workers on the otherwise idle 2-core development machine, 2–8 ms when the
-machine is loaded. A worker pulls once per token plus once to find the queue empty, so a step
-makes ``tokens + workers`` pulls: with 16 tokens over 4 workers, about 5 per worker, 2 ms of a
-~300 ms step. Each token also places its rows and launches the fixed ``token_rows`` program
-(compiled once: the token shape never changes), so a step makes ``tokens`` gradient calls
-where BSP makes one per worker. Measured with 4 workers on the 2 cores, calls back to back
-(`WorkerTrainer.local_gradient`, no pulls): 4–12 ms for 128 rows against 16–30 ms for 512,
-close to proportional. Inside the token benchmark (a pull, a dilation sleep between calls) a
+**What it costs.** A pull is one round trip to the coordinator: cheap over an idle loopback,
+several times dearer when the machine is loaded. A worker pulls once per token plus once to
+find the queue empty, so a step makes ``tokens + workers`` pulls: with 16 tokens over 4
+workers, about 5 per worker, a small part of a step. Each token also places its rows and
+launches the fixed ``token_rows`` program (compiled once: the token shape never changes), so a
+step makes ``tokens`` gradient calls where BSP makes one per worker. Timed back to back
+(`WorkerTrainer.local_gradient`, no pulls), a call's time is close to proportional to its rows.
+Inside the token benchmark (a pull, a dilation sleep between calls) a
 128-row call costs nearly what a 512-row call costs in the BSP blocks beside it, for reasons
 not pinned down (``experiments/_fela_tokens.py``), and that is where tokens lose there.
 The end of an iteration is also quantised: workers wait up to one (slow worker's) token time.

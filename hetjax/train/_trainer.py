@@ -182,7 +182,7 @@ class Trainer:
 
   def lower_step(self) -> jax.stages.Lowered:
     """The train step lowered to HLO without compiling or allocating: its ``cost_analysis()``
-    counts the model's FLOPs before XLA's passes (`hetjax.train.compiled_flops` reads it)."""
+    counts the model's FLOPs before XLA's passes (`hetjax.bench.compiled_flops` reads it)."""
     return self.trace_step().lower()
 
   def compile_step(self) -> jax.stages.Compiled:

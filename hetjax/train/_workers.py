@@ -12,9 +12,9 @@ Each worker's program returns its partial sum already divided by X; the combine 
 optimizer in the same program, so the state (replicated over workers) never leaves the devices.
 
 Tensor fusion (`FusedLayout`): the loss and every gradient replicated inside a worker travel in
-one flat buffer, one all-reduce a step instead of one per parameter. With gloo on CPU a 7-tensor
-all-reduce over 4 workers took 30.6 ms and the same bytes fused took 5.2 ms (measured on the
-2-core development machine).
+one flat buffer, one all-reduce a step instead of one per parameter. With gloo on CPU each
+all-reduce pays a fixed cost, so a few tensors reduced one by one take several times what the
+same bytes fused take.
 
 Workers of different device counts (``launch --devices 2,1,1``) cannot form that grid. Their
 parameters must be replicated inside each worker (data parallel; `replicated_layout` names the
@@ -421,9 +421,9 @@ class WorkerTrainer:
     less its data time and the slowest worker's busy time.
 
     A compile anywhere in the job makes the step no speed sample for any worker: workers that
-    share a machine (several processes on one host, as on this 2-core machine) compete for its
-    cores, and a compile's contention showed as 0.8–2 s of "compute" on every worker of a step
-    whose own rows took 10 ms. A worker whose step was padded to its emulated host's time with
+    share a machine (several processes on one host) compete for its cores, and a compile's
+    contention shows as "compute" on every worker of a step, many times what its own rows take.
+    A worker whose step was padded to its emulated host's time with
     room to spare stays a sample: its busy time is the host's (``sampled`` 2 in the head)."""
     busy, compiled = head['busy_s'], np.maximum(head['compile_s'], 0.0)
     sampled, exact = head['sampled'] > 0.5, head['sampled'] > 1.5
