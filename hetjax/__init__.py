@@ -1,29 +1,53 @@
-"""hetjax: JAX training for clusters that are not uniform."""
+"""hetjax: JAX training for clusters that are not uniform.
 
-# The errors first: the packages below import them as ``from hetjax import ConfigError``.
+``import hetjax`` is light: the errors are imported, and each package a user needs (`run`,
+`train`, `data`, …, `__all__`) is imported the first time it is used (``hetjax.run.train(…)``,
+``from hetjax import run``), so a launched worker, a CLI or ``from hetjax import ConfigError``
+pays only for the packages it touches.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from hetjax._errors import ConfigError as ConfigError
 from hetjax._errors import ShardingError as ShardingError
 
-# isort: split
-from hetjax import balance as balance
-from hetjax import checkpoint as checkpoint
-from hetjax import core as core
-from hetjax import data as data
-from hetjax import emulation as emulation
-from hetjax import models as models
-from hetjax import pipeline as pipeline
-from hetjax import planner as planner
-from hetjax import ps as ps
-from hetjax import report as report
-from hetjax import run as run
-from hetjax import runtime as runtime
-from hetjax import schmp as schmp
-from hetjax import sharding as sharding
-from hetjax import simulation as simulation
-from hetjax import sync as sync
-from hetjax import train as train
-
 __version__ = '0.1.0'
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+  from hetjax import (
+    balance,
+    checkpoint,
+    core,
+    data,
+    emulation,
+    models,
+    pipeline,
+    planner,
+    ps,
+    report,
+    run,
+    runtime,
+    schmp,
+    sharding,
+    simulation,
+    sync,
+    train,
+  )
+
+
+def __getattr__(name: str):
+  if name in _PACKAGES:
+    return importlib.import_module(f'hetjax.{name}')
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__() -> list[str]:
+  return sorted({*globals(), *_PACKAGES})
+
 
 __all__ = [
     'ConfigError',
@@ -46,3 +70,6 @@ __all__ = [
     'sync',
     'train',
 ]
+
+#: The packages ``hetjax.NAME`` gives, imported on first use.
+_PACKAGES = frozenset(__all__) - {'ConfigError', 'ShardingError'}
