@@ -3,13 +3,13 @@ entry, an option a mode does not take is refused in one line naming the modes th
 ``--mode`` help and `run.load_model`'s modes come from it. The run package's modules import
 one another without a cycle."""
 
-import ast
 import pathlib
 
 import pytest
 
 from hetjax import ConfigError, run, runtime
 from hetjax.run import _modes, _trained
+from tests.test_layering import imported_modules
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -77,23 +77,9 @@ def test_the_mode_help_and_load_models_modes_come_from_the_registry():
       m.value for m, e in run.MODES.items() if e.whole_model) == ('spmd', 'shares', 'tokens')
 
 
-def _imports(path: pathlib.Path) -> set[str]:
-  """The ``hetjax.run`` modules ``path`` imports at module level or inside functions."""
-  found = set()
-  for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.ImportFrom) and node.module:
-      if node.module == 'hetjax.run':
-        found |= {f'hetjax.run.{a.name}' for a in node.names if a.name.startswith('_')}
-      elif node.module.startswith('hetjax.run.'):
-        found.add(node.module)
-    elif isinstance(node, ast.Import):
-      found |= {a.name for a in node.names if a.name.startswith('hetjax.run.')}
-  return found
-
-
 def test_the_run_package_imports_without_a_cycle():
   package = ROOT / 'hetjax' / 'run'
-  graph = {f'hetjax.run.{p.stem}': _imports(p) for p in package.glob('_*.py')}
+  graph = {f'hetjax.run.{p.stem}': imported_modules(p) for p in package.glob('_*.py')}
   state: dict[str, int] = {}
 
   def visit(module, path):

@@ -52,9 +52,8 @@ from hetjax.run._choices import (
 class Mode(enum.Enum):
   """How a step runs (``parallelism.mode``).
 
-  ``auto`` is ``schmp`` for a SchMP app (`hetjax.schmp.APPS`), ``ps`` in a job with parameter
-  servers (``launch --servers K``), ``plan`` when a plan is given, else ``spmd`` on one process
-  and ``shares`` under several workers.
+  ``auto`` picks one of the others by one rule, `hetjax.run.mode_of` (its words:
+  ``hetjax.run._modes.AUTO_RULE``); each mode's description is its entry in `hetjax.run.MODES`.
   """
 
   AUTO = 'auto'
