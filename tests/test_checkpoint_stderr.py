@@ -34,16 +34,20 @@ abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, shardin
 for _ in range(3):
   restored, _ = ckpt.restore(abstract)
   assert int(restored.step) == 1
-time.sleep(1.0)  # a run trains on: reads left behind finish, their coroutines are collected
+# Not a wait for an event: a run trains on for a while, and a read left behind (were the
+# restore not draining them) would finish and be collected in it; only its traceback could
+# show on stderr, so a slow machine can hide a regression here, never fail a correct run.
+time.sleep(1.0)
 gc.collect()
 ckpt.close()
 print('restored step 1')
 """
 
 # Orbax's read pattern without orbax: gathered reads awaiting TensorStore futures on a fresh loop
-# that is closed as soon as one read fails; the others' futures complete 0.3 s later.
+# that is closed as soon as one read fails; the others' futures complete once the loop is closed
+# (plain) or closing (draining: its close waits for them).
 ORPHANED_READS = """
-import asyncio, contextlib, sys, threading, time
+import asyncio, contextlib, sys, threading
 import tensorstore as ts
 from hetjax.checkpoint._drain import draining_event_loops
 
@@ -59,6 +63,8 @@ async def corrupt():
 async def restore(futures):
   return await asyncio.gather(corrupt(), *(read(f) for f in futures))
 
+draining, closing = sys.argv[1] == 'draining', threading.Event()
+
 def run_sync(coro):  # orbax's asyncio_utils.run_sync when no loop is running
   loop = asyncio.new_event_loop()
   try:
@@ -66,16 +72,20 @@ def run_sync(coro):  # orbax's asyncio_utils.run_sync when no loop is running
     return loop.run_until_complete(coro)
   finally:
     asyncio.set_event_loop(None)
+    if draining:  # its close waits for the reads (still its pending tasks until it runs them)
+      closing.set()
     loop.close()
+    closing.set()
 
 pairs = [ts.Promise.new() for _ in range(4)]
 def finish_reads():
-  time.sleep(0.3)
+  if not closing.wait(timeout=60):
+    raise RuntimeError('the loop was never closed')
   for promise, _ in pairs:
     promise.set_result(1)
 thread = threading.Thread(target=finish_reads)
 thread.start()
-with draining_event_loops() if sys.argv[1] == 'draining' else contextlib.nullcontext():
+with draining_event_loops() if draining else contextlib.nullcontext():
   try:
     run_sync(restore([future for _, future in pairs]))
   except OSError:

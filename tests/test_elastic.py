@@ -21,7 +21,7 @@ import pytest
 from hetjax import ConfigError, balance, core, emulation, models, planner, runtime, sharding
 from hetjax.run import _restarts as _elastic
 from hetjax.runtime import _elastic_env, _verdict
-from hetjax.runtime._launcher import launch_local
+from hetjax.runtime._launcher import _STOPPED_POLL_SECONDS, launch_local
 
 
 def _elastic_launch(code: str, workers: int, **kwargs):
@@ -86,21 +86,35 @@ def test_bad_input_and_timeouts_are_not_restarted():
     _elastic_launch('pass', 2, max_restarts=-1)
 
 
+# Worker 1 leaves its pid and stops; the others wait until /proc shows it stopped (`is_stopped`,
+# run from its file: no JAX import), then for the launcher to look: it reads /proc every
+# _STOPPED_POLL_SECONDS of its clock, in the poll that reaps an exit, so 4 periods leave a margin.
 STOP_ONE = """
-    import os, signal, sys, time
-    me = os.environ['HETJAX_WORKER_ID']
+    import os, runpy, signal, sys, time
+    me, pid_file, verdict_py, look_s = os.environ['HETJAX_WORKER_ID'], *sys.argv[1:]
     if me == '1':
+      with open(pid_file + '.tmp', 'w') as f:
+        f.write(str(os.getpid()))
+      os.replace(pid_file + '.tmp', pid_file)
       os.kill(os.getpid(), signal.SIGSTOP)
-    time.sleep(1.0)
+    else:
+      is_stopped = runpy.run_path(verdict_py)['is_stopped']
+      deadline = time.monotonic() + 20
+      while not (os.path.exists(pid_file) and is_stopped(int(open(pid_file).read()))):
+        if time.monotonic() > deadline:
+          sys.exit('worker 1 did not stop within 20 s')
+        time.sleep(0.01)
+      time.sleep(4 * float(look_s))
     sys.exit(1 if me == '0' else 0)   # a peer fails after worker 1 stopped, as gloo's would
 """
 
 
 @pytest.mark.timeout(60)
-def test_a_stopped_worker_is_blamed_not_the_peer_that_failed_after_it():
+def test_a_stopped_worker_is_blamed_not_the_peer_that_failed_after_it(tmp_path):
   out = io.StringIO()
-  result = launch_local([sys.executable, '-c', textwrap.dedent(STOP_ONE)], 3, stdout=out,
-                        timeout=30)
+  command = [sys.executable, '-c', textwrap.dedent(STOP_ONE), str(tmp_path / 'pid'),
+             _verdict.__file__, str(_STOPPED_POLL_SECONDS)]
+  result = launch_local(command, 3, stdout=out, timeout=30)
   assert result.failed_worker == 1, result
   assert result.cause.startswith('worker 1 was stopped (SIGSTOP) for ')
   assert 'its peers failed waiting for it (worker 0 exited with status 1)' in result.cause
@@ -179,7 +193,7 @@ def test_the_watchdog_is_not_armed_before_every_worker_finished_a_step():
   dog = runtime.ProgressWatchdog(channel, 0, 2, timeout_s=0.5,
                                  on_stall=lambda *v: verdicts.append(v))
   channel.set('progress/0', 3)  # worker 1 still compiling
-  time.sleep(1.5)
+  time.sleep(1.5)  # not a wait: 3 timeouts in which no verdict may come (the thing tested)
   dog.close()
   assert verdicts == []
 

@@ -204,10 +204,13 @@ SLEEPER = """
     ('os.kill(os.getpid(), signal.SIGKILL)',
      LaunchResult(128 + 9, 2, 'worker 2 was killed by SIGKILL')),
 ])
-def test_a_failing_worker_stops_the_others_and_is_named(death, expected):
+def test_a_failing_worker_stops_the_others_and_is_named(death, expected, tmp_path):
   result, lines, seconds = _launch(SLEEPER + f"""
-    if i == 2:
-      time.sleep(0.3)
+    pathlib = __import__('pathlib')
+    (pathlib.Path({str(tmp_path)!r}) / str(i)).touch()
+    if i == 2:  # once the others are up (their pids printed)
+      while len(list(pathlib.Path({str(tmp_path)!r}).iterdir())) < 3:
+        time.sleep(0.02)
       {death}
     time.sleep(60)
     """, 3, timeout=30)

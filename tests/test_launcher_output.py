@@ -111,17 +111,20 @@ def test_the_error_is_the_exception_the_last_traceback_ended_with():
 # with what a lost peer makes a JAX job print, and exit first. The peers ignore the launcher's
 # SIGTERM (its 3-s grace lets them fail on their own): on a loaded machine one peer can still be
 # sleeping when the other's exit ends the job, and stopped then, it would print nothing to name
-# (a fresh clone's suite on 2 cores).
+# (a fresh clone's suite on 2 cores). Worker 1 raises once all three are up, and its marker
+# appears once its traceback is out (atexit runs after it is printed; the last registered first).
 RAISES = """
     import atexit, os, pathlib, signal, sys, time
     i, marker = os.environ['HETJAX_WORKER_ID'], pathlib.Path(sys.argv[1]) / 'raised'
     if i != '1':
       signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print('ready', i, flush=True)
+    (pathlib.Path(sys.argv[1]) / f'ready-{i}').touch()
     if i == '1':
-      time.sleep(0.3)
+      while len(list(pathlib.Path(sys.argv[1]).glob('ready-*'))) < 3:
+        time.sleep(0.02)
       atexit.register(time.sleep, 30)
-      marker.touch()
+      atexit.register(marker.touch)
       def train():
         raise ValueError('boom')
       train()
