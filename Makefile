@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) experiments/bench_overhead.py --quick --json runs/bench_overhead.json
+	$(PY) -m experiments.bench_overhead --quick --json runs/bench_overhead.json
 
 # The GPU check (issue 27, experiments/gpu_check.py) on a lent GPU machine, whose Python already
 # has JAX with CUDA and most of hetjax's dependencies: nothing is installed from the network.
@@ -37,11 +37,14 @@ GPU_WHEELS := 'pytest<9.2' pytest-timeout tokenizers tensorboardX
 gpu-check:
 	@if [ -d wheels ]; then $(PYTHON) -m pip install --quiet --no-index --find-links wheels \
 	  $(GPU_WHEELS); fi
-	PYTHONPATH=. $(PYTHON) experiments/gpu_check.py --platform=gpu --out=runs/gpu_check
+	$(PYTHON) -m pip install --quiet --no-deps --no-index --find-links wheels -e .
+	$(PYTHON) -m experiments.gpu_check --platform=gpu --out=runs/gpu_check
 
+# setuptools is what pip builds hetjax's editable install with, offline (the models' folder is
+# mapped to hetjax.models by pyproject.toml's package-dir, so PYTHONPATH=. alone does not do).
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --dest wheels \
-	  $(GPU_WHEELS)
+	  $(GPU_WHEELS) 'setuptools>=77'
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -27,7 +27,9 @@ def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], worke
                    timeout: float, slowdown: str | None = None,
                    cache: pathlib.Path | None = None, devices_per_worker: int = 1,
                    pin_cores: bool = False) -> dict:
-  """Runs ``experiments/SCRIPT OUT ARGS…`` on ``workers`` local workers and returns the chief's
+  """Runs ``python -m experiments.SCRIPT OUT ARGS…`` (``SCRIPT`` a module of this folder, from
+  the checkout: the workers inherit this process's directory) on ``workers`` local workers and
+  returns the chief's
   ``OUT/run.json``; each worker has ``devices_per_worker`` CPU devices and, with ``pin_cores``,
   one core, dealt round robin (`hetjax.runtime._affinity`): for jobs whose shapes stay fixed
   (tokens). A job that compiles new share sizes in the background must not pin: the compile
@@ -41,10 +43,10 @@ def launch_workers(out: pathlib.Path, script: str, args: Sequence[object], worke
     RuntimeError: the job failed or timed out (the message names the cause and the log).
   """
   out.mkdir(parents=True, exist_ok=True)
-  worker = pathlib.Path(__file__).with_name(script)
   env = dict(os.environ, **({'HETJAX_COMPILATION_CACHE': str(cache)} if cache else {}))
+  command = [sys.executable, '-m', f'{__package__}.{script}', str(out), *map(str, args)]
   with open(out / 'workers.log', 'w') as log:
-    result = runtime.launch_local([sys.executable, str(worker), str(out), *map(str, args)],
+    result = runtime.launch_local(command,
                                   workers, slowdown=slowdown, timeout=timeout, init_timeout=120,
                                   stdout=log, env=env, devices_per_worker=devices_per_worker,
                                   pin_cores=pin_cores)
@@ -100,19 +102,6 @@ class Local:
     if stats is not None:
       stats = dataclasses.replace(stats, step=stats.step + self.shift)
     return self.policy.update(state, stats)
-
-
-def make_policy(name: str, rules, trace: emulation.SlowdownTrace, row_s: float | tuple[float, ...],
-                fixed_s: float):
-  """`hetjax.balance.make_policy`, but the oracle knows the hosts' costs too: every worker's
-  true speed at every step is then known to it (trace factor and delay, row_s, fixed_s), so its
-  shares are the balanced optimum (`hetjax.balance.Oracle`). A job's hosts share one calibrated
-  cost, so one ``row_s`` is every worker's base speed."""
-  from hetjax import balance
-
-  if name == 'oracle':
-    return balance.Oracle(rules, trace, row_s=row_s, fixed_s=fixed_s)
-  return balance.make_policy(name, rules, trace)
 
 
 def interleaved_blocks(state, names: Sequence[str], rounds: int, block: int, *,

@@ -1,6 +1,6 @@
 """One worker of `bench_bsp.py`: uniform BSP with and without a straggler, interleaved.
 
-  python experiments/_bsp_worker.py OUT_DIR STEPS BLOCK   (started by hetjax.launch)
+  python -m experiments._bsp_worker OUT_DIR STEPS BLOCK   (started by hetjax.launch)
 
 Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
 for the job; each scenario is a slowdown trace of those hosts. Blocks of BLOCK steps alternate
@@ -17,9 +17,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from experiments._bench_launch import interleaved_blocks
 from hetjax import runtime

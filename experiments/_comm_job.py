@@ -1,6 +1,6 @@
 """bench_comm's launched job: every process runs the runs listed in ``OUT/runs.json`` in order.
 
-  python -m hetjax.launch --workers 4 --servers 1 -- python experiments/_comm_job.py OUT
+  python -m hetjax.launch --workers 4 --servers 1 -- python -m experiments._comm_job OUT
 
 A run is a dict: ``id``, ``scheme`` (``ps-…`` with its ``ps`` spec, or ``allreduce-…``),
 ``network`` (the links' text), ``hosts`` (a slowdown trace), ``compute_s`` (the step time of an
@@ -21,9 +21,6 @@ import json
 import pathlib
 import sys
 import time
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax
 import optax
@@ -98,7 +95,7 @@ def _allreduce_run(run: dict, ctx: runtime.WorkerContext, out: pathlib.Path) -> 
   task = models.make_task('mlp', **run['model'])
   links = emulation.parse_links(run['network'], ctx.workers)
   host = _host(run, ctx.worker, ctx.workers)
-  kwargs = dict(seed=0, host=host, links=links)
+  kwargs = dict(seed=0, host=emulation.LinkedHost(links, ctx.worker, host))
   if run.get('overlap'):
     program = train.OverlapTrainer(task, optax.sgd(run['lr']), run['global_batch'],
                                    bucket_bytes=run.get('bucket_bytes'),

@@ -54,7 +54,7 @@ VIRTUAL_STEPS = 50
 
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
             cache: pathlib.Path) -> dict:
-  return launch_workers(out, '_tokens_worker.py',
+  return launch_workers(out, '_tokens_worker',
                         [','.join(policies), rounds, block, TOKEN_ROWS], WORKERS, timeout=600,
                         slowdown=spec, cache=cache, pin_cores=True)
 

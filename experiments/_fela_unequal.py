@@ -2,7 +2,7 @@
 
 One job of 4 local workers of 2 CPU devices each (`experiments/_fela_unequal_worker.py`),
 workers 2 and 3 emulated 3x slower (``static:1,1,3,3``: hosts of known speed per stage action,
-`hetjax.pipeline.StagePace`). For each model, the planner's plan for that cluster (its speeds
+`hetjax.emulation.StagePace`). For each model, the planner's plan for that cluster (its speeds
 measured, then divided by the factors) against pure data parallelism, pure model parallelism
 and the uniform hybrid (``hetjax/configs/plans/``), all compiled across the four workers and
 trained in interleaved rounds. Rows keep part 1's fields (``model``, ``plan``,
@@ -41,7 +41,7 @@ def run_unequal(out: pathlib.Path, models: Mapping[str, tuple], rounds: int, ste
   (``slowdown``: the trace of the emulated hosts, one factor per worker)."""
   spec = {'models': {k: list(v) for k, v in models.items()}, 'rounds': rounds, 'steps': steps,
           'micro_batches': micro_batches, 'margin': MARGIN}
-  info = launch_workers(out, '_fela_unequal_worker.py', [json.dumps(spec)], WORKERS,
+  info = launch_workers(out, '_fela_unequal_worker', [json.dumps(spec)], WORKERS,
                         timeout=timeout, slowdown=slowdown,
                         devices_per_worker=DEVICES_PER_WORKER)
   rows = info['rows']

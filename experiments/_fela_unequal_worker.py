@@ -1,14 +1,14 @@
 """A worker of the unequal-cluster part of experiments/bench_fela.py (`_fela_unequal`).
 
   python -m hetjax.launch --workers 4 --devices-per-worker 2 --slowdown static:1,1,3,3 -- \\
-      python experiments/_fela_unequal_worker.py OUT SPEC_JSON
+      python -m experiments._fela_unequal_worker OUT SPEC_JSON
 
 Every worker: measures the job's devices (`hetjax.planner.measure_cluster`, worker 0's numbers
 for all) and slows each worker's by its factor in the trace — the cluster the planner sees;
 per model, plans it (worker 0 searches, the others read the plan) and costs the hand-written
 baselines on the same cluster; compiles every plan across the four workers
 (`hetjax.planner.compile_plan`: stages on their groups of workers), makes each worker a host of
-known speed for each plan (`hetjax.pipeline.StagePace` with `roofline_costs`: every plan's hosts
+known speed for each plan (`hetjax.emulation.StagePace` with `roofline_costs`: every plan's hosts
 equally fast), then trains the plans in interleaved rounds, the order rotating, each block
 between two barriers. Worker 0 writes ``OUT/run.json``: one row per (model, plan).
 """
@@ -20,9 +20,6 @@ import json
 import pathlib
 import sys
 import time
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 
 def main(out_dir: str, spec_json: str) -> None:
@@ -63,7 +60,7 @@ def main(out_dir: str, spec_json: str) -> None:
     for plan in plans:
       compiled = planner.compile_plan(plan, task, optax.adam(1e-3), batch, micro_batches=micro)
       trainer = compiled.trainer
-      trainer.use_host(pipeline.StagePace(trace, ctx.worker, pipeline.roofline_costs(
+      trainer.use_host(emulation.StagePace(trace, ctx.worker, pipeline.roofline_costs(
           {k: c for k, c in compiled.programs.items()}, *rates, spec['margin'])))
       state, _ = trainer.train_step(trainer.init_state(), trainer.global_batch_at(0))  # warm up
       runs[plan.name] = [compiled, state]

@@ -1,6 +1,6 @@
 """One worker of `bench_lbbsp.py`: every policy trained in interleaved blocks within one job.
 
-  python experiments/_lbbsp_worker.py OUT_DIR POLICIES ROUNDS BLOCK [EXCHANGE]  (under launch)
+  python -m experiments._lbbsp_worker OUT_DIR POLICIES ROUNDS BLOCK [EXCHANGE]  (under launch)
 
 Every worker runs as a host of known speed (`hetjax.emulation.KnownSpeedHost`), calibrated once
 for the job and slowed by the launcher's trace. The policies train in interleaved blocks
@@ -8,7 +8,7 @@ for the job and slowed by the launcher's trace. The policies train in interleave
 steps) sees slowdown ``trace(k)`` and learns as its k-th step, so every policy meets the same
 slowdown sequence although their blocks alternate in time; each policy's state carries over
 from one of its blocks to the next. The oracle knows the hosts' calibrated costs as well as the
-trace (`experiments._bench_launch.make_policy`). The chief writes ``schedule.json`` (which
+trace (`hetjax.balance.KnownCosts`). The chief writes ``schedule.json`` (which
 global steps belong to which policy) beside ``telemetry.jsonl``.
 
 With EXCHANGE (ratios r₀,r₁,…, one a worker) the workers exchange the gradient through a server
@@ -26,12 +26,9 @@ import json
 import pathlib
 import sys
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from experiments._bench_launch import Shifted, interleaved_blocks, make_policy
-from hetjax import runtime
-from hetjax.emulation import Exchange, KnownSpeedHost, Links, SlowdownTrace
+from experiments._bench_launch import Shifted, interleaved_blocks
+from hetjax import balance, runtime
+from hetjax.emulation import Exchange, KnownSpeedHost, LinkedHost, Links, SlowdownTrace
 
 MODEL = {'hidden': 1024, 'width': 512}
 GLOBAL_BATCH = 2048
@@ -54,18 +51,20 @@ class Bench:
   state: object
   warmup_compile_s: float
 
-  def block_host(self, shift: int) -> KnownSpeedHost:
-    """The calibrated host under the trace seen from a policy's own steps (`Shifted`)."""
-    return dataclasses.replace(self.host, trace=Shifted(self.trace, shift))
+  def block_host(self, shift: int, links: Links | None = None) -> KnownSpeedHost | LinkedHost:
+    """The calibrated host under the trace seen from a policy's own steps (`Shifted`), on
+    ``links`` if given."""
+    host = dataclasses.replace(self.host, trace=Shifted(self.trace, shift))
+    return host if links is None else LinkedHost(links, host.worker, host)
 
   def policy(self, name: str, transfer_s: tuple[float, ...] = ()):
     """The policy ``name`` for this job; the oracle knows the hosts' costs, and it and
-    ``lbbsp-links`` each worker's transfer ``transfer_s``."""
+    ``lbbsp-links`` each worker's transfer ``transfer_s`` (`hetjax.balance.KnownCosts`)."""
     base = 'lbbsp-ewma' if name == LINKS_POLICY else name
-    policy = make_policy(base, self.rules, self.trace, self.host.row_s, self.host.fixed_s)
-    if transfer_s and name in (LINKS_POLICY, 'oracle'):
-      policy = dataclasses.replace(policy, transfer_s=transfer_s)
-    return policy
+    transfer = transfer_s if name in (LINKS_POLICY, 'oracle') else ()
+    known = (balance.KnownCosts(self.host.row_s, self.host.fixed_s, transfer_s=transfer)
+             if name == 'oracle' else balance.KnownCosts(transfer_s=transfer))
+    return balance.make_policy(base, self.rules, self.trace, known)
 
   def record(self, info) -> None:
     """A `hetjax.train.Hook` function: this worker's timing of the step to the telemetry."""
@@ -118,16 +117,16 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int,
   out = pathlib.Path(out_dir)
   bench = set_up(ctx, out, 'lbbsp')
   trainer, fit = bench.trainer, bench.fit
-  transfer = ()
+  links, transfer = None, ()
   if exchange:
-    trainer.links = exchange_links(bench.host, ctx.workers, trainer.all_reduce_bytes, exchange)
-    transfer = trainer.links.exchange_s(trainer.all_reduce_bytes)
+    links = exchange_links(bench.host, ctx.workers, trainer.all_reduce_bytes, exchange)
+    transfer = links.exchange_s(trainer.all_reduce_bytes)
   made = {name: bench.policy(name, transfer) for name in policies}
   shares = {name: [] for name in policies}
   try:
     _, schedule = interleaved_blocks(
         bench.state, policies, rounds, block, program=lambda name: trainer,
-        policy=made.__getitem__, host=lambda name, shift: bench.block_host(shift),
+        policy=made.__getitem__, host=lambda name, shift: bench.block_host(shift, links),
         hooks=[Hook(bench.record)],
         on_step=lambda name, info: shares[name].append(list(info.stats.rows)))
   finally:
@@ -142,7 +141,7 @@ def main(out_dir: str, policies: list[str], rounds: int, block: int,
             'background_compiles': trainer.programs.background_compiles,
             'background_compile_s': trainer.programs.background_compile_s,
             'piece_steps': trainer.programs.piece_steps, 'shares': shares,
-            'network': trainer.links.describe() if exchange else None,
+            'network': links.describe() if exchange else None,
             'transfer_s': list(transfer)}
     (out / 'run.json').write_text(json.dumps(info) + '\n')
     (out / 'schedule.json').write_text(json.dumps(schedule, indent=1) + '\n')

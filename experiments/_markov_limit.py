@@ -1,124 +1,17 @@
-r"""The causal limit under Markov slowdowns: the best share policy that cannot see the future.
+r"""The causal limit under Markov slowdowns (`hetjax.bench.MarkovLimit`, the best share policy
+that cannot see the future) as `bench_lbbsp`'s virtual row, and its expectation over seeds:
 
-Under `hetjax.emulation.MarkovTrace` every affected worker keeps its state (fast, factor 1, or
-slow, factor ``slow``) with probability ``stay`` per step, independently of the others and of the
-past. `MarkovLimit` knows that chain exactly (``stay``, ``slow``, which workers flip, the hosts'
-``row_s`` and ``fixed_s``) and, after step t, every worker's state at t, which the speeds of step
-t reveal. It picks step t + 1's shares to minimise the expected slowest-worker time over the
-next states. That is the Bayes-optimal causal policy: given the chain, the states at t are all
-the past says about t + 1, and shares change neither the chain nor what is observed (every
-worker computes at least one bucket), so minimising each step's conditional expectation
-minimises the mean. No causal policy beats it in expectation; on one finite trace one can be
-luckier. The oracle (`hetjax.balance.Oracle`) knows the states at t + 1 as well; the gap between
-the two is what not seeing a memoryless switch coming costs, whatever the predictor.
-
-On 4 workers it searches every split exactly (all bucket splits, all next states); on more, the
-workers in one state are interchangeable and the objective is convex, so the optimum gives each
-state group one share: a 1-D convex search, then `ShareRules.from_weights` rounding.
-
-  PYTHONPATH=. .venv/bin/python experiments/_markov_limit.py   # expectation over seeds
+  .venv/bin/python -m experiments._markov_limit   # expectation over seeds
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import math
-import pathlib
-import sys
 import time
 
 import numpy as np
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from hetjax import ConfigError, balance, core, emulation
-
-_BRUTE_FORCE_SPLITS = 20_000  # beyond this many bucket splits, the symmetric 1-D search
-
-
-@dataclasses.dataclass(frozen=True)
-class MarkovLimit:
-  """The Bayes-optimal causal share policy for a known `MarkovTrace` (module docstring).
-
-  Args:
-    rules: the job's share rules (default bounds: at least one bucket a worker).
-    trace: the Markov trace the run sees (read only at steps already finished, and step 0's
-      known start: every worker fast).
-    row_s: seconds per row at factor 1 (every worker the same).
-    fixed_s: seconds per step whatever the rows, at factor 1.
-  """
-
-  rules: core.ShareRules
-  trace: emulation.MarkovTrace
-  row_s: float = 1.0
-  fixed_s: float = 0.0
-  name: str = dataclasses.field(default='causal-limit', init=False)
-
-  def __post_init__(self):
-    if not isinstance(self.trace, emulation.MarkovTrace):
-      raise ConfigError(f'the causal limit needs a markov trace, got {self.trace.describe()!r}')
-    if self.trace.workers != self.rules.workers:
-      raise ConfigError(f'trace has {self.trace.workers} workers, rules {self.rules.workers}')
-
-  def init(self) -> balance.SharesState:
-    return balance.SharesState(np.asarray(self.plan(np.ones(self.rules.workers)).values))
-
-  def update(self, state, stats):
-    if stats is None:
-      return core.Shares(tuple(int(v) for v in state.shares), self.rules), state
-    shares = self.plan(self.trace.factors(stats.step), first=False)
-    return shares, balance.SharesState(np.asarray(shares.values))
-
-  def plan(self, factors: np.ndarray, first: bool = True) -> core.Shares:
-    """The shares minimising the expected next step given this step's ``factors`` (at step 0,
-    ``first``: the chain's known start, every worker fast at that very step)."""
-    t = self.trace
-    affected = np.zeros(len(factors), dtype=bool)
-    affected[np.arange(t.workers) if t.slow_workers is None else list(t.slow_workers)] = True
-    slow_now = np.asarray(factors) > 1.0
-    p_slow = np.where(slow_now, t.stay, 1.0 - t.stay) if not first else np.zeros(len(factors))
-    p_slow = np.where(affected, p_slow, 0.0)
-    inv_factor = np.array([1.0, 1.0 / t.slow])  # expected_makespan divides by a "speed"
-    probs = np.stack([1.0 - p_slow, p_slow], axis=1)
-    speeds = np.broadcast_to(inv_factor, probs.shape)
-
-    def cost(units: np.ndarray) -> float:
-      busy = self.fixed_s + units * self.rules.bucket * self.row_s  # at factor 1
-      return balance.expected_makespan(busy, speeds, probs)
-
-    n, total = self.rules.workers, self.rules.global_batch // self.rules.bucket
-    if math.comb(total - 1, n - 1) <= _BRUTE_FORCE_SPLITS and n <= 8:
-      # Every split against every next state at once: E[max_i factor_i × busy_i].
-      splits = np.array(list(_splits(total, n)), dtype=np.float64)  # [splits, n]
-      slow_next = np.array(list(itertools.product((0, 1), repeat=n)), dtype=bool)  # [states, n]
-      p_state = np.prod(np.where(slow_next, p_slow, 1.0 - p_slow), axis=1)
-      busy = self.fixed_s + splits * self.rules.bucket * self.row_s
-      factor = np.where(slow_next, t.slow, 1.0)
-      step = (busy[:, None, :] * factor[None]).max(axis=2)  # [splits, states]
-      best = splits[int(np.argmin(step @ p_state))]
-      return core.Shares(tuple(int(u) * self.rules.bucket for u in best), self.rules)
-    # One share per state group (interchangeable workers, convex objective): ternary search.
-    group = slow_now & affected
-    n_slow = int(group.sum())
-    if n_slow in (0, n):
-      return self.rules.uniform()
-
-    def split(x_fast: float) -> np.ndarray:
-      return np.where(group, (total - (n - n_slow) * x_fast) / n_slow, x_fast)
-
-    lo, hi = 1.0, (total - n_slow) / (n - n_slow)
-    for _ in range(60):
-      a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-      lo, hi = (lo, b) if cost(split(a)) <= cost(split(b)) else (a, hi)
-    return self.rules.from_weights(split((lo + hi) / 2))
-
-
-def _splits(total: int, n: int):
-  """Every way to write ``total`` as ``n`` positive integers."""
-  for cuts in itertools.combinations(range(1, total), n - 1):
-    yield tuple(b - a for a, b in zip((0, *cuts), (*cuts, total), strict=True))
+from hetjax import balance, core, emulation
+from hetjax.bench import MarkovLimit
 
 
 def virtual_row(scenario: str, trace, rules: core.ShareRules, cost, steps: int) -> dict:
@@ -142,18 +35,18 @@ def expected_rows(workers: int = 4, seeds: int = 20, steps: int = 200, names=(
     'uniform', 'lbbsp-last', 'lbbsp-ar', 'lbbsp-regime', 'causal-limit', 'oracle')) -> dict:
   """Mean iteration time of each policy over ``seeds`` Markov traces (3x, stay 0.9) on the
   virtual clock of `bench_lbbsp`'s calibrated-like hosts (0.22 ms/row, 17 ms/step)."""
-  from experiments._bench_launch import make_policy
   from hetjax import simulation
 
   cost = simulation.ClockCosts(per_sample_s=0.2236e-3, fixed_s=16.85e-3)
   rules = core.ShareRules(512 * workers, workers, 128 if workers == 4 else 32)
   out = {name: [] for name in (*names, 'limit')}
+  known = balance.KnownCosts(cost.per_sample_s, cost.fixed_s)  # the oracle's: the hosts' costs
   for seed in range(seeds):
     trace = emulation.MarkovTrace(workers, 3.0, 0.9, seed=seed)
     for name in names:
       policy = (MarkovLimit(rules, trace, cost.per_sample_s, cost.fixed_s)
                 if name == 'causal-limit' else
-                make_policy(name, rules, trace, cost.per_sample_s, cost.fixed_s))
+                balance.make_policy(name, rules, trace, known if name == 'oracle' else None))
       run = simulation.simulate_shares(policy, trace, cost, rules.global_batch, steps)
       out[name].append(run.mean_iter_s())
     out['limit'].append(run.mean_balanced_limit_s())

@@ -1,6 +1,6 @@
 """One worker of `bench_sdpipe.py`: one pipeline replica, trained under every policy in turn.
 
-  python experiments/_sdpipe_worker.py OUT_DIR CONFIG_JSON   (under hetjax.launch, 2 devices each)
+  python -m experiments._sdpipe_worker OUT_DIR CONFIG_JSON   (under hetjax.launch, 2 devices each)
 
 The worker is one replica: a 2-stage pipeline (`MODEL` MLP on digits) on its own 2 devices.
 For every round, scenario and policy (``CONFIG_JSON``: rounds, scenarios {name: slowdown spec},
@@ -25,9 +25,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
@@ -99,8 +96,9 @@ def main(out_dir: str, config: dict) -> None:
 
   from experiments._analysis import round_order
   from hetjax import models
+  from hetjax.bench import HostPause
   from hetjax.pipeline import PipelineTrainer
-  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
+  from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe/{out}')

@@ -1,6 +1,6 @@
 """One worker of the Fela token benchmark: BSP, LB-BSP and token scheduling in interleaved blocks.
 
-  python experiments/_tokens_worker.py OUT_DIR POLICIES ROUNDS BLOCK TOKEN_ROWS  (under hetjax.launch)
+  python -m experiments._tokens_worker OUT_DIR POLICIES ROUNDS BLOCK TOKEN_ROWS  (under hetjax.launch)
 
 POLICIES is a comma list of ``uniform`` (BSP, `balance.Uniform`), ``lbbsp`` (LB-BSP, default
 predictor), ``tokens`` (`TokenRules` with the end game and prefetch), ``tokens-serial`` (the end
@@ -25,9 +25,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from experiments._bench_launch import interleaved_blocks
 from experiments._lbbsp_worker import BUCKET, GLOBAL_BATCH, MODEL, set_up

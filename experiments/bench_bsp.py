@@ -22,7 +22,7 @@ calibration), with the busy time's step-to-step coefficient of variation, the al
 agreement check, goal within 15%) and the same scenario at 64 and 1024 workers (one worker at
 3x, 1024 rows per worker).
 
-  .venv/bin/python experiments/bench_bsp.py --quick --json runs/bench_bsp.json
+  .venv/bin/python -m experiments.bench_bsp --quick --json runs/bench_bsp.json
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 
@@ -52,7 +52,7 @@ _SKIP = flags.DEFINE_integer('skip', 3, 'first steps left out of every mean (com
 
 
 def _launch(out: pathlib.Path, steps: int) -> dict:
-  return launch_workers(out, '_bsp_worker.py', [steps, BLOCK], WORKERS, timeout=600)
+  return launch_workers(out, '_bsp_worker', [steps, BLOCK], WORKERS, timeout=600)
 
 
 def measured(job: _harness.JobRun, skip: int, scenario: str) -> dict:

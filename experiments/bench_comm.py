@@ -35,7 +35,7 @@ plain asp; eager pull with the staleness-aware rate reaches the synchronous targ
 iteration than synchronous all-reduce where communication ≈ compute, its final loss within 1%
 of bsp's.
 
-  .venv/bin/python experiments/bench_comm.py --quick --json runs/bench_comm.json
+  .venv/bin/python -m experiments.bench_comm --quick --json runs/bench_comm.json
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 

@@ -13,7 +13,7 @@ clock's (modelled); the measured counterpart is `bench_comm.py`'s ps-eager-stale
 
 Goal (issue 28, item 5): eager pull with a staleness rule that reaches the synchronous target.
 
-  .venv/bin/python experiments/bench_eager_rate.py --quick --json runs/eager_rate.json
+  .venv/bin/python -m experiments.bench_eager_rate --quick --json runs/eager_rate.json
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 

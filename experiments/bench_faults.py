@@ -28,7 +28,7 @@ Goals: detection ≤ 15 s for a kill and ≤ the stall timeout + 5 s for a stop;
 steps lost ≤ the checkpoint interval; zero orphans; final parameters equal the uninterrupted
 run's; a run that lost a worker finishes on the others with the same global batch's losses.
 
-  .venv/bin/python experiments/bench_faults.py --quick --json runs/bench_faults.json
+  .venv/bin/python -m experiments.bench_faults --quick --json runs/bench_faults.json
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import sys
 import threading
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 

@@ -33,7 +33,7 @@ Part 2, tokens (`experiments/_fela_tokens.py`): Uniform BSP, LB-BSP and Fela's t
 static 3x straggler and a Markov one, 4 real local workers, then 64 and 1024 on the virtual
 clock.
 
-  .venv/bin/python experiments/bench_fela.py --quick --json runs/bench_fela.json
+  .venv/bin/python -m experiments.bench_fela --quick --json runs/bench_fela.json
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 import jax
 import numpy as np

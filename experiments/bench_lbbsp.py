@@ -58,9 +58,9 @@ on foreign models (``tests/foreign``) and a shipped one, hosts calibrated (equal
 or declared (one 3x slow), each job from an empty compilation cache, whole runs timed (compiles
 included), uniform and LB-BSP in turn, ``--harm_runs`` times.
 
-  .venv/bin/python experiments/bench_lbbsp.py --quick --json runs/bench_lbbsp.json
-  .venv/bin/python experiments/bench_lbbsp.py --quick --scenarios=links,both
-  .venv/bin/python experiments/bench_lbbsp.py --parts=harm --json runs/bench_lbbsp_harm.json
+  .venv/bin/python -m experiments.bench_lbbsp --quick --json runs/bench_lbbsp.json
+  .venv/bin/python -m experiments.bench_lbbsp --quick --scenarios=links,both
+  .venv/bin/python -m experiments.bench_lbbsp --parts=harm --json runs/bench_lbbsp_harm.json
 """
 
 from __future__ import annotations
@@ -70,16 +70,16 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 import numpy as np
 from absl import flags
 
 from experiments import _analysis, _harness, _lbbsp_harm, _markov_limit
-from experiments._bench_launch import launch_workers, make_policy
+from experiments._bench_launch import launch_workers
 from experiments._lbbsp_worker import LINKS_POLICY
-from hetjax import ConfigError, core, emulation, simulation
+from hetjax import ConfigError, balance, core, emulation, simulation
 
 WORKERS = 4
 SCENARIOS = {
@@ -119,7 +119,7 @@ _HARM_STEPS = flags.DEFINE_integer('harm_steps', None, 'steps of each run (defau
 def _launch(out: pathlib.Path, spec: str, policies, rounds: int, block: int,
             cache: pathlib.Path, exchange: tuple[float, ...] = ()) -> dict:
   extra = [','.join(map(str, exchange))] if exchange else []
-  return launch_workers(out, '_lbbsp_worker.py', [','.join(policies), rounds, block, *extra],
+  return launch_workers(out, '_lbbsp_worker', [','.join(policies), rounds, block, *extra],
                         WORKERS, timeout=900, slowdown=spec, cache=cache)
 
 
@@ -144,10 +144,11 @@ def virtual_rows(scenario: str, workers: int, cost: simulation.ClockCosts, steps
   rows = []
   for name in _policies(scenario, policies):
     start = time.perf_counter()
-    policy = make_policy('lbbsp-ewma' if name == LINKS_POLICY else name, rules, trace,
-                         cost.per_sample_s, cost.fixed_s)
-    if cost.transfer_s and name in (LINKS_POLICY, 'oracle'):
-      policy = dataclasses.replace(policy, transfer_s=cost.transfer_s)
+    transfer = cost.transfer_s if name in (LINKS_POLICY, 'oracle') else ()
+    known = (balance.KnownCosts(cost.per_sample_s, cost.fixed_s, transfer_s=transfer)
+             if name == 'oracle' else balance.KnownCosts(transfer_s=transfer))
+    policy = balance.make_policy('lbbsp-ewma' if name == LINKS_POLICY else name, rules, trace,
+                                 known)
     v = simulation.simulate_shares(policy, trace, cost, x, steps)
     settle, reversals = _analysis.settle(v.shares, VIRTUAL_BUCKET, _after(scenario))
     rows.append({'scenario': scenario, 'policy': name, 'workers': workers, 'source': 'virtual',

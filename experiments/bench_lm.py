@@ -52,9 +52,9 @@ uniform's losses (1e-5); goodput ≥ 0.9.
 
 Example::
 
-  .venv/bin/python experiments/bench_lm.py --quick --json runs/bench26/lm_quick.json
-  .venv/bin/python experiments/bench_lm.py --nointerleaved --json runs/bench26/lm_launched.json
-  .venv/bin/python experiments/bench_lm.py --sizes=tiny --rounds=1 --steps=2 --dtypes=float32 \
+  .venv/bin/python -m experiments.bench_lm --quick --json runs/bench26/lm_quick.json
+  .venv/bin/python -m experiments.bench_lm --nointerleaved --json runs/bench26/lm_launched.json
+  .venv/bin/python -m experiments.bench_lm --sizes=tiny --rounds=1 --steps=2 --dtypes=float32 \
       --nolaunched
 """
 
@@ -65,8 +65,8 @@ import statistics
 import sys
 import time
 
-if not __package__:
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 import jax
 import numpy as np

@@ -11,7 +11,7 @@ step must agree to 1e-5 relative, which proves the two time the same computation
 
 Example::
 
-  .venv/bin/python experiments/bench_overhead.py --quick --json /tmp/overhead.json
+  .venv/bin/python -m experiments.bench_overhead --quick --json /tmp/overhead.json
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import statistics
 import sys
 import time
 
-if not __package__:
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 import jax
 import numpy as np

@@ -17,7 +17,7 @@ chaotic enough that a change that small moves single seeds' windows by several p
 
 Goal (issue 28, item 5): within 1% of synchronous training's loss from step 60 on.
 
-  .venv/bin/python experiments/bench_overlap_estimate.py --quick --json runs/overlap_estimate.json
+  .venv/bin/python -m experiments.bench_overlap_estimate --quick --json runs/overlap_estimate.json
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 

@@ -25,7 +25,7 @@ correlated data and converges at every P where Shotgun diverges, its solution wi
 scikit-learn's; SchMP-LDA reaches the target in less time than unscheduled Gibbs and ends no
 worse; SchMP-MF reaches the target RMSE no later than unscheduled SGD-MF.
 
-  .venv/bin/python experiments/bench_schmp.py --quick --json runs/bench_schmp.json
+  .venv/bin/python -m experiments.bench_schmp --quick --json runs/bench_schmp.json
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 

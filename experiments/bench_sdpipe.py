@@ -41,7 +41,7 @@ syncs (of 4: 1.5 × base); no loss model there, so no time to target.
 Flags ``--quick``, ``--json`` and ``--keep`` and the one-line errors are the shared harness's
 (`experiments._harness`).
 
-  .venv/bin/python experiments/bench_sdpipe.py --quick --json runs/bench_sdpipe.json
+  .venv/bin/python -m experiments.bench_sdpipe --quick --json runs/bench_sdpipe.json
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ import pathlib
 import sys
 import time
 
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 from absl import flags
 
@@ -132,7 +132,7 @@ def run(root: pathlib.Path, rounds: int, budget_s: float, step_s: float,
             'budget_s': budget_s, 'step_s': step_s, 'window': _WINDOW.value,
             'max_group': _MAX_GROUP.value}
   runs_s = rounds * len(SCENARIOS) * len(policies) * budget_s
-  info = launch_workers(root, '_sdpipe_worker.py', [json.dumps(config)], WORKERS,
+  info = launch_workers(root, '_sdpipe_worker', [json.dumps(config)], WORKERS,
                         timeout=300 + 3 * runs_s, devices_per_worker=2)
   rows, ring_base_s = measured_rows(info, budget_s)
   print(f'measured: {WORKERS} replicas x {info["stages"]} stages {info["stage_links"]}, '

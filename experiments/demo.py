@@ -1,13 +1,15 @@
-"""The showcase: 4 local workers, one of them 3x slow, trained with uniform BSP and LB-BSP side
-by side (interleaved blocks of one job).
+"""The showcase: 4 local workers, one of them 3x slow, trained with uniform BSP and then LB-BSP.
 
-Both runs train the same MLP on scikit-learn's digits with the same global batch, seed and
-straggler; they differ only in how the batch is split. Every worker runs as a host of known
-speed: its step is padded by sleep to rows × a per-row cost calibrated at start (the slowest
-worker's measurement, with a margin) × its slowdown, so four workers sharing two cores behave
-like four separate hosts whose speeds the trace sets. Prints the two side by side with the
-perfectly balanced limit, and writes per-worker timelines, throughput and shares-over-time plots
-into each run dir.
+Both runs are `hetjax-train` (`experiments/train.py`) under `hetjax.launch`: the same MLP on
+scikit-learn's digits, the same global batch, seed and straggler; they differ only in how the
+batch is split. Every worker runs as a host of known speed: its step is padded by sleep to rows ×
+a per-row cost calibrated at start (the slowest worker's measurement, with a margin) × its
+slowdown, so four workers sharing two cores behave like four separate hosts whose speeds the
+trace sets. The second run emulates the first's hosts (``emulation.hosts=RUN_DIR``): one cluster,
+not two calibrations of a busy machine. Each run directory is what any run writes (``run.json``,
+``metrics.jsonl``, ``telemetry.jsonl``, ``summary.json``, checkpoints); this prints the two side by
+side with the perfectly balanced limit and writes per-worker timelines, throughput and
+shares-over-time plots into each.
 
   .venv/bin/python experiments/demo.py --workdir=runs/demo
 """
@@ -21,10 +23,6 @@ import sys
 import time
 
 import numpy as np
-
-if __package__ in (None, ''):
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
 from absl import app, flags
 
 from hetjax import runtime
@@ -37,21 +35,31 @@ _POLICY = flags.DEFINE_string('policy', 'lbbsp', 'the balancing policy compared 
 
 WORKERS = 4
 SKIP = 3  # compile steps left out of the means
-BLOCK = 10  # steps per policy before the other's turn
+TRAIN = pathlib.Path(__file__).with_name('train.py')
+#: The run: a wider MLP than the shipped config's, so a step is mostly the model's compute.
+ARGS = ('--config=mlp', '--mesh=1x1', '--set', 'model.args.hidden=1024', '--set',
+        'model.args.width=512', '--set', 'data.global_batch=2048', '--set', 'balance.bucket=128',
+        '--set', 'eval.enabled=False', '--set', 'logging.tensorboard=False', '--set',
+        'logging.mfu=False')
 
 
-def _run(policy: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
-  """Runs uniform BSP and ``policy`` in one job, in interleaved blocks; their run dirs."""
-  command = [sys.executable, str(pathlib.Path(__file__).with_name('_demo_worker.py')),
-             str(workdir), str(_STEPS.value), str(BLOCK), policy]
-  print(f'--- uniform and {policy} in alternating blocks of {BLOCK} steps: {WORKERS} workers, '
-        f'slowdown {_SLOWDOWN.value}', flush=True)
-  result = runtime.launch_local(command, WORKERS, slowdown=_SLOWDOWN.value, timeout=600,
-                                init_timeout=120)
+def _run(policy: str, run_dir: pathlib.Path, hosts: pathlib.Path | None) -> None:
+  """One launched run of ``policy`` (on the hosts ``hosts`` recorded, else calibrated); its
+  output goes to ``RUN_DIR.log``."""
+  command = [sys.executable, str(TRAIN), *ARGS, f'--policy={policy}', f'--steps={_STEPS.value}',
+             f'--workdir={run_dir}', '--set', f'checkpoint.every={_STEPS.value}']
+  if hosts is not None:
+    command += ['--set', f'emulation.hosts={hosts}']
+  where = f'the hosts of {hosts}' if hosts else 'hosts calibrated at start'
+  print(f'--- {policy}: {WORKERS} workers, slowdown {_SLOWDOWN.value}, {where} '
+        f'(log: {run_dir}.log)', flush=True)
+  run_dir.parent.mkdir(parents=True, exist_ok=True)
+  with open(f'{run_dir}.log', 'w') as log:
+    result = runtime.launch_local(command, WORKERS, slowdown=_SLOWDOWN.value, timeout=600,
+                                  init_timeout=120, stdout=log)
   if result.returncode:
-    print(f'demo: the run failed: {result.cause}', file=sys.stderr)
+    print(f'demo: the {policy} run failed: {result.cause} (see {run_dir}.log)', file=sys.stderr)
     sys.exit(1)
-  return {name: workdir / name for name in ('uniform', policy)}
 
 
 def _describe(run_dir: pathlib.Path) -> dict:
@@ -81,7 +89,9 @@ def main(argv: list[str]) -> None:
   if workdir.exists():
     shutil.rmtree(workdir)
   start = time.perf_counter()
-  results = {p: _describe(d) for p, d in _run(_POLICY.value, workdir).items()}
+  _run('uniform', workdir / 'uniform', None)
+  _run(_POLICY.value, workdir / _POLICY.value, workdir / 'uniform')
+  results = {p: _describe(workdir / p) for p in ('uniform', _POLICY.value)}
   uniform, balanced = results['uniform'], results[_POLICY.value]
   rows = [('iteration ms (mean, steps 4+)', 'iteration_ms', '{:.1f}'),
           ('balanced compute ms (X / sum of speeds)', 'balanced_ms', '{:.1f}'),

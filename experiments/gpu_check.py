@@ -2,7 +2,7 @@ r"""The GPU check: one command that measures what only an accelerator shows, wri
 one markdown table (issue 27).
 
 Made for the project's lent GPU machines (one H100 or H200, 16 cores, no network, 15 minutes in
-all): it installs and downloads nothing (``pip install --no-deps -e .`` or ``PYTHONPATH=.``),
+all): it downloads nothing (``make gpu-check`` installs hetjax itself offline, ``--no-deps -e .``),
 finishes in under 8 minutes on one H100 with compiles, and keeps every part's result if a later
 part fails. It starts no new part, and stops a part that yields rows between two, once
 ``--budget_s`` (420 s) have passed; what did not run is listed as such. Parts (``--parts``,
@@ -41,8 +41,8 @@ launched workers, pipelines) is not in it: one lent GPU cannot show it.
 Example::
 
   make gpu-check                                   # = the command below, on the GPU machine
-  PYTHONPATH=. python experiments/gpu_check.py --platform=gpu --out=runs/gpu_check
-  .venv/bin/python experiments/gpu_check.py --platform=cpu --quick --out=/tmp/gpu_check
+  python -m experiments.gpu_check --platform=gpu --out=runs/gpu_check
+  .venv/bin/python -m experiments.gpu_check --platform=cpu --quick --out=/tmp/gpu_check
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ import sys
 import time
 import traceback
 
-if not __package__:
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if __package__ in (None, ''):  # run by path: its siblings import as the experiments package
+  sys.exit(f'run it from the checkout as: python -m experiments.{pathlib.Path(__file__).stem}')
 
 import jax
 from absl import flags

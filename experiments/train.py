@@ -11,12 +11,6 @@ are documented there (``--help`` lists them):
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-if __package__ in (None, ''):  # run as a script from a checkout: its packages first
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
 from hetjax.cli import train
 
 if __name__ == '__main__':

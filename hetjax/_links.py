@@ -25,10 +25,26 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Iterable
 
 from hetjax._errors import ConfigError
+
+
+class Collective(enum.Enum):
+  """What a step program moves across the links (`hetjax.core.Pace.exchange` prices it):
+
+  * ``GRADIENT``: a step's gradient exchange, however the links carry it: a ring all-reduce
+    over every worker, or, through a server, each worker's own push and pull
+    (`hetjax.emulation.Exchange`);
+  * ``ALL_REDUCE``: a ring all-reduce over every worker, whatever else the links could do;
+  * ``ALL_GATHER``: a ring all-gather over every worker, the bytes being each worker's part.
+  """
+
+  GRADIENT = 'gradient'
+  ALL_REDUCE = 'all-reduce'
+  ALL_GATHER = 'all-gather'
 
 
 def ring_steps(n: int, passes: int = 2) -> int:

@@ -13,7 +13,7 @@ step is its compute plus its own push and pull, which LB-BSP balances
 (``--network link:1:1000,1000,1000,20:exchange=server``: worker 3 gets fewer rows).
 
   python -m hetjax.launch --workers 4 --servers 1 --network link:2:50 --timeout 600 \\
-      -- python experiments/bench_comm.py --role=job ...
+      -- python -m experiments.bench_comm --role=job ...
 
 Every worker line comes out on stdout as ``[w{i}] line`` while the job is healthy, except
 chatter that the launch log keeps alone (Gloo's ``[Gloo] Rank N is connected to …`` at start-up,

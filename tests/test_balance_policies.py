@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import logging
 import time
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from hetjax._errors import ConfigError
+from hetjax.balance import KnownCosts, _known_costs
 from hetjax.balance._lbbsp import LBBSP
 from hetjax.balance._narx import NARX
 from hetjax.balance._policy import BalancePolicy, observed_speeds
@@ -201,6 +203,27 @@ def test_make_policy_names_and_errors():
   assert isinstance(make_policy('oracle', RULES, trace), Oracle)
   with pytest.raises(ConfigError):
     LBBSP(RULES, EWMA(), damping=0)
+
+
+def test_known_costs_reach_the_policies_that_use_them_through_their_constructors():
+  assert doctest.testmod(_known_costs, raise_on_error=True).attempted > 0
+  trace, devices = StaticTrace((1, 1, 1, 3)), (2, 1, 1, 1)
+  rules = ShareRules(X, 4, BUCKET, devices=devices)
+  known = KnownCosts(row_s=2e-3, fixed_s=0.05, devices=devices, transfer_s=(0, 0, 0, 0.1))
+  uniform_s = 0.05 + 2e-3 * X / 5  # a one-device worker's uniform share: fixed + 819.2 rows
+  assert make_policy('oracle', rules, trace, known) == Oracle(
+      rules, trace, row_s=(1e-3, 2e-3, 2e-3, 2e-3), fixed_s=0.05, transfer_s=(0, 0, 0, 0.1))
+  lbbsp = make_policy('lbbsp-ar', rules, trace, known)
+  assert lbbsp.fixed_fraction == pytest.approx(0.05 / uniform_s)
+  assert lbbsp.transfer_s == (0, 0, 0, 0.1)
+  # Nothing known: the defaults, as the policies' own (a bench's oracle gets its costs only).
+  assert make_policy('lbbsp-ar', rules, trace, KnownCosts()).fixed_fraction == 0.0
+  assert make_policy('oracle', rules, trace) == Oracle(rules, trace)
+  for name in ('uniform', 'proportional', 'lbbsp-gpu'):  # they learn or ignore it
+    assert make_policy(name, rules, trace, known) == make_policy(name, rules, trace)
+  with pytest.raises(ConfigError, match='one row cost per worker') as error:
+    make_policy('lbbsp', rules, trace, KnownCosts(row_s=(1e-3,) * 4, devices=devices))
+  assert '\n' not in str(error.value)
 
 
 def test_lbbsp_hedges_toward_uniform_when_reacting_does_not_pay():

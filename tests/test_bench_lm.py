@@ -12,7 +12,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / 'experiments' / 'bench_lm.py'
+SCRIPT = ('-m', 'experiments.bench_lm')  # from the checkout (cwd=ROOT)
 FIELDS = ('size', 'params', 'strategy', 'dtype', 'side', 'step_s', 'cpu_step_s', 'tokens_per_s',
           'mfu', 'loss_max_rel_diff_vs_plain', 'compile_s')
 
@@ -22,7 +22,7 @@ def test_tiny_run_writes_every_row_and_float32_losses_match(tmp_path):
   # The suite's fast-compile XLA flag (conftest.py) reaches the child through the environment:
   # about 30 s on a loaded 2-core machine, most of it compiling.
   result = subprocess.run(
-      [sys.executable, str(SCRIPT), '--sizes=tiny', '--rounds=1', '--steps=2',
+      [sys.executable, *SCRIPT, '--sizes=tiny', '--rounds=1', '--steps=2',
        '--dtypes=float32', '--nolaunched', f'--json={out}'],
       capture_output=True, text=True, timeout=58, cwd=ROOT)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -43,7 +43,7 @@ def test_tiny_run_writes_every_row_and_float32_losses_match(tmp_path):
                                   '--goodput_steps=0', '--checkpoint_every=0', '--host_row_s=0',
                                   '--nointerleaved --nolaunched'])
 def test_bad_flags_are_one_line_and_exit_2(flag):
-  result = subprocess.run([sys.executable, str(SCRIPT), *flag.split()], capture_output=True,
+  result = subprocess.run([sys.executable, *SCRIPT, *flag.split()], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
   assert result.returncode == 2
   assert result.stderr.strip().count('\n') == 0 and 'bench_lm.py: error:' in result.stderr

@@ -73,7 +73,7 @@ def test_a_policy_that_never_reaches_the_target_has_no_time_to_target():
 @pytest.mark.parametrize('flag', ['--rounds=0', '--max_group=5', '--window=0', '--nope',
                                   '--policies=sdpipe', '--policies=all-reduce,magic'])
 def test_bad_flags_are_one_line_and_exit_2(flag):
-  result = subprocess.run([sys.executable, str(ROOT / 'experiments' / 'bench_sdpipe.py'), flag],
+  result = subprocess.run([sys.executable, '-m', 'experiments.bench_sdpipe', flag],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert result.returncode == 2
   assert result.stderr.strip().count('\n') == 0 and 'bench_sdpipe.py: error:' in result.stderr

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
+from hetjax.bench import HostPause
 from hetjax.emulation import HostModel, KnownSpeedHost, _host_model, parse_trace
 from hetjax.simulation import ClockCosts
-from hetjax.sync import HostPause
 
 TRACE = 'static:1.1,3.3,1,2.7*transient:0.7:0.5:seed=7'
 

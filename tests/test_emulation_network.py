@@ -1,12 +1,13 @@
 """Emulated links: α + bytes / β per worker, a ring all-reduce at its slowest link's pace, the
-text form and its one-line errors, padding a real transfer."""
+text form and its one-line errors, padding a real transfer, and a host on them (`LinkedHost`)."""
 
 import math
 
 import pytest
 
 from hetjax import ConfigError
-from hetjax.emulation import Links, parse_links
+from hetjax.core import Collective
+from hetjax.emulation import KnownSpeedHost, LinkedHost, Links, StaticTrace, parse_links
 
 
 def test_a_transfer_costs_latency_plus_bytes_over_bandwidth():
@@ -68,3 +69,56 @@ def test_bad_links_are_one_line(spec, message):
   with pytest.raises(ConfigError, match=message) as e:
     parse_links(spec, workers=3)
   assert '\n' not in str(e.value)
+
+
+class _Padded(Links):
+  """Links that record each padding (seconds to reach, seconds already measured) instead of
+  sleeping."""
+
+  def pad(self, seconds, measured_s, sleep=None):
+    self.padded.append((seconds, measured_s))
+    return 0.0
+
+
+def _padded(spec: str, workers: int = 4) -> _Padded:
+  links = parse_links(spec, workers)
+  padded = _Padded(links.latency_s, links.bandwidth, links.exchange)
+  object.__setattr__(padded, 'padded', [])
+  return padded
+
+
+def test_a_linked_host_pads_a_ring_collective_after_it_ran():
+  links = _padded('link:1:1000,1000,1000,100')
+  ticks = iter([10.0, 10.25, 20.0, 20.5])
+  pace = LinkedHost(links, 3, clock=lambda: next(ticks))
+  with pace.exchange(4_000_000):  # the step's gradient: a ring all-reduce on these links
+    assert links.padded == []
+  with pace.exchange(1_000_000, Collective.ALL_GATHER):
+    pass
+  assert links.padded == [(links.all_reduce_s(range(4), 4_000_000), 0.25),
+                          (links.all_gather_s(range(4), 1_000_000), 0.5)]
+
+
+def test_a_linked_host_through_a_server_pushes_and_pulls_first_and_has_no_ring():
+  links = _padded('link:1,1,1,20:1000,1000,1000,100:exchange=server')
+  pace = LinkedHost(links, 3)
+  with pace.exchange(4_000_000):
+    assert links.padded == [(2 * links.transfer_s(3, 4_000_000), 0.0)]
+  with pytest.raises(ConfigError, match=r'exchange through a server .* no ring all-reduce'):
+    pace.exchange(8, Collective.ALL_REDUCE).__enter__()
+
+
+def test_a_linked_host_computes_as_its_host_or_the_machine():
+  links = parse_links('link:1:100', 2)
+  alone = LinkedHost(links, 1)
+  assert (alone.factor(5), alone.load(5), alone.pad(5, 64, 0.01)) == (1.0, None, (0.0, 0.0))
+  host = KnownSpeedHost(StaticTrace((1.0, 3.0)), 1, row_s=1e-3, sleep=lambda s: None,
+                        clock=lambda: 0.0)
+  paced = LinkedHost(links, 1, host)
+  assert (paced.factor(5), paced.load(5)) == (3.0, 3.0)
+  assert paced.pad(5, 10, 0.02) == host.pad(5, 10, 0.02) == (0.0, 0.0)  # slept 0 by its clock
+  assert paced.pad(5, 10, 0.05) == (0.0, pytest.approx(0.02))           # 20 ms past 30 ms
+  with pytest.raises(ConfigError, match='the host of worker 1 on the links of worker 0'):
+    LinkedHost(links, 0, host)
+  with pytest.raises(ConfigError, match='worker 2 is not one of the 2 workers'):
+    LinkedHost(links, 2)

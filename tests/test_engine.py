@@ -201,6 +201,6 @@ def test_a_token_job_calibrates_its_host_on_a_stream_of_token_calls(monkeypatch)
     rows, used, cost = seen.pop()
     assert (rows, used) == (sizes, {'margin': _hosts.MARGIN, **kwargs})
     assert (built.host.row_s, built.host.fixed_s) == (cost.row_s, cost.fixed_s)
-    assert built.program.host is built.host and built.host.factor(0) == 2.0
+    assert built.program.pace is built.host and built.host.factor(0) == 2.0
     assert len(cost.measured) == 2 * (3 if mode == 'tokens' else 5)
     assert cost.scale >= _hosts.MARGIN

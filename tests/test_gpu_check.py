@@ -18,14 +18,14 @@ import pytest
 from experiments import _gpu_curve, _gpu_planner, _gpu_schmp
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / 'experiments' / 'gpu_check.py'
+SCRIPT = ('-m', 'experiments.gpu_check')  # from the checkout (cwd=ROOT)
 
 
 @pytest.fixture(scope='module')
 def report(tmp_path_factory):
   """The quick check's JSON report, with its markdown under ``'markdown'``."""
   out = tmp_path_factory.mktemp('gpu-check')
-  result = subprocess.run([sys.executable, str(SCRIPT), '--platform=cpu', '--quick',
+  result = subprocess.run([sys.executable, *SCRIPT, '--platform=cpu', '--quick',
                            f'--out={out}'], cwd=ROOT, capture_output=True, text=True,
                           timeout=500)
   assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
@@ -174,7 +174,7 @@ def test_schmp_rows_time_rounds_and_agree(report):
     (['--budget_s=0'], '--budget_s must be positive, got 0'),
 ])
 def test_bad_input_is_one_line(args, message, tmp_path):
-  result = subprocess.run([sys.executable, str(SCRIPT), f'--out={tmp_path}', *args], cwd=ROOT,
+  result = subprocess.run([sys.executable, *SCRIPT, f'--out={tmp_path}', *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 2, result.stderr
   assert result.stderr.strip().count('\n') == 0 and message in result.stderr, result.stderr
@@ -185,7 +185,7 @@ def test_the_budget_stops_a_part_between_rows_and_skips_the_rest(tmp_path):
   """With the budget spent during the lm part's first measurement (hetjax's and the plain
   loop's rows, yielded together), the part keeps both rows and stops; the parts after it are
   listed as not run; the exit is 0 (the budget is the check's plan)."""
-  result = subprocess.run([sys.executable, str(SCRIPT), '--platform=cpu', '--quick',
+  result = subprocess.run([sys.executable, *SCRIPT, '--platform=cpu', '--quick',
                            '--parts=lm,device', '--budget_s=0.5', f'--out={tmp_path}'],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -18,14 +18,33 @@ import sys
 
 ROOT = pathlib.Path(__file__).parents[1]
 PACKAGE = ROOT / 'hetjax'
-SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob('*/__init__.py'))
+#: The shipped models live in the top-level ``models/`` folder and install as ``hetjax.models``
+#: (pyproject.toml's ``package-dir``): a subpackage whose files are outside ``hetjax/``.
+MODELS = 'models'
+SUBPACKAGES = sorted([p.parent.name for p in PACKAGE.glob('*/__init__.py')] + [MODELS])
+
+
+def package_dir(name: str) -> pathlib.Path:
+  """The folder of subpackage ``hetjax.<name>``."""
+  return ROOT / MODELS if name == MODELS else PACKAGE / name
+
+
+def library_files() -> list[pathlib.Path]:
+  """Every source file of the library: ``hetjax/`` and the models' folder."""
+  return sorted(PACKAGE.rglob('*.py')) + sorted((ROOT / MODELS).rglob('*.py'))
+
+
+def dotted_package(path: pathlib.Path, root: pathlib.Path | None = None) -> str:
+  """The dotted package a library file belongs to (``hetjax.models`` for ``models/gpt.py``)."""
+  parts = path.relative_to(root or ROOT).parts[:-1]
+  return '.'.join(('hetjax', *parts) if parts[:1] == (MODELS,) else parts)
 
 
 def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
   """Every module ``path`` imports, anywhere in it (functions included), relative imports
   resolved against its package under ``root``, ``from a import b`` counted as both ``a`` and
   ``a.b``."""
-  package = '.'.join(path.relative_to(root).with_suffix('').parts[:-1])
+  package = dotted_package(path, root)
   found = set()
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.Import):
@@ -43,7 +62,7 @@ def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
 
 def _violations(package: str, allowed) -> list[str]:
   out = []
-  for path in sorted((PACKAGE / package).glob('*.py')):
+  for path in sorted(package_dir(package).glob('*.py')):
     for name in sorted(imported_modules(path, ROOT)):
       if (name == 'hetjax' or name.startswith('hetjax.')) and not allowed(name):
         out.append(f'{path.relative_to(ROOT)} imports {name}')
@@ -116,6 +135,70 @@ def test_train_does_not_import_the_virtual_clocks():
   assert _violations('train', lambda name: not name.startswith('hetjax.simulation')) == []
 
 
+def test_programs_meet_emulation_only_through_the_pace():
+  # Emulated hosts and links reach a step program through one seam, `hetjax.core.Pace` (its
+  # ``use_host``): the programs' packages never import the emulator, not even in a function.
+  for package in ('train', 'pipeline', 'sync'):
+    assert _violations(package, lambda name: not name.startswith('hetjax.emulation')) == []
+
+
+#: Types nothing outside the emulator may tell apart with ``isinstance``: a program takes any
+#: `hetjax.core.Pace`, so asking which host, pace or links it got means the Protocol is missing
+#: a member.
+_SEAM_TYPES = {'Pace', 'EmulatedHost', 'KnownSpeedHost', 'LinkedHost', 'StagePace', 'HostPause',
+               'ActionPace', 'Links', 'Exchange'}
+
+
+def isinstance_types(path: pathlib.Path) -> list[tuple[int, str]]:
+  """``(line, type)`` of every type an ``isinstance`` call in ``path`` tests (each member of a
+  tuple of types on its own), the type as written (``balance.Oracle``)."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id == 'isinstance' and len(node.args) == 2):
+      types = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+      found += [(node.lineno, ast.unparse(t)) for t in types]
+  return found
+
+
+def type_checks(files, policies) -> list[str]:
+  """The ``isinstance`` checks of a host, pace or links type (outside ``hetjax/emulation``) or
+  of a balance policy's type (outside ``hetjax/balance``) in ``files``: cost inputs reach a
+  policy through its constructor (`hetjax.balance.KnownCosts`), never by asking what it is."""
+  out = []
+  for path in files:
+    parts = path.relative_to(ROOT).parts
+    for line, written in isinstance_types(path):
+      name = written.rpartition('.')[2]
+      seam = name in _SEAM_TYPES and parts[:2] != ('hetjax', 'emulation')
+      policy = (written.startswith('balance.') or name in policies) and \
+          parts[:2] != ('hetjax', 'balance')
+      if seam or policy:
+        out.append(f'{path.relative_to(ROOT)}:{line}: isinstance(…, {written})')
+  return out
+
+
+def test_the_type_scan_sees_a_host_and_a_policy_asked_for(tmp_path, monkeypatch):
+  run = tmp_path / 'hetjax' / 'run'
+  run.mkdir(parents=True)
+  (run / '_bad.py').write_text(
+      'def f(host, policy):\n'
+      '  if isinstance(host, emulation.KnownSpeedHost): pass\n'
+      '  return isinstance(policy, (balance.LBBSP, Oracle)) or isinstance(policy, dict)\n')
+  monkeypatch.setattr(sys.modules[__name__], 'ROOT', tmp_path)
+  assert type_checks([run / '_bad.py'], {'Oracle'}) == [
+      'hetjax/run/_bad.py:2: isinstance(…, emulation.KnownSpeedHost)',
+      'hetjax/run/_bad.py:3: isinstance(…, balance.LBBSP)',
+      'hetjax/run/_bad.py:3: isinstance(…, Oracle)',
+  ]
+
+
+def test_nothing_asks_which_host_or_policy_it_got():
+  from hetjax import balance
+
+  assert type_checks(library_files(), set(balance.__all__)) == []
+
+
 #: Each subpackage's layer (and the root's modules': its shared internals at the bottom, the
 #: ``python -m hetjax.launch`` entry point at the top). Imports go from a layer to the same one
 #: or a lower one.
@@ -150,6 +233,8 @@ LAYERS = {
 def _unit(path: pathlib.Path) -> str | None:
   """The `LAYERS` key of a hetjax file: its subpackage, or a root module's name (None for the
   root's ``__init__``, which is the face of the whole library)."""
+  if path.is_relative_to(ROOT / MODELS):
+    return MODELS
   parts = path.relative_to(PACKAGE).with_suffix('').parts
   if len(parts) > 1:
     return parts[0]
@@ -163,7 +248,7 @@ def _imported_unit(name: str) -> str | None:
   if parts[0] != 'hetjax' or len(parts) < 2:
     return None
   first = parts[1]
-  if (PACKAGE / first / '__init__.py').exists() or (PACKAGE / f'{first}.py').exists():
+  if (package_dir(first) / '__init__.py').exists() or (PACKAGE / f'{first}.py').exists():
     return first
   return None
 
@@ -172,7 +257,7 @@ def import_graph() -> dict[tuple[str, str], list[str]]:
   """``(importer, imported)`` -> the ``'FILE: MODULE'`` imports behind that arrow, between
   different `LAYERS` keys."""
   graph: dict[tuple[str, str], list[str]] = {}
-  for path in sorted(PACKAGE.rglob('*.py')):
+  for path in library_files():
     unit = _unit(path)
     if unit is None:
       continue
@@ -214,3 +299,14 @@ def test_the_layer_scan_sees_an_upward_import(monkeypatch, tmp_path):
                             'hetjax/core/_stats.py: hetjax._errors.ConfigError'],
       ('core', 'train'): ['hetjax/core/_stats.py: hetjax.train'],
   }
+
+
+def test_pyproject_installs_every_subpackage_from_its_folder():
+  """pyproject.toml lists the packages by hand (the models' folder is outside ``hetjax/``): a new
+  subpackage missing from the list would import here but not from an installed wheel."""
+  import tomllib
+
+  setuptools = tomllib.loads((ROOT / 'pyproject.toml').read_text())['tool']['setuptools']
+  found = {'hetjax'} | {f'hetjax.{name}' for name in SUBPACKAGES}
+  assert set(setuptools['packages']) == found
+  assert setuptools['package-dir'] == {f'hetjax.{MODELS}': MODELS}

@@ -140,12 +140,13 @@ def test_transfers_for_another_worker_count_are_one_line():
     cost.balanced_limit_s(400, np.ones(4))
 
 
-def test_the_all_reduce_scheduler_refuses_the_server_exchange():
-  from hetjax.train import OverlapTrainer
-
-  with pytest.raises(ConfigError, match='overlaps ring all-reduces') as e:
-    OverlapTrainer(None, None, 8, links=parse_links('link:1:100:exchange=server', 2))
-  assert '\n' not in str(e.value)
+def test_the_server_exchange_has_no_ring_collective_for_the_all_reduce_scheduler():
+  pace = emulation.LinkedHost(parse_links('link:1:100:exchange=server', 2), 0)
+  for collective in (core.Collective.ALL_REDUCE, core.Collective.ALL_GATHER):
+    with pytest.raises(ConfigError, match='overlaps ring all-reduces') as e, \
+        pace.exchange(8, collective):
+      pass
+    assert '\n' not in str(e.value)
 
 
 STEPS = 10

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from experiments._markov_limit import MarkovLimit
 from hetjax._errors import ConfigError
 from hetjax.balance import LBBSP, Regime, expected_makespan, make_policy
+from hetjax.bench import MarkovLimit
 from hetjax.core import ShareRules, decode_state, encode_state
 from hetjax.emulation import CsvTrace, MarkovTrace
 from hetjax.simulation import ClockCosts, simulate_shares

@@ -105,3 +105,18 @@ def test_the_readmes_mode_table_says_what_the_registry_says():
   assert set(rows) >= {m.value for m in run.Mode}, sorted(rows)
   for mode, entry in run.MODES.items():
     assert rows[mode.value].startswith(entry.summary), (mode.value, rows[mode.value])
+
+
+def test_a_model_and_a_schmp_app_are_told_apart_by_the_registries_not_by_type():
+  from hetjax import models, schmp
+  from hetjax.run._task import trains_app
+
+  for name in schmp.APPS:
+    assert trains_app(run.Config(model=run.ModelConfig(name)))
+  for name in models.NAMES:
+    assert not trains_app(run.Config(model=run.ModelConfig(name)))
+  # The one type check left is of what a user's own ``module:function`` returned.
+  checks = [f'{p.name}:{i}' for p in sorted((ROOT / 'hetjax' / 'run').glob('*.py'))
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if 'isinstance(task' in line]
+  assert [c.split(':')[0] for c in checks] == ['_task.py'], checks

@@ -25,7 +25,7 @@ from hetjax import models
 from hetjax._errors import ConfigError
 from hetjax.core import Work
 from hetjax.data import slice_batch
-from hetjax.emulation import Links
+from hetjax.emulation import LinkedHost, Links
 from hetjax.run._sections import ParallelismConfig
 from hetjax.runtime import launch_local
 from hetjax.train import (
@@ -166,7 +166,7 @@ class _BrokenLinks(Links):
 
 
 def test_a_failure_on_the_background_thread_surfaces_at_the_step(task):
-  program = OverlapTrainer(task, OPTIMIZER, BATCH, links=_BrokenLinks.none(1))
+  program = OverlapTrainer(task, OPTIMIZER, BATCH, host=LinkedHost(_BrokenLinks.none(1), 0))
   state = program.init_state()
   state, _ = program.step(state, Work(0, program.global_batch_at(0)), (BATCH,))  # no reduction
   start = time.monotonic()

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import pytest
 
 from hetjax import ConfigError
-from hetjax.emulation import parse_trace
-from hetjax.pipeline import StagePace, roofline_costs
+from hetjax.emulation import StagePace, parse_trace
+from hetjax.pipeline import roofline_costs
 
 
 class _Clock:
@@ -29,15 +29,15 @@ def _pace(spec='static:1,3', worker=1, nominal=None):
 
 def test_an_action_is_padded_to_factor_times_its_nominal_cost():
   pace, clock = _pace()
-  assert pace.pad(0, 0, 'forward', measured_s=0.004) == pytest.approx((0.026, 0.0))
+  assert pace.pad_action(0, 0, 'forward', measured_s=0.004) == pytest.approx((0.026, 0.0))
   assert clock.slept == [pytest.approx(0.026)]  # 3 × 10 ms − 4 ms
-  assert pace.pad(5, 1, 'update', measured_s=0.001) == pytest.approx((0.005, 0.0))
+  assert pace.pad_action(5, 1, 'update', measured_s=0.001) == pytest.approx((0.005, 0.0))
   assert pace.slept_s == pytest.approx(0.031) and pace.overruns == 0
 
 
 def test_an_action_past_its_time_is_not_padded_and_counts():
   pace, clock = _pace(worker=0)
-  assert pace.pad(0, 0, 'forward', measured_s=0.013) == pytest.approx((0.0, 0.003))
+  assert pace.pad_action(0, 0, 'forward', measured_s=0.013) == pytest.approx((0.0, 0.003))
   assert clock.slept == [] and pace.overruns == 1 and pace.overrun_s == pytest.approx(0.003)
 
 
@@ -49,7 +49,18 @@ def test_transient_delays_add_to_the_factor():
 def test_an_action_without_a_cost_is_one_line():
   pace, _ = _pace()
   with pytest.raises(ConfigError, match='no calibrated cost for stage 2 backward on worker 1'):
-    pace.pad(0, 2, 'backward', 0.0)
+    pace.pad_action(0, 2, 'backward', 0.0)
+
+
+def test_a_stage_host_is_a_pace_of_actions_only():
+  pace, clock = _pace()
+  assert (pace.factor(3), pace.load(3)) == (3.0, 3.0)
+  with pace.exchange(1 << 20):  # no links: a move between stages takes the machine's time
+    pass
+  with pytest.raises(ConfigError, match=r"stage host \(worker 1\) paces stage actions, not steps "
+                                        'of 8 rows') as error:
+    pace.pad(0, 8, 0.0)
+  assert '\n' not in str(error.value) and clock.slept == []
 
 
 def test_roofline_costs_price_each_program_from_its_work():

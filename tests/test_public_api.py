@@ -19,6 +19,8 @@ import pathlib
 
 import pytest
 
+from tests.test_layering import dotted_package
+
 ROOT = pathlib.Path(__file__).parents[1]
 SCRIPT_DIRS = ('experiments', 'examples')
 
@@ -43,12 +45,6 @@ def _dotted(node: ast.expr) -> str | None:
     parts.append(node.attr)
     node = node.value
   return '.'.join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
-
-
-def _package_of(path: pathlib.Path, root: pathlib.Path) -> str:
-  """The dotted package a file under ``root`` belongs to (``hetjax.core`` for
-  ``hetjax/core/_links.py`` and for ``hetjax/core/__init__.py``)."""
-  return '.'.join(path.relative_to(root).parts[:-1])
 
 
 def private_uses(path: pathlib.Path, root: pathlib.Path = ROOT,
@@ -128,9 +124,10 @@ HOOKS = 'bench'
 
 
 def _hetjax_uses(root: pathlib.Path = ROOT) -> list[str]:
-  return [u for p in sorted((root / 'hetjax').rglob('*.py'))
-          if p.relative_to(root / 'hetjax').parts[0] != HOOKS
-          for u in private_uses(p, root, _package_of(p, root))]
+  files = sorted((root / 'hetjax').rglob('*.py')) + sorted((root / 'models').rglob('*.py'))
+  return [u for p in files
+          if p.relative_to(root).parts[:2] != ('hetjax', HOOKS)
+          for u in private_uses(p, root, dotted_package(p, root))]
 
 
 def test_the_scan_of_hetjax_allows_only_its_own_package_and_the_root(tmp_path):

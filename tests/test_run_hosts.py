@@ -11,6 +11,7 @@ import optax
 import pytest
 
 from hetjax import ConfigError, emulation, models, pipeline, run, runtime, sharding, sync, train
+from hetjax.bench import HostPause
 from hetjax.emulation import MARGIN, KnownSpeedHost, StaticTrace
 from hetjax.run import _hosts, _ps_run, _replicas
 from tests.conftest import require_devices
@@ -24,30 +25,34 @@ def test_margin_is_defined_once():
   assert not hasattr(_replicas, 'MARGIN')
 
 
-def test_each_program_takes_its_host_its_own_way():
+def test_each_program_takes_any_pace_and_each_pace_refuses_what_it_cannot_price():
   host = KnownSpeedHost(TRACE, 1, row_s=1e-3)
-  pace = pipeline.StagePace(TRACE, 1, {(0, 'forward'): 0.01})
+  pace = emulation.StagePace(TRACE, 1, {(0, 'forward'): 0.01})
   task = models.make_task('mlp', hidden=16, width=8)
   worker = train.WorkerTrainer(task, optax.sgd(0.1), 8)  # a share step pads its rows
   worker.use_host(host)
-  assert worker.host is host
+  assert worker.pace is host
   worker.use_host(None)
-  assert worker.host is None
-  with pytest.raises(ConfigError, match='WorkerTrainer pads each step to a host of known speed'):
-    worker.use_host(pace)
+  assert worker.pace is None
+  worker.use_host(pace)  # taken as it is: the pace says what it cannot price, when asked
+  assert worker.pace is pace
+  with pytest.raises(ConfigError, match=r"a plan's stage host .* paces stage actions, not steps"):
+    pace.pad(0, 8, 0.0)
 
   trainer = pipeline.PipelineTrainer(task, optax.sgd(0.1), 8, stages=2, micro_batches=2,
                                      devices=require_devices(2))
   driver = sync.ReplicaDriver(trainer, sync.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
-  driver.use_host(host)  # a replica pauses over its batch's rows
-  assert driver.pause == sync.HostPause(host, 8)
-  pause = sync.HostPause.of_step('static:1,3', 2, 1, step_s=0.05)
+  driver.use_host(host)  # a replica pads its batch's rows
+  assert driver.pace is host
+  pause = HostPause.of_step('static:1,3', 2, 1, step_s=0.05)  # … or one cost a step
   driver.use_host(pause)
-  assert driver.pause is pause
+  assert driver.pace is pause
   trainer.use_host(pace)  # a plan's stages pad each action
   assert trainer.pace is pace
-  with pytest.raises(ConfigError, match=r'pad each action to a hetjax\.pipeline\.StagePace'):
-    trainer.use_host(host)
+  trainer.use_host(host)
+  assert trainer.pace is host
+  with pytest.raises(ConfigError, match=r"a plan's stages need a hetjax\.emulation\.StagePace"):
+    host.pad_action(0, 0, 'forward', 0.0)
 
   mesh = sharding.make_mesh((1, 1), devices=require_devices(1))
   spmd = train.Trainer(task, optax.sgd(0.1), 8, mesh, train.Strategy.DATA_PARALLEL.rules())
@@ -107,7 +112,7 @@ def test_a_small_model_is_calibrated_all_per_row_not_refused(capsys, monkeypatch
       'model.args.hidden=16', 'model.args.width=8', 'mesh=8x1', 'global_batch=128',
       'slowdown=static:3'])
   built = run.build(config, runtime.WorkerContext(0, 1, None), None)
-  assert built.host.fixed_s == 0.0 and built.program.host is built.host
+  assert built.host.fixed_s == 0.0 and built.program.pace is built.host
   assert 'no cost per row resolved on worker 0' in capsys.readouterr().out
   assert np.isfinite(built.host.row_s) and built.host.factor(0) == 3.0
 

@@ -42,12 +42,14 @@ def test_one_replica_trains_like_the_plain_pipeline_and_records_its_steps(traine
   service = start_service(channel, SyncPolicy('sdpipe', 1), 'solo')
   paused = []
 
-  def pause(step, compute_s):
-    paused.append((step, compute_s))
-    time.sleep(0.001)  # at least what it reports
-    return 0.001
+  class Pace:  # a replica's host: pads each step's compute of the batch's rows
+    def pad(self, step, rows, compute_s):
+      paused.append((step, compute_s))
+      assert rows == trainer.global_batch
+      time.sleep(0.001)  # at least what it reports
+      return 0.001, 0.0
 
-  driver = ReplicaDriver(trainer, SyncClient(channel, 'solo', 0), 1, pause=pause)
+  driver = ReplicaDriver(trainer, SyncClient(channel, 'solo', 0), 1, host=Pace())
   assert driver.warm_up(trainer.init_state()) > 0
   state, records = driver.run(trainer.init_state(), steps=3)
   report = service.join(WAIT_S)

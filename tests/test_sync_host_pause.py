@@ -1,4 +1,5 @@
-"""`HostPause`: a pipeline replica's emulated host, a sleep after each step (one grammar).
+"""`HostPause`: a pipeline replica's emulated host priced per step, a sleep after each step (one
+grammar); `replica_trace` reads its slowdown.
 
 The pause pads a step to ``factor × step_s`` plus, for SDPipe's transient stragglers, ``h ×
 step_s`` on the steps drawn with probability ``p`` (seeded by (seed, worker, step)), through a
@@ -15,8 +16,14 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
-from hetjax.emulation import KnownSpeedHost, StaticTrace, TransientTrace, parse_trace
-from hetjax.sync import HostPause, replica_trace
+from hetjax.bench import HostPause
+from hetjax.emulation import (
+  KnownSpeedHost,
+  StaticTrace,
+  TransientTrace,
+  parse_trace,
+  replica_trace,
+)
 
 STEP_S = 0.06
 WORKERS = 8
@@ -37,6 +44,12 @@ def fake_time():
 
   clock.host = {'sleep': sleep, 'clock': lambda: clock.now}
   return clock
+
+
+def slept(pause, step, compute_s):
+  """What the replica's pace sleeps after a step's compute of ``compute_s`` (any rows: every
+  step is priced at the replica's batch)."""
+  return pause.pad(step, 16, compute_s)[0]
 
 
 def transient_s(pause, step):
@@ -110,34 +123,34 @@ def test_a_step_of_many_rows_takes_its_host_time():
 
 def test_pause_sleeps_the_rest_of_the_target(fake_time):
   host = fake_time.host
-  assert pause_of('none', 0, **host)(1, compute_s=0.01) == pytest.approx(0.05)
-  assert pause_of('persistent:1:3', 1, **host)(1, compute_s=0.05) == pytest.approx(0.13)
-  assert pause_of('persistent:1:3', 0, **host)(1, compute_s=0.05) == pytest.approx(0.01)
+  assert slept(pause_of('none', 0, **host), 1, compute_s=0.01) == pytest.approx(0.05)
+  assert slept(pause_of('persistent:1:3', 1, **host), 1, compute_s=0.05) == pytest.approx(0.13)
+  assert slept(pause_of('persistent:1:3', 0, **host), 1, compute_s=0.05) == pytest.approx(0.01)
   assert fake_time.sleeps == pytest.approx([0.05, 0.13, 0.01])
 
   pause = pause_of('transient:3:0.5', 0, seed=2, **host)
   hit = injected(pause, range(50))[0]
   miss = next(s for s in range(50) if not transient_s(pause, s))
   fake_time.sleeps.clear()
-  assert pause(hit, compute_s=0.02) == pytest.approx(4 * STEP_S - 0.02)
-  assert pause(miss, compute_s=0.02) == pytest.approx(STEP_S - 0.02)
+  assert slept(pause, hit, compute_s=0.02) == pytest.approx(4 * STEP_S - 0.02)
+  assert slept(pause, miss, compute_s=0.02) == pytest.approx(STEP_S - 0.02)
   assert fake_time.sleeps == pytest.approx([4 * STEP_S - 0.02, STEP_S - 0.02])
 
 
 def test_pause_does_not_sleep_when_the_compute_took_the_target_or_longer(fake_time):
   host = fake_time.host
-  assert pause_of('none', 0, **host)(1, compute_s=STEP_S) == 0.0
-  assert pause_of('none', 0, **host)(1, compute_s=0.5) == 0.0
-  assert pause_of('persistent:0:3', 0, **host)(1, compute_s=3 * STEP_S + 0.01) == 0.0
+  assert slept(pause_of('none', 0, **host), 1, compute_s=STEP_S) == 0.0
+  assert slept(pause_of('none', 0, **host), 1, compute_s=0.5) == 0.0
+  assert slept(pause_of('persistent:0:3', 0, **host), 1, compute_s=3 * STEP_S + 0.01) == 0.0
   pause = pause_of('transient:3:0.5', 0, seed=2, **host)
   hit = injected(pause, range(50))[0]
-  assert pause(hit, compute_s=4 * STEP_S + 0.001) == 0.0
+  assert slept(pause, hit, compute_s=4 * STEP_S + 0.001) == 0.0
   assert fake_time.sleeps == []
 
 
 def test_pause_really_sleeps_and_returns_the_time_slept():
-  slept = pause_of('none', 0, step_s=0.03)(1, compute_s=0.01)
-  assert 0.02 <= slept < 0.5
+  seconds = slept(pause_of('none', 0, step_s=0.03), 1, compute_s=0.01)
+  assert 0.02 <= seconds < 0.5
 
 
 # --- bad input -----------------------------------------------------------------------------

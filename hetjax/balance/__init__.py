@@ -9,6 +9,7 @@ from hetjax.balance._gpu import LBBSPGpu as LBBSPGpu
 from hetjax.balance._gpu import TimeModel as TimeModel
 from hetjax.balance._gpu import finish_time_shares as finish_time_shares
 from hetjax.balance._gpu import fit_time_model as fit_time_model
+from hetjax.balance._known_costs import KnownCosts as KnownCosts
 from hetjax.balance._lbbsp import LBBSP as LBBSP
 from hetjax.balance._lbbsp import LBBSPState as LBBSPState
 from hetjax.balance._narx import NARX as NARX
@@ -47,6 +48,7 @@ __all__ = [
     'EWMAState',
     'Fixed',
     'GpuState',
+    'KnownCosts',
     'LBBSPGpu',
     'LBBSPState',
     'LastValue',

@@ -205,8 +205,8 @@ class LBBSP:
     transfer_s: each worker's own transfer a step, seconds (module docstring); empty: compute
       only.
     fixed_fraction: φ before it is fitted: the fraction of a uniform share's step time that does
-      not depend on the rows (0: time ∝ rows). `hetjax.run` sets it from the emulated hosts'
-      calibrated fixed and per-row costs.
+      not depend on the rows (0: time ∝ rows). `make_policy` sets it from what the hosts are
+      known to cost (`KnownCosts.fixed_fraction`: a run's calibrated fixed and per-row costs).
     horizon: steps a new split is expected to hold: a change's compile cost is weighed against
       its saving over them.
   """

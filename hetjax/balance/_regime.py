@@ -42,7 +42,7 @@ Only observed speeds enter (the exogenous ``load`` is ignored: it is the emulate
 itself), so the predictor is causal: its prediction after step t is a function of the speeds of
 steps 0 … t. What no causal predictor can know is *when* a memoryless switch comes; the best it
 can do is the expected-makespan optimum given the current regimes and the transition matrix,
-which `Regime` approaches as its estimates converge (experiments/_markov_limit.py computes that
+which `Regime` approaches as its estimates converge (`balance/_markov_limit.py` computes that
 limit with the true chain).
 
 The state (`RegimeState`) is a pytree of numpy arrays of shapes fixed by ``init`` and one step

@@ -16,6 +16,7 @@ import enum
 
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.balance._gpu import LBBSPGpu
+from hetjax.balance._known_costs import KnownCosts
 from hetjax.balance._lbbsp import LBBSP
 from hetjax.balance._narx import NARX
 from hetjax.balance._policy import BalancePolicy
@@ -88,20 +89,33 @@ _PREDICTORS = {PolicyName.LBBSP: EWMA, PolicyName.LBBSP_LAST: LastValue,
                PolicyName.LBBSP_REGIME: Regime}
 
 
-def make_policy(name: str | PolicyName, rules: ShareRules,
-                trace: SlowdownTrace | None = None) -> BalancePolicy:
+def make_policy(name: str | PolicyName, rules: ShareRules, trace: SlowdownTrace | None = None,
+                known: KnownCosts | None = None) -> BalancePolicy:
   """A policy from its name, with default settings; ``policy.init()`` is its untrained state.
+
+  What is known in advance reaches the policies that use it through their constructors:
+  'oracle' plans from every worker's costs (``known.worker_row_s()``, ``fixed_s``,
+  ``transfer_s``), LB-BSP (every 'lbbsp-…' but the GPU mode) starts φ at
+  ``known.fixed_fraction(rules)`` and balances each worker's ``transfer_s``; the others learn
+  everything from the steps.
+
+  Example: the oracle of hosts of 1 ms a row and 5 ms a step::
+
+    policy = make_policy('oracle', rules, trace, KnownCosts(row_s=1e-3, fixed_s=5e-3))
 
   Args:
     name: one of `PolicyName`'s values, e.g. 'uniform' or 'lbbsp-narx'.
     rules: the job's share rules.
     trace: the run's slowdown trace; only 'oracle' uses it, and needs it.
+    known: what the hosts and links are known to cost (None: nothing; the oracle then plans
+      from the trace alone, at one second a row).
 
   Raises:
     ConfigError: an unknown name (the message lists the known ones), or 'oracle' without a
       trace.
   """
   choice = parse_choice(PolicyName, name, 'balance policy')
+  known = known or KnownCosts()
   if choice is PolicyName.UNIFORM:
     return Uniform(rules)
   if choice is PolicyName.PROPORTIONAL:
@@ -110,7 +124,10 @@ def make_policy(name: str | PolicyName, rules: ShareRules,
     if trace is None:
       raise ConfigError("balance policy 'oracle' needs the slowdown trace (it benchmarks "
                         'against known slowdowns)')
-    return Oracle(rules, trace)
+    row_s = known.worker_row_s()
+    return Oracle(rules, trace, row_s=1.0 if row_s is None else row_s, fixed_s=known.fixed_s,
+                  transfer_s=known.transfer_s)
   if choice is PolicyName.LBBSP_GPU:
     return LBBSPGpu(rules)
-  return LBBSP(rules, _PREDICTORS[choice]())
+  return LBBSP(rules, _PREDICTORS[choice](), transfer_s=known.transfer_s,
+               fixed_fraction=known.fixed_fraction(rules))

@@ -6,6 +6,8 @@ hetjax, the README, ``docs/`` or ``examples/``); it keeps its home in its packag
 module, and ``import hetjax`` does not import this package.
 """
 
+from hetjax.balance._markov_limit import MarkovLimit as MarkovLimit
+from hetjax.emulation._host_pause import HostPause as HostPause
 from hetjax.pipeline._stage_programs import dispatch_order as dispatch_order
 from hetjax.planner._check import compiled_bytes as compiled_bytes
 from hetjax.planner._hlo import collective_bytes as collective_bytes
@@ -37,6 +39,8 @@ __all__ = [
     'ENV_LAUNCHER_PID',
     'ENV_WORKER_ID',
     'QUANT_BLOCK',
+    'HostPause',
+    'MarkovLimit',
     'MatmulTime',
     'TimedMatmul',
     'collective_bytes',

@@ -1,17 +1,17 @@
 """The types every layer shares: step stats, policies as values, the step-program shape and the
-host it runs as, the α–β link model.
+pace of the emulated host and links it runs at, the α–β link model.
 
 Both clocks (real runs and the virtual clock, `hetjax.simulation.simulate_shares`) import these, and
 nothing here imports anything else of hetjax but its errors.
 """
 
+from hetjax._links import Collective as Collective
 from hetjax._links import LinkCost as LinkCost
 from hetjax._links import ring_bytes as ring_bytes
 from hetjax._links import ring_fraction as ring_fraction
 from hetjax._links import ring_steps as ring_steps
-from hetjax.core._host import EmulatedHost as EmulatedHost
-from hetjax.core._host import host_load as host_load
-from hetjax.core._host import known_speed_host as known_speed_host
+from hetjax.core._pace import Pace as Pace
+from hetjax.core._pace import host_load as host_load
 from hetjax.core._policy import Policy as Policy
 from hetjax.core._program import Batch as Batch
 from hetjax.core._program import StepProgram as StepProgram
@@ -25,8 +25,9 @@ from hetjax.core._stats import WorkerTiming as WorkerTiming
 
 __all__ = [
     'Batch',
-    'EmulatedHost',
+    'Collective',
     'LinkCost',
+    'Pace',
     'Policy',
     'ShareRules',
     'Shares',
@@ -37,7 +38,6 @@ __all__ = [
     'decode_state',
     'encode_state',
     'host_load',
-    'known_speed_host',
     'ring_bytes',
     'ring_fraction',
     'ring_steps',

@@ -2,8 +2,8 @@
 
 SPMD on one mesh, per-worker shares, tokens and a pipeline replica all implement it, so one
 loop (`hetjax.train.training_steps`), one checkpoint format, one telemetry stream and the
-emulated hosts are written once. A program owns its compiled functions; the loop owns the step
-counter, the policy state and the hooks.
+emulated hosts (`Pace`) are written once. A program owns its compiled functions; the loop owns
+the step counter, the policy state and the hooks.
 
 ``work`` is what a step consumes: the step index and the host global batch of that step (a
 function of the seed and the step only, never of how it is split). ``decision`` is the
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from hetjax.core._pace import Pace
 from hetjax.core._stats import StepStats
 
 Batch = dict[str, Any]
@@ -70,11 +71,12 @@ class StepProgram(Protocol):
     get the value returns None (process 0 always gets it)."""
     ...
 
-  def use_host(self, host: Any) -> None:
-    """Runs its steps as ``host``, an emulated host of known speed (`hetjax.emulation`), from
-    now on; None: the machine's own speed. A host is calibrated on the program's own
-    computation, so a program takes it after it is built; each program says which hosts it
-    takes (a share or token step pads to a `KnownSpeedHost`, a plan's stages to a
-    `hetjax.pipeline.StagePace`, a replica to a `hetjax.sync.HostPause`) and refuses others in
-    one line."""
+  def use_host(self, host: Pace | None) -> None:
+    """Runs its steps at the pace of ``host`` from now on: an emulated host and links
+    (`Pace`, built by `hetjax.emulation`), called at the program's phase boundaries; None: the
+    machine's own speed. A host is calibrated on the program's own computation, so a program
+    takes it after it is built. The program asks nothing of ``host`` but the `Pace` calls (a
+    share step pads its rows and its exchange, a plan's stages each action, a replica its
+    step); a program that cannot be paced (one SPMD program over every device) refuses any
+    host in one line."""
     ...

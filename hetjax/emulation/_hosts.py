@@ -25,10 +25,15 @@ Example::
   start = time.perf_counter()
   run_step(rows=100)
   slept, overrun = host.pad(step, rows=100, measured_s=time.perf_counter() - start)  # to 63 ms
+
+A `KnownSpeedHost` is a `hetjax.core.Pace` of its own (a program takes it with ``use_host``):
+it pads compute phases of rows and leaves transfers as they are; on emulated links it is
+`LinkedHost`'s host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -37,6 +42,7 @@ import time
 from collections.abc import Callable
 
 from hetjax._errors import ConfigError
+from hetjax._links import Collective
 from hetjax.emulation._host_model import HostModel
 from hetjax.emulation._traces import SlowdownTrace
 
@@ -103,6 +109,10 @@ class KnownSpeedHost:
     """This host's multiplicative slowdown at ``step`` (1.0 = the calibrated speed)."""
     return self.trace.factor(self.worker, step)
 
+  def load(self, step: int) -> float:
+    """The host-load input of ``step``: its slowdown (`hetjax.core.Pace.load`)."""
+    return self.factor(step)
+
   @functools.cached_property
   def model(self) -> HostModel:
     """This host's cost of a step, the one model the virtual clocks charge too."""
@@ -145,3 +155,15 @@ class KnownSpeedHost:
     start = self.clock()
     self.sleep(rest)
     return self.clock() - start, 0.0
+
+  def pad_action(self, step: int, stage: int, kind: str, measured_s: float
+                 ) -> tuple[float, float]:
+    """Refused in one line: a cost per row prices no stage action (`StagePace` does)."""
+    raise ConfigError(f'a host of a cost per row (worker {self.worker}) paces steps of rows, '
+                      f'not stage {stage}\'s {kind}: a plan\'s stages need a '
+                      'hetjax.emulation.StagePace (roofline costs per action)')
+
+  def exchange(self, nbytes: int, collective: Collective = Collective.GRADIENT
+               ) -> contextlib.AbstractContextManager[None]:
+    """No links of its own: a transfer takes the machine's time (`LinkedHost` adds links)."""
+    return contextlib.nullcontext()

@@ -221,7 +221,7 @@ class TransientTrace(_Trace):
 
   Factors are all 1.0; worker w's delay at step t is ``h`` if
   ``np.random.default_rng([seed, w, t]).random() < p``, else 0.0: SDPipe's injection, the
-  same stragglers at the same steps for the same seed on replicas (`hetjax.sync.HostPause`),
+  same stragglers at the same steps for the same seed on replicas (`replica_trace`),
   share workers and the virtual clocks. Each draw is a pure function of (seed, w, t), whatever order the steps are
   asked for; the draw decides whether, ``h`` only how long. The paper uses h ∈ {1, 3}, p = 0.1.
 

@@ -16,6 +16,7 @@ from hetjax.pipeline._chain import Link as Link
 from hetjax.pipeline._chain import check_chain as check_chain
 from hetjax.pipeline._executor import PipelineState as PipelineState
 from hetjax.pipeline._executor import PipelineTrainer as PipelineTrainer
+from hetjax.pipeline._roofline import roofline_costs as roofline_costs
 from hetjax.pipeline._schedule import Action as Action
 from hetjax.pipeline._schedule import Schedule as Schedule
 from hetjax.pipeline._schedule import SimResult as SimResult
@@ -24,16 +25,12 @@ from hetjax.pipeline._schedule import one_f_one_b as one_f_one_b
 from hetjax.pipeline._schedule import time_schedule as time_schedule
 from hetjax.pipeline._split import split_stages as split_stages
 from hetjax.pipeline._stage_checkpoint import StageCheckpointer as StageCheckpointer
-from hetjax.pipeline._stage_pace import ActionPace as ActionPace
-from hetjax.pipeline._stage_pace import StagePace as StagePace
-from hetjax.pipeline._stage_pace import roofline_costs as roofline_costs
 from hetjax.pipeline._stage_programs import StagePrograms as StagePrograms
 from hetjax.pipeline._stages import StageLayout as StageLayout
 from hetjax.pipeline._stages import equal_stages as equal_stages
 
 __all__ = [
     'Action',
-    'ActionPace',
     'HasChain',
     'Link',
     'PipelineState',
@@ -42,7 +39,6 @@ __all__ = [
     'SimResult',
     'StageCheckpointer',
     'StageLayout',
-    'StagePace',
     'StagePrograms',
     'check_chain',
     'equal_stages',

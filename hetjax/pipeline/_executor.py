@@ -59,12 +59,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work
+from hetjax.core import Pace, StepStats, Work
 from hetjax.data import Batch
 from hetjax.pipeline._chain import Path, assemble, check_chain
 from hetjax.pipeline._schedule import FORWARD, Action, Schedule
 from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
-from hetjax.pipeline._stage_pace import ActionPace, StagePace
 from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order
 from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
@@ -181,8 +180,9 @@ class PipelineTrainer(StageProgramsMixin):
     self._specs = CarrySpecs(self._apply, self._abstract, self.micro_rows) if crosses else None
     self.programs = {s: self._compile(s) for s in self.local_stages}
     #: Called after each of this process's actions when a stage spans processes
-    #: (`ActionPace`: hosts of known speed, `hetjax.pipeline._stage_pace`); None: no padding.
-    self.pace: ActionPace | None = None
+    #: (`hetjax.core.Pace.pad_action`: hosts of known speed per action,
+    #: `hetjax.emulation.StagePace`); None: no padding.
+    self.pace: Pace | None = None
 
   @property
   def stages(self) -> int:
@@ -219,12 +219,9 @@ class PipelineTrainer(StageProgramsMixin):
     loss = self._loss_on_chief(loss)
     return None if loss is None else {'loss': float(loss)}
 
-  def use_host(self, host: ActionPace | None) -> None:
-    """Pads each of this worker's stage actions to ``host`` (a `StagePace`: a roofline pace
-    per action, not a cost per row)."""
-    if host is not None and not isinstance(host, StagePace):
-      raise ConfigError(f'a plan\'s stages pad each action to a hetjax.pipeline.StagePace, got '
-                        f'{type(host).__name__}')
+  def use_host(self, host: Pace | None) -> None:
+    """Pads each of this worker's stage actions to ``host`` (`hetjax.core.Pace.pad_action`:
+    a roofline pace per action, `hetjax.emulation.StagePace`, not a cost per row)."""
     self.pace = host
 
   def init_state(self, params: PyTree | None = None) -> PipelineState:
@@ -338,7 +335,7 @@ class PipelineTrainer(StageProgramsMixin):
   def _pace(self, step: int, s: int, kind: str, start: float) -> None:
     """Pads the action that began at ``start`` to this worker's host (`pace`)."""
     if self.pace is not None and self._lockstep:
-      self.pace.pad(step, s, kind, time.perf_counter() - start)
+      self.pace.pad_action(step, s, kind, time.perf_counter() - start)
 
   def _loss_on_chief(self, loss: jax.Array | None) -> jax.Array | None:
     """``loss`` on process 0 as well, where the metrics are written (every process calls this:

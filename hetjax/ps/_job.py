@@ -33,7 +33,7 @@ import optax
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.core import EmulatedHost
+from hetjax.core import Pace
 from hetjax.emulation import Links
 from hetjax.ps import _keys as keys
 from hetjax.ps._checkpoint import ServerCheckpointer
@@ -157,7 +157,7 @@ def serve(task: Task, optimizer: optax.GradientTransformation, config: PsConfig,
 
 def make_worker(task: Task, global_batch: int, config: PsConfig, role: PsRole, channel: Any, *,
                 seed: int = 0, transport: Transport | None = None, links: Links | None = None,
-                host: EmulatedHost | None = None, timeout_s: float = 300.0,
+                host: Pace | None = None, timeout_s: float = 300.0,
                 accumulate: int = 1) -> PsWorker:
   """Worker ``role.index``'s step program (`PsWorker`, ``accumulate`` micro-batches a step)
   and its connection to the servers."""

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.core import EmulatedHost, ShareRules, StepStats, Work, host_load, known_speed_host
+from hetjax.core import Pace, ShareRules, StepStats, Work, host_load
 from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import PsConfig, Sync
@@ -100,18 +100,19 @@ class PsWorker:
     client: this worker's `PsClient` (its servers, channel, transport and links).
     workers: how many workers share the global batch.
     seed: selects the data (and, on the servers, the initial parameters).
-    host: the emulated host this worker runs as (None: the machine's own speed).
+    host: the pace of the emulated host this worker runs as (`hetjax.core.Pace`; None: the
+      machine's own speed).
     accumulate: gradient accumulation: this worker's share in micro-batches of at most
       share / ``accumulate`` rows (`hetjax.train.summed_value_and_grad`), one push a step.
   """
 
   def __init__(self, task: Task, global_batch: int, config: PsConfig, client: PsClient, *,
-               workers: int, seed: int = 0, host: EmulatedHost | None = None,
+               workers: int, seed: int = 0, host: Pace | None = None,
                accumulate: int = 1):
     if global_batch < workers:
       raise ConfigError(f'global batch {global_batch} is smaller than the {workers} workers')
     self.task, self.global_batch, self.config, self.client = task, global_batch, config, client
-    self.worker, self.workers, self.seed, self.host = client.worker, workers, seed, host
+    self.worker, self.workers, self.seed, self.pace = client.worker, workers, seed, host
     self.shares = ShareRules(global_batch, workers).uniform().values  # X // n, remainder first
     self.micro_rows = micro_rows_of(self.shares[self.worker], accumulate)
     self.graphdef, self._abstract, _ = abstract_model(task.make_model, seed)
@@ -138,9 +139,10 @@ class PsWorker:
     found = self._evaluate(state.params, jax.device_put(dict(batch), self.device))
     return {k: float(v) for k, v in found.items()}
 
-  def use_host(self, host: EmulatedHost | None) -> None:
-    """Pads each step's gradient to ``host``: this worker's rows take its time."""
-    self.host = known_speed_host(host, 'PsWorker')
+  def use_host(self, host: Pace | None) -> None:
+    """Pads each step's gradient to ``host`` (`hetjax.core.Pace.pad`): this worker's rows take
+    its time."""
+    self.pace = host
 
   def init_state(self) -> PsWorkerState:
     """The servers' current parameters (version 0 on a fresh job), pulled; the step is the
@@ -182,7 +184,7 @@ class PsWorker:
     computed = time.perf_counter()
     loss, grads = jax.block_until_ready(self._grad(state.params, batch))
     compute_s = time.perf_counter() - computed
-    slept = self.host.pad(work.step, rows, compute_s)[0] if self.host else 0.0
+    slept = self.pace.pad(work.step, rows, compute_s)[0] if self.pace else 0.0
     loss = float(loss)
     waited = time.perf_counter()
     if self._comm is None:
@@ -202,7 +204,7 @@ class PsWorker:
                    push.staleness if push else 0, accepted, push.reasons if push else (),
                    versions)
     stats = StepStats(work.step, (rows,), (compute_s + slept,), sync_s=end - waited,
-                      iter_s=end - start, load=(host_load(self.host, work.step),),
+                      iter_s=end - start, load=(host_load(self.pace, work.step),),
                       bytes=self.client.layout.nbytes(), loss=jnp.float32(loss), local=local)
     return PsWorkerState(state.step + 1, params, versions, self._accepted), stats
 

@@ -180,14 +180,13 @@ def build_plan(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   devices = (f'plan {plan.name!r}: {trainer.stages} stages ({groups} {platform} devices), '
              f'{config.pipeline.micro_batches * config.optimizer.accumulate} micro-batches, '
              f'{config.pipeline.schedule}')
-  host = None
-  if trace is not None:
-    host = _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
+  if trace is not None:  # paced per action: no cost per row to record (Built.host stays None)
+    _hosts.stage_host(trainer, compiled.programs, trace, ctx, channel, _hosts.MARGIN)
   checkpoints = None
   if ctx.workers > 1:  # stages on their processes: each saves its own stages' state
     checkpoints = lambda workdir, resume: pipeline.StageCheckpointer(  # noqa: E731
         workdir / 'checkpoints', trainer)
-  return _complete(config, ctx, Built(trainer, None, devices, Mode.PLAN, host,
+  return _complete(config, ctx, Built(trainer, None, devices, Mode.PLAN,
                                       checkpoints=checkpoints,
                                       restore_target=trainer.abstract_state))
 
@@ -267,11 +266,12 @@ def _caps(config) -> tuple[int, ...] | None:
   return None if config.balance.memory_caps is None else tuple(config.balance.memory_caps)
 
 
-def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
-                  ) -> tuple[Any, int | None]:
+def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...],
+                  known: balance.KnownCosts | None = None) -> tuple[Any, int | None]:
   """(the share policy, its bucket — None when shares never change). ``degree``: the least
   common multiple of the workers' local degrees; ``devices``: each worker's device count
-  (uniform shares are equal per device)."""
+  (uniform shares are equal per device); ``known``: what the hosts and links are known to
+  cost, for the policies that plan from it (`hetjax.balance.make_policy`)."""
   unequal = devices if len(set(devices)) > 1 else None
   if config.balance.shares is not None:
     shares = tuple(config.balance.shares)
@@ -287,8 +287,8 @@ def _share_policy(config, ctx, degree: int, trace, devices: tuple[int, ...]
                       f'{degree}' + (f' (of workers of {devices} devices)' if unequal else ''))
   rules = ShareRules(config.data.global_batch, ctx.workers, bucket, maximum=_caps(config),
                      devices=unequal)
-  policy = balance.make_policy(config.balance.policy, rules, trace)
-  return policy, None if isinstance(policy, balance.Uniform) else bucket
+  policy = balance.make_policy(config.balance.policy, rules, trace, known)
+  return policy, None if policy.name == balance.PolicyName.UNIFORM.value else bucket
 
 
 def build_tokens(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
@@ -347,7 +347,6 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   if config.parallelism.overlap:
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
                                    axis_rules, seed=config.data.seed, bucket=bucket,
-                                   links=links,
                                    bucket_bytes=config.parallelism.bucket_bytes or None,
                                    accumulate=config.optimizer.accumulate,
                                    estimate_scale=config.parallelism.overlap_scale,
@@ -356,7 +355,7 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
     devices += ', all-reduce scheduler'
   else:
     trainer = train.WorkerTrainer(task, optimizer, config.data.global_batch, mesh_shape,
-                                  axis_rules, config.data.seed, bucket=bucket, links=links,
+                                  axis_rules, config.data.seed, bucket=bucket,
                                   accumulate=config.optimizer.accumulate,
                                   granularity=config.balance.granularity)
   inner = trainer.sync if config.parallelism.overlap else trainer  # the synchronous pieces
@@ -365,16 +364,15 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   retries = []
   host = _hosts.emulated_host(ctx, inner, trace, channel, host_row_s=config.emulation.host_row_s,
                               host_fixed_s=config.emulation.host_fixed_s, record=retries.append)
-  if isinstance(policy, balance.Oracle) and host is not None:  # the hosts' true speeds
-    policy = dataclasses.replace(policy, fixed_s=host.fixed_s, row_s=tuple(
-        host.row_s * min(counts) / k for k in counts))
-  if isinstance(policy, balance.LBBSP) and host is not None:  # the hosts' measured curve
-    row = host.row_s * config.data.global_batch / sum(counts) * min(counts)
-    policy = dataclasses.replace(policy, fixed_fraction=host.fixed_s / (host.fixed_s + row)
-                                 if host.fixed_s + row > 0 else 0.0)
-  if links is not None and not config.parallelism.overlap and isinstance(
-      policy, (balance.LBBSP, balance.Oracle)):  # a step is compute plus the worker's exchange
-    policy = dataclasses.replace(policy, transfer_s=links.exchange_s(trainer.all_reduce_bytes))
+  if links is not None:  # the host on the links: the step's exchange is padded too
+    trainer.use_host(emulation.LinkedHost(links, ctx.worker, host))
+  if host is not None or links is not None:  # the policy knows the hosts and links as built
+    # A synchronous step is compute plus the worker's own exchange; an overlapped one hides it.
+    transfer = () if links is None or config.parallelism.overlap else \
+        links.exchange_s(trainer.all_reduce_bytes)
+    known = balance.KnownCosts(None if host is None else host.row_s,
+                               0.0 if host is None else host.fixed_s, counts, transfer)
+    policy = _share_policy(config, ctx, degree, trace, counts, known)[0]
   return _complete(config, ctx, Built(
       trainer, policy, devices, Mode.SHARES, host,
       measure_speed=lambda state, first: trainer.measure_speed(

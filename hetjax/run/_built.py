@@ -26,7 +26,9 @@ class Built:
       None.
     devices: where it runs, for the first line a run prints.
     mode: the mode it runs in.
-    host: this worker's host of known speed (``--slowdown``), or None.
+    host: this worker's host of a known cost per row (``--slowdown``, a
+      `hetjax.emulation.KnownSpeedHost`: ``run.json`` records its costs), or None (no
+      slowdown, or a plan's stages, paced per action).
     describe: the run's first line after the model's name (mode, layout and devices).
     worker: this process's index among the training workers (a ps job's servers not counted).
     workers: the training workers of the job.

@@ -15,7 +15,7 @@ from flax import nnx
 from hetjax import ConfigError, checkpoint, sharding, train
 from hetjax._checks import at_least
 from hetjax.run._config import Config
-from hetjax.run._task import make_task
+from hetjax.run._task import make_task, trains_app
 from hetjax.run._trained import load_model
 
 
@@ -62,8 +62,8 @@ def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: i
   config = Config.from_json(json.loads(config_path.read_text()), str(config_path))
   at_least(batches, 1, 'batches')
   rows = at_least(batch or config.eval.batch or config.data.global_batch, 1, 'batch')
-  task = make_task(config)
-  if not isinstance(task, train.Task) or task.eval_data is None:
+  task = None if trains_app(config) else make_task(config)
+  if task is None or task.eval_data is None:
     raise ConfigError(f'{run_dir} is a run of model {config.model.name}, which has no held-out '
                       'split (Task.eval_data) to evaluate on')
   step = _checkpoint_step(run_dir) if step is None else step

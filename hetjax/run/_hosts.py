@@ -2,8 +2,9 @@
 one builder: a given or calibrated cost, `MARGIN`, agreed across workers) from what the program
 can time, and taken by the program (`hetjax.core.StepProgram.use_host`): the share and token
 steps (`emulated_host`: a line fitted to local gradients), SchMP rounds (`schmp_host`) and a
-plan's pipeline stages (`stage_host`: a roofline pace, not a cost per row). A pipeline replica's and a
-parameter-server worker's hosts are built beside their modes (`_replicas`, `_ps_run`).
+plan's pipeline stages (`stage_host`: a roofline pace, not a cost per row). A pipeline replica's
+and a parameter-server worker's hosts are built beside their modes (`_replicas`, `_ps_run`).
+Every one is a `hetjax.core.Pace`: the program calls it and never asks which it is.
 
 A run records the hosts it emulated in ``run.json`` (`recorded`), and another run emulates them
 again with ``emulation.hosts=RUN_DIR`` (`reuse`): two policies compared on one cluster, not on
@@ -102,13 +103,14 @@ def source_of(config: Config) -> str:
   return DECLARED if config.emulation.host_row_s else CALIBRATED
 
 
-def recorded(host: Any, config: Config, retries: Sequence[str] = ()) -> dict[str, Any]:
+def recorded(host: emulation.KnownSpeedHost | None, config: Config,
+             retries: Sequence[str] = ()) -> dict[str, Any]:
   """``run.json``'s fields of the hosts this run emulated: ``host_row_s`` and ``host_fixed_s``
   (a speed-1 host's, as `hetjax.emulation.KnownSpeedHost` holds them: what `reuse` takes
   again), ``host_source`` (`source_of`), ``hosts_from`` (the run directory, when reused) and
   the calibration's retries (`RETRIES`: a list when calibrated). None each where no host has a
-  cost per row (no slowdown, a plan's stages)."""
-  if not isinstance(host, emulation.KnownSpeedHost):
+  cost per row (``host`` None: no slowdown, or a plan's stages)."""
+  if host is None:
     return {'host_row_s': None, 'host_fixed_s': None, 'host_source': None, RETRIES: None}
   source = source_of(config)
   out: dict[str, Any] = {'host_row_s': host.row_s, 'host_fixed_s': host.fixed_s,
@@ -145,8 +147,8 @@ def _unit(schmp: bool) -> str:
 
 
 def stage_host(trainer, programs, trace, ctx, channel, margin: float = MARGIN
-               ) -> pipeline.StagePace:
-  """This worker's host of known speed for a plan's stages (`hetjax.pipeline.StagePace`),
+               ) -> emulation.StagePace:
+  """This worker's host of known speed for a plan's stages (`hetjax.emulation.StagePace`),
   attached to ``trainer``: each action of its stages takes ``margin`` × its compiled program's
   roofline at one device's FLOP/s and memory bandwidth, measured with every device of the job
   busy (`hetjax.planner.measure_cluster`, worker 0's numbers for all) — the same hosts for any
@@ -157,8 +159,8 @@ def stage_host(trainer, programs, trace, ctx, channel, margin: float = MARGIN
     if ctx.is_chief:
       channel.set('stage-host/rates', rates)
     rates = channel.get('stage-host/rates')
-  pace = pipeline.StagePace(trace, ctx.worker,
-                            pipeline.roofline_costs(programs, rates[0], rates[1], margin))
+  pace = emulation.StagePace(trace, ctx.worker,
+                             pipeline.roofline_costs(programs, rates[0], rates[1], margin))
   trainer.use_host(pace)
   return pace
 

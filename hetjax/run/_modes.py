@@ -30,6 +30,7 @@ from hetjax.run import _build, _comm_options, _hosts, _ps_run
 from hetjax.run._built import Built
 from hetjax.run._config import Config, Mode
 from hetjax.run._sections import PipelineConfig
+from hetjax.run._task import trains_app
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +172,7 @@ def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
   mode = parse_choice(Mode, config.parallelism.mode, 'mode')
   if mode is not Mode.AUTO:
     return mode
-  if config.model.name in schmp.APPS:
+  if trains_app(config):
     return Mode.SCHMP
   if os.environ.get(ps.ENV_NUM_SERVERS):
     return Mode.PS

@@ -24,7 +24,7 @@ import numpy as np
 from hetjax import report, runtime, sharding, train
 from hetjax.run._built import Built
 from hetjax.run._config import Config
-from hetjax.run._task import optimizer_of
+from hetjax.run._task import optimizer_of, trains_app
 
 #: Rows of the one-device step whose XLA count gives the FLOPs of one example.
 FLOPS_ROWS = 8
@@ -33,7 +33,7 @@ FLOPS_ROWS = 8
 def evaluation_of(config: Config, task: Any) -> train.Evaluation | None:
   """The run's periodic evaluation, or None: off in the config, or the task has no held-out
   split (``eval_data``; a SchMP app reports its objective instead)."""
-  if not isinstance(task, train.Task) or not config.eval.enabled or task.eval_data is None:
+  if trains_app(config) or not config.eval.enabled or task.eval_data is None:
     return None
   return train.Evaluation(task.eval_data, config.data.seed,
                           config.eval.batch or config.data.global_batch, config.eval.batches)
@@ -85,7 +85,7 @@ def metrics_logger(config: Config, built: Built, workdir: pathlib.Path,
 
   flops = peak = 0.0
   info: dict[str, Any] = {}
-  lm = isinstance(task, train.Task)  # a SchMP app counts rounds, not examples
+  lm = not trains_app(config)  # a SchMP app counts rounds, not examples
   if lm and config.logging.mfu:
     flops = flops_per_step(config, task)
     peak, how = peak_flops(config)

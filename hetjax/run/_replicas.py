@@ -9,10 +9,10 @@ Slowdown (``--slowdown``, the one trace grammar): each replica is a host of know
 replica's step always trains on the same rows (its batch), so the host has one cost per step:
 ``host_row_s`` × rows when given, else calibrated at start — the median of timed steps on a
 copy of the initial state, × `hetjax.emulation.MARGIN`, the largest any worker measured
-(`hetjax.emulation.build_host`, a step of one size) — and every step is
-padded to ``(factor + delay) × that cost`` (`HostPause`; the transient draw of step s is the
-trace's draw for the replica's step s = 1, 2, …). SDPipe's and random pairs' windows are set
-on the scale of that step (or of a timed one without a slowdown): `window_options`.
+(`hetjax.emulation.build_host`, a step of one size) — and every step is padded to
+``(factor + delay) × that cost`` (`ReplicaDriver.use_host`; the transient draw of step s is the
+trace's draw for the replica's step s = 1, 2, …). SDPipe's and random pairs' windows are set on
+the scale of that step (or of a timed one without a slowdown): `window_options`.
 """
 
 from __future__ import annotations

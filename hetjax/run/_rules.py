@@ -18,6 +18,7 @@ from typing import Any
 
 from hetjax import sharding, train
 from hetjax.run._config import Config
+from hetjax.run._task import trains_app
 
 
 def rules_of(config: Config) -> sharding.ShardingRules:
@@ -46,7 +47,7 @@ def notice(config: Config, task: Any) -> str | None:
 
     rules: logical names no rule maps, replicated: kv
   """
-  if not isinstance(task, train.Task):
+  if trains_app(config):  # a SchMP app names no logical axes
     return None
   params = rules_of(config).params
   names = sharding.unmapped_names(sharding.abstract_model(task.make_model, config.data.seed)[2],

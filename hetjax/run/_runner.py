@@ -16,6 +16,7 @@ from hetjax.run import _observe, _restarts, _rules
 from hetjax.run._built import Built
 from hetjax.run._config import Config
 from hetjax.run._modes import MODES, build
+from hetjax.run._task import trains_app
 
 
 def _prepare_workdir(workdir: pathlib.Path, resume: bool, overwrite: bool) -> None:
@@ -236,7 +237,7 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
 def _fixed_state_notice(config: Config, task) -> str | None:
   """The start-up line naming a model's state that no step trains (a dropout stream's key and
   count: `hetjax.train.fixed_state_notice`); None for a model of float parameters only."""
-  if not isinstance(task, train_lib.Task):
+  if trains_app(config):
     return None
   return train_lib.fixed_state_notice(
       sharding.abstract_model(task.make_model, config.data.seed)[1])

@@ -8,10 +8,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from hetjax import ConfigError, models, train
+from hetjax import ConfigError, models, schmp, train
 from hetjax.run._config import Config
 from hetjax.run._config_files import import_function
 from hetjax.run._sections import PRECISION_FIELDS
+
+
+def trains_app(config: Config) -> bool:
+  """Whether ``config`` trains a SchMP app (`hetjax.schmp.APPS`) rather than a model (a
+  `hetjax.train.Task`): told apart by the apps' registry, by name, never by the task's type."""
+  return config.model.name in schmp.APPS
 
 
 def make_task(config: Config) -> train.Task:

@@ -47,7 +47,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hetjax._checks import integer, positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work, known_speed_host
+from hetjax.core import Pace, StepStats, Work
 from hetjax.schmp._app import App
 from hetjax.schmp._schedule import RoundInfo, Schedule
 
@@ -80,7 +80,8 @@ class SchmpProgram:
     objective_every: rounds between objective evaluations (``stats.loss`` is NaN between).
     last_round: a round whose objective is evaluated whatever ``objective_every`` says (the
       run's last, so that it ends with its objective), or None.
-    host: this worker's emulated host (module docstring), or None.
+    host: the pace of this worker's emulated host (`hetjax.core.Pace`, module docstring), or
+      None.
 
   Raises:
     ConfigError: a schedule size below 1, a negative staleness, data the app cannot split.
@@ -88,12 +89,12 @@ class SchmpProgram:
 
   def __init__(self, app: App, schedule_size: int, devices: Sequence[jax.Device] | None = None,
                *, seed: int = 0, staleness: int = 1, objective_every: int = 1,
-               last_round: int | None = None, host=None):
+               last_round: int | None = None, host: Pace | None = None):
     schedule_size = positive_int(schedule_size, 'schedule size')
     staleness = integer(staleness, 'staleness', note=' (0: exact)')
     objective_every = positive_int(objective_every, 'objective_every')
     self.app, self.schedule_size, self.seed = app, schedule_size, seed
-    self.staleness, self.objective_every, self.host = staleness, objective_every, host
+    self.staleness, self.objective_every, self.pace = staleness, objective_every, host
     self.last_round = last_round
     self.task = app  # what train.py reads for checkpoints: .name and .config
     devices = list(jax.devices() if devices is None else devices)
@@ -146,9 +147,10 @@ class SchmpProgram:
     raise ConfigError(f'{self.app.name} reports its objective each round; it has no held-out '
                       'evaluation')
 
-  def use_host(self, host) -> None:
-    """Pads each round to ``host``: this worker's units of work (`local_work`) take its time."""
-    self.host = known_speed_host(host, 'SchmpProgram')
+  def use_host(self, host: Pace | None) -> None:
+    """Pads each round to ``host`` (`hetjax.core.Pace.pad`): this worker's units of work
+    (`local_work`) take its time."""
+    self.pace = host
 
   def init_state(self) -> SchmpState:
     step = jax.device_put(np.int32(0), self._replicated)
@@ -255,9 +257,9 @@ class SchmpProgram:
     params, delta = self._round(state.params, self.data, entry['blocks'], entry['mask'],
                                 entry['offset'], entry['round'])
     entry['delta'] = delta
-    if self.host is not None:  # the round runs to its end, then sleeps to its host's time
+    if self.pace is not None:  # the round runs to its end, then sleeps to its host's time
       jax.block_until_ready(delta)
-      self.host.pad(work.step, self.local_work(decision.offset), time.perf_counter() - start)
+      self.pace.pad(work.step, self.local_work(decision.offset), time.perf_counter() - start)
     pending = (*state.pending, entry)
     info, pending = self._info(pending[0]), pending[1:]
     evaluate = (work.step + 1) % self.objective_every == 0 or work.step == self.last_round

@@ -8,7 +8,7 @@ policy never knows, since it only sees the floats.
 Event model:
 
 - Compute. Worker w's step s (s = 1, 2, …) takes what its emulated host takes on a real replica
-  (`HostPause`, by the same `hetjax.emulation.HostModel`): ``(factor_w(s) + delay_w(s)) ×
+  (`hetjax.emulation.KnownSpeedHost`, by the same `hetjax.emulation.HostModel`): ``(factor_w(s) + delay_w(s)) ×
   step_s`` from the slowdown trace (the one grammar, `parse_trace`): ``factor_w`` is 3 for worker w under 'persistent:w:3', and
   ``delay_w(s)`` is SDPipe's transient injection, h with probability p ('transient:h:p'), the
   same draw per (seed, w, s) as on real replicas. When the compute ends the worker calls
@@ -57,8 +57,8 @@ import numpy as np
 from hetjax._checks import number, positive_int, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.core import ring_fraction
-from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace
-from hetjax.sync import SyncName, SyncPolicy, parse_sync_name, replica_trace
+from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace, replica_trace
+from hetjax.sync import SyncName, SyncPolicy, parse_sync_name
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9
@@ -151,7 +151,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
   engine = SyncPolicy(policy_name, replicas, policy_options).engine()
 
   durations: dict[int, np.ndarray] = {}
-  host = HostModel(row_s=step_s)  # a replica's host: one row of step_s (`HostPause.of_step`)
+  host = HostModel(row_s=step_s)  # a replica's host: one row of step_s, as on real replicas
 
   def duration(w: int, s: int) -> float:  # step s = 1, 2, …, everyone's drawn at once
     if s not in durations:

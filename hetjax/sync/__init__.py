@@ -9,9 +9,9 @@ state)`` over `Arrive`, `Leave` and `Tick` events; its state is saved in checkpo
 policy `hetjax.train.training_steps` runs for a replica: worker 0 runs the policy's
 `SyncService` over the coordination channel and the policy's state goes into every checkpoint.
 Each replica's `ReplicaDriver` trains its `hetjax.pipeline.PipelineTrainer`, reports each step
-with its `SyncClient` and averages within the groups it is given (`GroupAverager`); `HostPause`
-pads its steps to its emulated host (`--slowdown`'s trace), and `ReplicaCheckpointer` saves each
-replica on its own.
+with its `SyncClient` and averages within the groups it is given (`GroupAverager`), padding its
+steps to its emulated host (``use_host``, a `hetjax.core.Pace`; ``--slowdown``'s trace), and
+`ReplicaCheckpointer` saves each replica on its own.
 """
 
 from hetjax.sync._averaging import GroupAverager as GroupAverager
@@ -21,8 +21,6 @@ from hetjax.sync._driver import ReplicaStep as ReplicaStep
 from hetjax.sync._driver import ServiceThread as ServiceThread
 from hetjax.sync._driver import start_service as start_service
 from hetjax.sync._engine_base import SyncGroup as SyncGroup
-from hetjax.sync._host_pause import HostPause as HostPause
-from hetjax.sync._host_pause import replica_trace as replica_trace
 from hetjax.sync._in_loop import ReplicaCheckpointer as ReplicaCheckpointer
 from hetjax.sync._policy import RENAMED_SYNC_NAMES as RENAMED_SYNC_NAMES
 from hetjax.sync._policy import Arrive as Arrive
@@ -42,7 +40,6 @@ __all__ = [
     'Arrive',
     'GroupAverager',
     'GroupRules',
-    'HostPause',
     'Leave',
     'ReplicaCheckpointer',
     'ReplicaDriver',
@@ -57,7 +54,6 @@ __all__ = [
     'Tick',
     'consensus_distance',
     'parse_sync_name',
-    'replica_trace',
     'resume_state',
     'start_service',
 ]

@@ -50,16 +50,12 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import EmulatedHost, StepStats, Work
+from hetjax.core import Pace, StepStats, Work
 from hetjax.pipeline import PipelineState, PipelineTrainer
 from hetjax.sync._averaging import GroupAverager
-from hetjax.sync._host_pause import HostPause
 from hetjax.sync._policy import SyncPolicy
 from hetjax.sync._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
-
-#: ``pause(step, compute_s) -> seconds slept`` after a step's compute (emulated slowness).
-Pause = Callable[[int, float], float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +67,7 @@ class ReplicaStep:
     loss: the mean training loss of the step's batch (before the update).
     start_s: when the step began.
     compute_s: forward, backward and update, until the parameters were ready.
-    pause_s: emulated slowness slept after the compute (``pause``).
+    pause_s: emulated slowness slept after the compute (the replica's host).
     wait_s: from reporting to the scheduler until the group was known.
     sync_s: averaging with the group (0 for a group of one).
     members: the group, in increasing order (this replica included).
@@ -110,8 +106,9 @@ class ReplicaDriver:
     trainer: a `PipelineTrainer` whose stages are all on this process's devices.
     client: this replica's `SyncClient`; its worker id must be this process's index.
     replicas: how many replicas the job has (one per process).
-    pause: called after each step's compute as ``pause(step, compute_s)`` (`HostPause`: a
-      slower host or a straggler); returns the seconds it slept.
+    host: the pace of this replica's emulated host (`hetjax.core.Pace`): each step's compute
+      of the batch's rows is padded to it (a slower host or a straggler); None: the machine's
+      own speed (`use_host`).
     group_timeout_s: the longest wait for a group before giving up with a `TimeoutError`.
     overlap: average one step late, overlapped with the next step (module docstring).
 
@@ -120,9 +117,9 @@ class ReplicaDriver:
   """
 
   def __init__(self, trainer: PipelineTrainer, client: SyncClient, replicas: int,
-               pause: Pause | None = None, group_timeout_s: float = 120.0,
+               host: Pace | None = None, group_timeout_s: float = 120.0,
                overlap: bool = False):
-    self.trainer, self.client, self.pause, self.overlap = trainer, client, pause, overlap
+    self.trainer, self.client, self.pace, self.overlap = trainer, client, host, overlap
     self.replicas = positive_int(replicas, 'replicas')
     self.group_timeout_s = group_timeout_s
     remote = [s for s in range(trainer.stages) if s not in trainer.local_stages]
@@ -223,7 +220,8 @@ class ReplicaDriver:
     jax.block_until_ready(state.params)
     loss = float(loss)
     t1 = time.monotonic()
-    paused = self.pause(state.step, t1 - t0) if self.pause else 0.0
+    paused = (self.pace.pad(state.step, self.trainer.global_batch, t1 - t0)[0]
+              if self.pace is not None else 0.0)
     t2 = time.monotonic()
     if not self.overlap:
       self.client.arrive(state.step)
@@ -275,12 +273,10 @@ class ReplicaDriver:
     """Mean loss of ``batch`` under this replica's parameters (its pipeline's `evaluate`)."""
     return self.trainer.evaluate(state, batch)
 
-  def use_host(self, host: EmulatedHost | Pause | None) -> None:
-    """Pauses after each step's compute as ``host`` says: a host of known speed
-    (`hetjax.emulation.KnownSpeedHost`) over this replica's batch of rows (`HostPause`), or a
-    `HostPause` (any ``pause(step, compute_s)``) as it is."""
-    self.pause = HostPause(host, self.trainer.global_batch) if isinstance(host, EmulatedHost) \
-        else host
+  def use_host(self, host: Pace | None) -> None:
+    """Pads each step's compute of the batch's rows to ``host`` (`hetjax.core.Pace.pad`: a
+    host of known speed, or a replica's host priced per step); None: no padding."""
+    self.pace = host
 
   def run(self, state: PipelineState, steps: int | None = None, until_s: float | None = None,
           on_step: Callable[[ReplicaStep, PipelineState], None] | None = None,

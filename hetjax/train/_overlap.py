@@ -38,11 +38,12 @@ gradients in parameter-tree leaf order, e.g. ``down, head, up`` for the MLP, who
 sorts its keys) is cut into buckets of at most ``bucket_bytes`` (`bucket_bounds`), earliest
 leaves first. Each bucket is its own jitted program, one ``psum``, run one after the other on
 the background thread, and each is padded to its own ring all-reduce on the emulated links
-(`hetjax.emulation.Links`): k buckets cost k latencies. They have to be separate programs:
-inside one compiled program XLA:CPU's pass ``cpu-all-reduce-combiner`` merges independent
-all-reduces, with no byte limit and up to 256 at a time, and no flag sets either (jaxlib 0.10.2,
-4 CPU devices: 6 psums of 4-24 KB each, or of 4-24 MB each, compile to 1 tuple all-reduce,
-300 psums to 2; with ``--xla_disable_hlo_passes=cpu-all-reduce-combiner``, 6 stay 6).
+(`hetjax.core.Pace.exchange`, `hetjax.emulation.LinkedHost`): k buckets cost k latencies.
+They have to be separate programs: inside one compiled program XLA:CPU's pass
+``cpu-all-reduce-combiner`` merges independent all-reduces, with no byte limit and up to 256 at
+a time, and no flag sets either (jaxlib 0.10.2, 4 CPU devices: 6 psums of 4-24 KB each, or of
+4-24 MB each, compile to 1 tuple all-reduce, 300 psums to 2; with
+``--xla_disable_hlo_passes=cpu-all-reduce-combiner``, 6 stay 6).
 
 What XLA already does is inside one compiled step: combining collectives by size (on GPU
 ``--xla_gpu_all_reduce_combine_threshold_bytes``) and, on GPU, asynchronous collectives placed
@@ -57,6 +58,7 @@ worker (data parallel) are supported.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import time
@@ -71,9 +73,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import fraction
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.core import EmulatedHost, StepStats, Work
+from hetjax.core import Collective, Pace, StepStats, Work
 from hetjax.data import Batch
-from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
@@ -145,7 +146,9 @@ class OverlapTrainer:
 
   Example (every worker, after `hetjax.runtime.initialize()`)::
 
-    trainer = OverlapTrainer(task, optax.sgd(0.05), 256, links=parse_links('link:20:inf', 2))
+    links = parse_links('link:20:inf', 2)             # hetjax.emulation: a 40 ms all-reduce
+    host = LinkedHost(links, jax.process_index())
+    trainer = OverlapTrainer(task, optax.sgd(0.05), 256, host=host)
     state = trainer.init_state()
     for info in training_steps(trainer, state, 100):
       state = info.state
@@ -153,10 +156,13 @@ class OverlapTrainer:
     trainer.close()
 
   Args:
-    task, optimizer, global_batch, local_shape, rules, seed, bucket, host, accumulate,
-      granularity: as for `WorkerTrainer`.
-    links: the emulated network: each bucket's all-reduce is padded to its ring all-reduce
-      time on the slowest link (`Links.all_reduce_s`), on the background thread. None: none.
+    task, optimizer, global_batch, local_shape, rules, seed, bucket, accumulate, granularity:
+      as for `WorkerTrainer`.
+    host: the pace of the emulated host and links (`hetjax.core.Pace`, also given later by
+      `use_host`): the synchronous pieces pad their compute to it, and each bucket's
+      all-reduce is padded to its ring all-reduce time on the slowest link
+      (`Collective.ALL_REDUCE`), on the background thread; links that exchange through a
+      server have no ring to emulate and are refused at the first reduction. None: none.
     bucket_bytes: the fusion threshold: buckets of at most this many bytes, each its own
       all-reduce (`bucket_bounds`). None: one bucket, the whole fused buffer.
     estimate_scale: α in (0, 1]: w̃ = opt(w, α · g · X / x), this worker's estimate shrunk
@@ -182,8 +188,7 @@ class OverlapTrainer:
       *,
       seed: int = 0,
       bucket: int | None = None,
-      host: EmulatedHost | None = None,
-      links: Links | None = None,
+      host: Pace | None = None,
       bucket_bytes: int | None = None,
       accumulate: int = 1,
       estimate_scale: float = 1.0,
@@ -192,10 +197,6 @@ class OverlapTrainer:
   ):
     estimate_scale = fraction(estimate_scale, "the all-reduce scheduler's estimate_scale")
     self.estimate = parse_choice(OverlapEstimate, estimate, 'all-reduce scheduler estimate')
-    if links is not None and links.exchange is not Exchange.RING:
-      raise ConfigError(f'the all-reduce scheduler overlaps ring all-reduces; links '
-                        f'{links.describe()} exchange through a server: drop exchange= or '
-                        'overlap')
     sync = WorkerTrainer(task, optimizer, global_batch, local_shape, rules, seed, bucket, host,
                          accumulate=accumulate, granularity=granularity)
     if sync.mesh.axis_names[0] != PROC:
@@ -205,7 +206,7 @@ class OverlapTrainer:
       raise ConfigError(f'the overlapped all-reduce needs every gradient replicated inside a '
                         f'worker (data parallel); {Strategy.describe(sync.rules)} splits '
                         f'{len(sync.fused_layout.separate)} of them (use strategy data_parallel)')
-    self.sync, self.links, self.global_batch = sync, links, global_batch
+    self.sync, self.pace, self.global_batch = sync, host, global_batch
     self.estimate_scale = estimate_scale
     self.buckets = sync.fused_layout.buckets(bucket_bytes)
     replicated = NamedSharding(sync.mesh, PartitionSpec())
@@ -246,9 +247,10 @@ class OverlapTrainer:
     gradient applied; the pending one is not yet)."""
     return self.sync.evaluate(state.train, batch)
 
-  def use_host(self, host: EmulatedHost | None) -> None:
-    """The synchronous steps' host (`WorkerTrainer.use_host`): the forward and backward pad
-    to it, the overlapped reduction runs beside."""
+  def use_host(self, host: Pace | None) -> None:
+    """The synchronous pieces' host (`WorkerTrainer.use_host`): the forward and backward pad
+    to it; the overlapped reduction's buckets and the 8-bit exchange to its links."""
+    self.pace = host
     self.sync.use_host(host)
 
   # -- state -------------------------------------------------------------------------------------
@@ -339,12 +341,11 @@ class OverlapTrainer:
     update. Returns the new exact state and the summed head (host values)."""
     reduced = []
     for (start, stop), program in zip(self.buckets, self._reduce_bucket, strict=True):
-      begin = time.perf_counter()
-      reduced.append(program(pending))
-      if self.links is not None:
-        jax.block_until_ready(reduced[-1])
-        self.links.pad(self.links.all_reduce_s(range(self.workers), 4 * (stop - start)),
-                       time.perf_counter() - begin)
+      if self.pace is None:
+        reduced.append(program(pending))
+        continue
+      with self.pace.exchange(4 * (stop - start), Collective.ALL_REDUCE):
+        reduced.append(jax.block_until_ready(program(pending)))
     train, head = self._apply(train, reduced)
     return jax.block_until_ready(train), self.sync.read_head(head)
 
@@ -362,10 +363,9 @@ class OverlapTrainer:
       source = self._local(state.pending)
       if self.estimate is OverlapEstimate.INT8:   # the blocking 8-bit exchange, padded
         begin = time.perf_counter()
-        source = self.sync.local_view(jax.block_until_ready(self._coarse(state.pending)))
-        if self.links is not None:
-          self.links.pad(self.links.all_gather_s(range(self.workers), self.coarse_bytes),
-                         time.perf_counter() - begin)
+        with (self.pace.exchange(self.coarse_bytes, Collective.ALL_GATHER) if self.pace
+              else contextlib.nullcontext()):
+          source = self.sync.local_view(jax.block_until_ready(self._coarse(state.pending)))
         coarse_s = time.perf_counter() - begin
       # Ready before the reduction starts: its update donates the arrays w̃ is computed from.
       tilde = jax.block_until_ready(self._approximate(local, source))

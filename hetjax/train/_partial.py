@@ -100,7 +100,7 @@ def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
     state, head = trainer.combine(state, part.packed, **part.head_values())
   """
   trainer.check_shares(shares)
-  step, rows, host = work.step, shares[trainer.worker], trainer.host
+  step, rows, pace = work.step, shares[trainer.worker], trainer.pace
   start = time.perf_counter()
   batch = jax.block_until_ready(trainer.place(slice_batch(work.batch, shares, trainer.worker)))
   computed = time.perf_counter()
@@ -115,12 +115,12 @@ def partial_gradient(trainer: WorkerTrainer, state: Any, work: Work,
   sampled = not (programs.last_ran_pieces or compiling or programs.compiling or compiled_s > 0)
   if sampled and rows:
     programs.observe(rows, compute_s)
-  slept, overrun = host.pad(step, rows, compute_s) if host else (0.0, 0.0)
+  slept, overrun = pace.pad(step, rows, compute_s) if pace else (0.0, 0.0)
   # Padded to its host's time with room to spare, the step took exactly the host's time, a
   # compile beside it or not.
-  exact = host is not None and slept > 0 and overrun == 0
+  exact = slept > 0 and overrun == 0
   return PartialGradient(
       packed, step, rows, start, data_s=computed - start, compute_s=compute_s,
-      compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(host, step),
-      sampled=sampled or exact, slowdown=host.factor(step) if host else 1.0,
+      compile_s=compile_s, slept=slept, overrun_s=overrun, load=host_load(pace, step),
+      sampled=sampled or exact, slowdown=pace.factor(step) if pace else 1.0,
       compiled_s=compiled_s, exact=exact, ready=programs.ready)

@@ -69,7 +69,7 @@ import numpy as np
 
 from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
-from hetjax.core import EmulatedHost, StepStats, Work, WorkerTiming, host_load
+from hetjax.core import Pace, StepStats, Work, WorkerTiming, host_load
 from hetjax.data import take_rows
 from hetjax.runtime import Channel
 from hetjax.train._endgame import may_leave, takes_token
@@ -211,7 +211,7 @@ class TokenTrainer(WorkerTrainer):
       local_shape: tuple[int, int] | None = None,
       rules=None,
       seed: int = 0,
-      host: EmulatedHost | None = None,
+      host: Pace | None = None,
       *,
       accumulate: int = 1,
   ):
@@ -296,7 +296,7 @@ class TokenTrainer(WorkerTrainer):
       # The host's clock runs over the step, not per call: a token whose compute ran past its
       # time is made up by the next one's padding (the host sleeps that much less). ``late`` is
       # what is still owed; left after the last token, it is the step's overrun.
-      sleep, late = (self.host.pad(step, rules.token_rows, seconds + late) if self.host
+      sleep, late = (self.pace.pad(step, rules.token_rows, seconds + late) if self.pace
                      else (0.0, 0.0))
       compute_s, slept = compute_s + seconds, slept + sleep
       packed = grad if packed is None else self.accumulate(packed, grad)
@@ -327,7 +327,7 @@ class TokenTrainer(WorkerTrainer):
     compiled_s = self.programs.take_compiled()
     sampled = not (compiling or self.programs.compiling or compiled_s > 0)
     rows = got.done * self.tokens.token_rows
-    load = host_load(self.host, work.step)
+    load = host_load(self.pace, work.step)
     combine = time.perf_counter()
     state, head = jax.block_until_ready(self.combine(
         state, self.zero_gradient() if got.packed is None else got.packed,
@@ -343,7 +343,7 @@ class TokenTrainer(WorkerTrainer):
                          f'global batch {self.global_batch}: the token queue lost tokens')
     local = WorkerTiming(
         step=work.step + 1, worker=self.worker, share=rows,
-        slowdown=self.host.factor(work.step) if self.host else 1.0,
+        slowdown=self.pace.factor(work.step) if self.pace else 1.0,
         data_s=got.data_s + got.pull_s, compute_s=got.compute_s, dilation_s=got.slept,
         collective_s=end - combine, step_s=end - start, compile_s=got.compile_s, load=load,
         overrun_s=got.overrun, pulls=got.pulls, pull_s=got.pull_s, left=got.left,

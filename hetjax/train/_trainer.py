@@ -13,7 +13,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
-from hetjax.core import StepStats, Work
+from hetjax.core import Pace, StepStats, Work
 from hetjax.data import Batch
 from hetjax.sharding import ShardingRules, activation_rules, batch_sharding, put_batch
 from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
@@ -127,7 +127,7 @@ class Trainer:
                                out_shardings=self.replicated)
     return {k: float(v) for k, v in self._evaluate(state.params, self.put_batch(batch)).items()}
 
-  def use_host(self, host: Any) -> None:
+  def use_host(self, host: Pace | None) -> None:
     """None only: one program over every device has no host of its own to pad to."""
     if host is not None:
       raise ConfigError('an SPMD step runs every device in one program and has no emulated '

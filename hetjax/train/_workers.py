@@ -28,6 +28,7 @@ every worker's (their least common multiple, `share_degree`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -41,9 +42,8 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
-from hetjax.core import EmulatedHost, StepStats, Work, WorkerTiming, known_speed_host
+from hetjax.core import Pace, StepStats, Work, WorkerTiming
 from hetjax.data import Batch, StepBatch, slice_batch
-from hetjax.emulation import Exchange, Links
 from hetjax.sharding import ShardingRules, activation_rules, put_batch
 from hetjax.train._accumulate import micro_rows_of, summed_value_and_grad
 from hetjax.train._fused import FusedLayout
@@ -96,14 +96,14 @@ class WorkerTrainer:
       compiled pieces while its own program compiles on a background thread (see
       `SharePrograms`), so no step waits for a compile after the first. None (fixed shares):
       each size is compiled when first needed.
-    host: the emulated host this worker runs as (`hetjax.emulation.KnownSpeedHost`): each
-      step's compute is padded by sleep to the host's time. None: this machine's own speed.
-    links: the emulated network (`hetjax.emulation.Links`): under the ring exchange each
-      step's combine is padded by sleep to a ring all-reduce of `all_reduce_bytes` on the
-      slowest link, from its start; under the server exchange each worker first sleeps its own
-      push and pull (`Links.exchange_s`), then joins the combine, so the step ends when the
-      slowest compute-plus-transfer does (both inside ``collective_s``). None: this machine's
-      own transfers.
+    host: the pace of the emulated host and links this worker runs as (`hetjax.core.Pace`,
+      also given later by `use_host`): each step's compute is padded by sleep to the host's
+      time, and its combine is the exchange of `all_reduce_bytes` the links price
+      (`hetjax.emulation.LinkedHost`: under the ring exchange padded to a ring all-reduce on
+      the slowest link, from its start; under the server exchange each worker first sleeps its
+      own push and pull, then joins the combine, so the step ends when the slowest
+      compute-plus-transfer does; both inside ``collective_s``). None: this machine's own speed
+      and transfers.
     accumulate: gradient accumulation: each worker computes its rows in micro-batches of at
       most ``ceil(global_batch / (workers × accumulate))`` rows (rounded up to its local
       degree), summed before the combine, so a worker with a larger share runs more of them
@@ -123,14 +123,13 @@ class WorkerTrainer:
       rules: ShardingRules | None = None,
       seed: int = 0,
       bucket: int | None = None,
-      host: EmulatedHost | None = None,
-      links: Links | None = None,
+      host: Pace | None = None,
       *,
       accumulate: int = 1,
       granularity: Granularity | str = Granularity.COMPILE,
   ):
     self.task, self.optimizer, self.global_batch, self.seed = task, optimizer, global_batch, seed
-    self.host, self.links = host, links
+    self.pace = host
     self.rules = rules or Strategy.DATA_PARALLEL.rules()
     self.worker, self.workers = jax.process_index(), jax.process_count()
     self.local_shapes = local_shapes(local_shape)
@@ -210,10 +209,10 @@ class WorkerTrainer:
     found = self._evaluate(self.local_view(state.params), self.place(batch))
     return {k: float(v) for k, v in found.items()}
 
-  def use_host(self, host: EmulatedHost | None) -> None:
+  def use_host(self, host: Pace | None) -> None:
     """Pads each step to ``host`` (`hetjax.core.StepProgram.use_host`): its rows of the step
-    take the host's time."""
-    self.host = known_speed_host(host, type(self).__name__)
+    take the host's time, its combine the exchange the links price."""
+    self.pace = host
 
   @property
   def compiles(self) -> int:
@@ -394,22 +393,17 @@ class WorkerTrainer:
 
     Builds this worker's slice (``data_s``), compiles its program if the share size is new
     (``compile_s``), computes its partial gradient and waits for it (``compute_s``), pads the
-    step to its emulated host's time (``dilation_s``, see `hetjax.emulation.KnownSpeedHost`;
-    all of it `partial_gradient`), then joins the combine and optimizer update, waits for it and
-    pads it to the emulated network's time (``collective_s``; under the server exchange this
-    worker's own transfer comes first). Timing needs those waits, so unlike an SPMD step this
-    one syncs.
+    step to its emulated host's time (``dilation_s``, `hetjax.core.Pace.pad`; all of it
+    `partial_gradient`), then joins the combine and optimizer update, waits for it and pads it
+    to the emulated network's time (``collective_s``, `hetjax.core.Pace.exchange`; under the
+    server exchange this worker's own transfer comes first). Timing needs those waits, so
+    unlike an SPMD step this one syncs.
     """
     prepare_upcoming(self, shares)
     part = partial_gradient(self, state, work, tuple(int(s) for s in shares))
     combine = time.perf_counter()
-    own = self.links is not None and self.links.exchange is Exchange.SERVER
-    if own:  # its own push and pull, before the sum that waits for everyone's
-      self.links.pad(self.links.exchange_s(self.all_reduce_bytes)[self.worker], 0.0)
-    state, head = jax.block_until_ready(self.combine(state, part.packed, **part.head_values()))
-    if self.links is not None and not own:
-      self.links.pad(self.links.all_reduce_s(range(self.workers), self.all_reduce_bytes),
-                     time.perf_counter() - combine)
+    with self.pace.exchange(self.all_reduce_bytes) if self.pace else contextlib.nullcontext():
+      state, head = jax.block_until_ready(self.combine(state, part.packed, **part.head_values()))
     end = time.perf_counter()
     local = part.timing(self.worker, end - combine, end)
     return state, self.stats(work.step, self.read_head(head), end - part.start, part.compile_s,
@@ -461,6 +455,6 @@ class WorkerTrainer:
     host measures 3x slower, as it will run).
     """
     best = min(self.time_gradient(state, rows, repeats))
-    slept = self.host.pad(0, rows, best)[0] if self.host else 0.0
+    slept = self.pace.pad(0, rows, best)[0] if self.pace else 0.0
     return rows / (best + slept)
 

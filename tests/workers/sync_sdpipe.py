@@ -66,7 +66,8 @@ def run(ctx, trainer, channel, out: pathlib.Path, policy: str, steps: int, strag
         silent: int | None, silent_s: float) -> None:
   import jax
 
-  from hetjax.sync import HostPause, ReplicaDriver, SyncClient, SyncPolicy, start_service
+  from hetjax.bench import HostPause
+  from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   policy, _, mode = policy.partition('+')
   service = None

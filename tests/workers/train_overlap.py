@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from hetjax import models  # noqa: E402
 from hetjax.core import Work  # noqa: E402
-from hetjax.emulation import KnownSpeedHost, parse_links, parse_trace  # noqa: E402
+from hetjax.emulation import KnownSpeedHost, LinkedHost, parse_links, parse_trace  # noqa: E402
 from hetjax.train import OverlapTrainer, WorkerTrainer  # noqa: E402
 from tests.workers.common import MODELS, OPTIMIZER  # noqa: E402
 from tests.workers.common import OVERLAP_BUCKET_BYTES as BUCKET_BYTES  # noqa: E402
@@ -79,9 +79,10 @@ links = parse_links(LINKS, workers=2)
 host = KnownSpeedHost(parse_trace('static:1,1', 2), worker=ctx.worker,
                       row_s=HOST_S / (batch // 2))
 even = (batch // 2, batch // 2)
-timed_sync = WorkerTrainer(task, OPTIMIZER, batch, host=host, links=links)
-timed_overlap = OverlapTrainer(task, OPTIMIZER, batch, host=host, links=links)
-timed_int8 = OverlapTrainer(task, OPTIMIZER, batch, host=host, links=links, estimate='int8')
+paced = LinkedHost(links, ctx.worker, host)
+timed_sync = WorkerTrainer(task, OPTIMIZER, batch, host=paced)
+timed_overlap = OverlapTrainer(task, OPTIMIZER, batch, host=paced)
+timed_int8 = OverlapTrainer(task, OPTIMIZER, batch, host=paced, estimate='int8')
 out['links'] = {
     'modelled_s': links.all_reduce_s(range(2), timed_sync.all_reduce_bytes),
     'gather_s': links.all_gather_s(range(2), timed_int8.coarse_bytes),

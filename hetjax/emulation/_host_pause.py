@@ -1,31 +1,30 @@
 """A pipeline replica's emulated host: each step padded by sleep to what a `KnownSpeedHost` takes.
 
-Replicas are slowed the way every other mode is (one emulator, one grammar): a
-`hetjax.emulation.SlowdownTrace` from `parse_trace` (``--slowdown``: ``persistent:W:F`` for
-SDPipe's persistent straggler, ``transient:H[:P][:seed=N]`` for its transient ones, and
-``static``, ``step``, ``markov``, ``csv`` and products alike) and a `KnownSpeedHost` per replica.
-A replica's step always trains on the same rows (its batch), so `HostPause` gives the host
-those rows: the step is padded to ``(factor + delay) × (fixed_s + rows × row_s)``, and with
-``row_s = step_s / rows`` (`HostPause.of_step`) to ``(factor + delay) × step_s``. The step
-number the host sees is the replica's step after the update (1, 2, …): the transient draw for
-(seed, worker, step) is `TransientTrace`'s, so every policy run with the same seed meets the
-same stragglers at the same steps, on real workers and on the virtual clock (`simulate_sync`).
-A compute longer than the target is not padded (`ReplicaStep.compute_s` shows it).
+Replicas are slowed the way every other mode is (one emulator, one grammar): a `SlowdownTrace`
+from `parse_trace` (``--slowdown``: ``persistent:W:F`` for SDPipe's persistent straggler,
+``transient:H[:P][:seed=N]`` for its transient ones, and ``static``, ``step``, ``markov``,
+``csv`` and products alike; `replica_trace` reads a spec or takes a trace) and a
+`KnownSpeedHost` per replica. A replica's step always trains on the same rows (its batch), so
+`HostPause` prices every step at those rows: the step is padded to ``(factor + delay) ×
+(fixed_s + rows × row_s)``, and with ``row_s = step_s`` for one row (`HostPause.of_step`) to
+``(factor + delay) × step_s``. The step number the host sees is the replica's step after the
+update (1, 2, …): the transient draw for (seed, worker, step) is `TransientTrace`'s, so every
+policy run with the same seed meets the same stragglers at the same steps, on real workers and
+on the virtual clock (`hetjax.simulation.simulate_sync`). A compute longer than the target is
+not padded (`hetjax.sync.ReplicaStep.compute_s` shows it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from hetjax._checks import integer, positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.emulation import (
-  ComposedTrace,
-  KnownSpeedHost,
-  SlowdownTrace,
-  TransientTrace,
-  parse_trace,
-)
+from hetjax._links import Collective
+from hetjax.emulation._grammar import parse_trace
+from hetjax.emulation._hosts import KnownSpeedHost
+from hetjax.emulation._traces import ComposedTrace, SlowdownTrace, TransientTrace
 
 
 def replica_trace(slowdown: str | SlowdownTrace | None, workers: int,
@@ -68,13 +67,14 @@ def _reseed(trace: SlowdownTrace, seed: int) -> SlowdownTrace:
 
 @dataclasses.dataclass(frozen=True)
 class HostPause:
-  """``pause(step, compute_s) -> seconds slept`` for `ReplicaDriver`: the replica's step of
-  ``rows`` rows padded to ``host.target_s(step, rows)`` (module docstring).
+  """A replica's host priced per step (module docstring): a `hetjax.core.Pace` whose every
+  compute phase is a step of ``rows`` rows, padded to ``host.target_s(step, rows)``, whatever
+  rows the program reports (a replica's steps all train its one batch).
 
   Example::
 
     pause = HostPause.of_step('persistent:1:3', workers=4, worker=1, step_s=0.06)
-    slept = pause(step, compute_s=0.012)   # 0.168 s: the step takes 3 × 60 ms in all
+    slept, _ = pause.pad(step, rows=8, measured_s=0.012)   # 0.168 s: 3 × 60 ms in all
 
   Attributes:
     host: this replica's emulated host.
@@ -101,8 +101,28 @@ class HostPause:
     """How long ``step`` takes in all on this host."""
     return self.host.target_s(_step(step), self.rows)
 
-  def __call__(self, step: int, compute_s: float) -> float:
-    return self.host.pad(_step(step), self.rows, compute_s)[0]
+  def factor(self, step: int) -> float:
+    """The host's slowdown at ``step``."""
+    return self.host.factor(_step(step))
+
+  def load(self, step: int) -> float:
+    """The host-load input of ``step``: its slowdown (`hetjax.core.Pace.load`)."""
+    return self.factor(step)
+
+  def pad(self, step: int, rows: int, measured_s: float) -> tuple[float, float]:
+    """Sleeps the rest of `target_s` after a step's compute of ``measured_s`` (``rows`` is
+    the replica's batch: every step is priced at `rows`); (slept, overrun) seconds."""
+    return self.host.pad(_step(step), self.rows, measured_s)
+
+  def pad_action(self, step: int, stage: int, kind: str, measured_s: float
+                 ) -> tuple[float, float]:
+    """Refused in one line, as `KnownSpeedHost.pad_action`."""
+    return self.host.pad_action(step, stage, kind, measured_s)
+
+  def exchange(self, nbytes: int, collective: Collective = Collective.GRADIENT
+               ) -> contextlib.AbstractContextManager[None]:
+    """No links: a replica's averaging takes the machine's time."""
+    return contextlib.nullcontext()
 
 
 def _step(step: object) -> int:
