@@ -21,7 +21,7 @@ import optax
 
 from hetjax import models, runtime
 from hetjax.pipeline import PipelineTrainer
-from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
+from hetjax.replicas import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
 ctx = runtime.initialize()                             # one process per replica
 channel = runtime.Channel('run0')

@@ -59,7 +59,7 @@ def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transpo
   channel = runtime.Channel(f'comm/{run["id"]}')
   if role.is_server:
     full, curve = FullLoss(task), []
-    every = 1 if config.sync is ps.Sync.BSP else role.workers   # a global batch of gradients
+    every = 1 if config.consistency is ps.Consistency.BSP else role.workers   # a global batch of gradients
 
     def sample(server):  # one server holds every leaf: the loss of its parameters
       if server.version % every == 0:  # [global batches, loss, the server's clock]
@@ -78,7 +78,7 @@ def _ps_run(run: dict, role: ps.PsRole, out: pathlib.Path, transport: ps.Transpo
   worker = ps.make_worker(task, run['global_batch'], config, role, channel, transport=transport,
                           links=links, host=_host(run, role.index, role.workers), timeout_s=120)
   state, steps = worker.init_state(), []
-  versions = run['steps'] * (1 if config.sync is ps.Sync.BSP else role.workers)
+  versions = run['steps'] * (1 if config.consistency is ps.Consistency.BSP else role.workers)
   for info in train.training_steps(worker, state, MAX_STEPS * run['steps']):
     state, local = info.state, info.stats.local
     steps.append({'iter_s': info.stats.iter_s, 'loss': float(info.stats.loss),

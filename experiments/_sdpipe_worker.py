@@ -98,7 +98,7 @@ def main(out_dir: str, config: dict) -> None:
   from hetjax import models
   from hetjax.bench import HostPause
   from hetjax.pipeline import PipelineTrainer
-  from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
+  from hetjax.replicas import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   out = pathlib.Path(out_dir)
   channel = runtime.Channel(f'sdpipe/{out}')

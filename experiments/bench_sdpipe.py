@@ -59,7 +59,7 @@ from absl import flags
 from experiments import _harness, _sdpipe_analysis
 from experiments._bench_launch import launch_workers
 from hetjax import ConfigError
-from hetjax.sync import RENAMED_SYNC_NAMES, parse_sync_name
+from hetjax.replicas import RENAMED_SYNC_NAMES, parse_sync_name
 
 WORKERS = 4
 SCENARIOS = {'transient-h1': 'transient:1', 'transient-h3': 'transient:3',

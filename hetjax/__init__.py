@@ -28,13 +28,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     pipeline,
     planner,
     ps,
+    replicas,
     report,
     run,
     runtime,
     schmp,
     sharding,
     simulation,
-    sync,
     train,
   )
 
@@ -61,13 +61,13 @@ __all__ = [
     'pipeline',
     'planner',
     'ps',
+    'replicas',
     'report',
     'run',
     'runtime',
     'schmp',
     'sharding',
     'simulation',
-    'sync',
     'train',
 ]
 

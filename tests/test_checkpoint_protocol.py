@@ -14,7 +14,7 @@ import pytest
 from hetjax.checkpoint import Checkpointer, CheckpointerProtocol
 from hetjax.pipeline import StageCheckpointer
 from hetjax.ps import ServerCheckpointer, ServerState
-from hetjax.sync import ReplicaCheckpointer
+from hetjax.replicas import ReplicaCheckpointer
 from hetjax.train import TrainState
 
 CHECKPOINTERS = [Checkpointer, StageCheckpointer, ReplicaCheckpointer, ServerCheckpointer]

@@ -21,8 +21,8 @@ import pytest
 from hetjax import ConfigError, models
 from hetjax.checkpoint import CheckpointerProtocol
 from hetjax.pipeline import PipelineTrainer
+from hetjax.replicas import ReplicaCheckpointer
 from hetjax.runtime import LocalChannel
-from hetjax.sync import ReplicaCheckpointer
 from tests.conftest import require_devices
 
 

@@ -155,7 +155,7 @@ def test_bad_rules(assignment, message):
 
 
 def test_the_choices_are_the_librarys_own():
-  from hetjax import balance, ps, sync, train
+  from hetjax import balance, ps, replicas, train
   from hetjax.models import gpt
   from hetjax.pipeline._stage_args import SCHEDULES
 
@@ -165,9 +165,9 @@ def test_the_choices_are_the_librarys_own():
       'OPTIMIZERS': tuple(o.value for o in train.Optimizer),
       'OVERLAP_ESTIMATES': tuple(e.value for e in train.OverlapEstimate),
       'PIPELINE_SCHEDULES': tuple(SCHEDULES),
-      'SYNC_NAMES': tuple(s.value for s in sync.SyncName),
-      'RENAMED_SYNC_NAMES': {old: new.value for old, new in sync.RENAMED_SYNC_NAMES.items()},
-      'PS_SYNCS': tuple(s.value for s in ps.Sync),
+      'SYNC_NAMES': tuple(s.value for s in replicas.SyncName),
+      'RENAMED_SYNC_NAMES': {old: new.value for old, new in replicas.RENAMED_SYNC_NAMES.items()},
+      'PS_CONSISTENCIES': tuple(s.value for s in ps.Consistency),
       'PS_LR_RULES': tuple(r.value for r in ps.LrRule),
       'DTYPES': tuple(gpt.DTYPES),
       'REMATS': tuple(r.value for r in gpt.Remat),

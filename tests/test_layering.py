@@ -84,13 +84,13 @@ def test_the_pipeline_does_not_import_the_planner():
 
 
 def test_the_pipeline_does_not_import_replica_sync():
-  # A replica drives a PipelineTrainer (hetjax.sync imports hetjax.pipeline), never the reverse.
-  assert _violations('pipeline', lambda name: not name.startswith('hetjax.sync')) == []
+  # A replica drives a PipelineTrainer (hetjax.replicas imports hetjax.pipeline), never the reverse.
+  assert _violations('pipeline', lambda name: not name.startswith('hetjax.replicas')) == []
 
 
 def test_replica_sync_does_not_import_its_virtual_clock():
-  # hetjax.simulation's simulate_sync runs hetjax.sync's policies, so sync may not import it.
-  assert _violations('sync', lambda name: not name.startswith('hetjax.simulation')) == []
+  # hetjax.simulation's simulate_sync runs hetjax.replicas's policies, so replicas may not import it.
+  assert _violations('replicas', lambda name: not name.startswith('hetjax.simulation')) == []
 
 
 def test_core_imports_nothing_of_hetjax_but_its_errors():
@@ -121,7 +121,7 @@ def test_every_subpackage_imports_first_in_a_fresh_interpreter():
   """A cycle shows as an ImportError (a partly initialised module) only for some import orders:
   each subpackage is imported first, in a process where no hetjax module is loaded yet (forked
   from one that loaded only JAX, Flax, Optax and Orbax, to keep it to seconds)."""
-  assert {'core', 'pipeline', 'planner', 'simulation', 'sync'} <= set(SUBPACKAGES)
+  assert {'core', 'pipeline', 'planner', 'replicas', 'simulation'} <= set(SUBPACKAGES)
   result = subprocess.run([sys.executable, '-W', 'ignore', '-c', _FRESH_IMPORTS, *SUBPACKAGES],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-4000:]
@@ -130,15 +130,15 @@ def test_every_subpackage_imports_first_in_a_fresh_interpreter():
 
 def test_train_does_not_import_the_virtual_clocks():
   # hetjax.simulation's clocks run the train package's rules (the token end game), and
-  # hetjax.sync (which simulation imports) drives train's programs: train importing simulation
-  # would close a cycle train → simulation → sync → train.
+  # hetjax.replicas (which simulation imports) drives train's programs: train importing simulation
+  # would close a cycle train → simulation → replicas → train.
   assert _violations('train', lambda name: not name.startswith('hetjax.simulation')) == []
 
 
 def test_programs_meet_emulation_only_through_the_pace():
   # Emulated hosts and links reach a step program through one seam, `hetjax.core.Pace` (its
   # ``use_host``): the programs' packages never import the emulator, not even in a function.
-  for package in ('train', 'pipeline', 'sync'):
+  for package in ('train', 'pipeline', 'replicas'):
     assert _violations(package, lambda name: not name.startswith('hetjax.emulation')) == []
 
 
@@ -220,8 +220,8 @@ LAYERS = {
     'schmp': 7,         # scheduled model parallelism (core, data)
     'models': 8,        # the models (pipeline's chains, train's tasks)
     'planner': 8,       # plans and profiles (pipeline, train, runtime)
-    'sync': 8,          # replicas of a pipeline and their sync policies (pipeline, train)
-    'simulation': 9,    # the virtual clocks (sync's policies, train's end game)
+    'replicas': 8,      # a pipeline's replicas and their sync policies (pipeline, train)
+    'simulation': 9,    # the virtual clocks (replicas' sync policies, train's end game)
     'run': 10,          # a run from a config: every package below
     'configs': 10,      # the shipped configs (run's Config; run loads them by name)
     'cli': 11,
@@ -308,5 +308,19 @@ def test_pyproject_installs_every_subpackage_from_its_folder():
 
   setuptools = tomllib.loads((ROOT / 'pyproject.toml').read_text())['tool']['setuptools']
   found = {'hetjax'} | {f'hetjax.{name}' for name in SUBPACKAGES}
-  assert set(setuptools['packages']) == found
+  data = {'hetjax.configs.plans'}  # the shipped plans: a folder of JSON files, no module
+  assert set(setuptools['packages']) == found | data
   assert setuptools['package-dir'] == {f'hetjax.{MODELS}': MODELS}
+
+
+def test_configs_are_read_and_checked_without_jax():
+  """`hetjax.run`'s face imports its config pieces only: a program that reads, overrides or
+  checks a config (a launcher, a sweep, ``--help``) pays for no JAX, Flax or Optax."""
+  code = ('import sys\nfrom hetjax import run\n'
+          'for name in run.config_names():\n'
+          '  run.Config.from_json(run.override(run.load_config(name), ["steps=3"]).to_json())\n'
+          'print(sorted(m for m in ("jax", "flax", "optax", "orbax") if m in sys.modules))\n')
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.splitlines()[-1] == '[]'

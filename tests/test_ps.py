@@ -102,7 +102,7 @@ def test_layout_deals_leaves_by_size():
     ('ssp', 'ssp needs its bound'),
     ('asp,fast', "unknown parameter-server option 'fast'"),
     ('bsp,lr=staleness', 'never stale'),
-    ('hogwild', "unknown parameter-server sync 'hogwild'"),
+    ('hogwild', "unknown parameter-server consistency 'hogwild'"),
 ])
 def test_parse_ps_errors(spec, error):
   with pytest.raises(ValueError, match=error):

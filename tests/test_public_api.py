@@ -91,7 +91,7 @@ def test_the_scan_sees_every_way_to_reach_a_private_module(tmp_path):
       'def f():\n'
       '  from hetjax.runtime._verdict import proc_stat\n'
       '  import hetjax\n'
-      '  return hetjax.sync._policies.RENAMED\n')
+      '  return hetjax.replicas._policies.RENAMED\n')
   (tmp_path / 'examples').mkdir()
   (tmp_path / 'examples' / 'good.py').write_text(
       'import hetjax\nfrom hetjax import __version__, runtime\nfrom hetjax.pipeline import gpipe\n'
@@ -103,8 +103,8 @@ def test_the_scan_sees_every_way_to_reach_a_private_module(tmp_path):
       'experiments/sub/bad.py:3: hetjax.runtime._distributed',
       'experiments/sub/bad.py:5: hetjax.runtime._verdict',
       'experiments/sub/bad.py:5: hetjax.runtime._verdict.proc_stat',
-      'experiments/sub/bad.py:7: hetjax.sync._policies',
-      'experiments/sub/bad.py:7: hetjax.sync._policies.RENAMED',
+      'experiments/sub/bad.py:7: hetjax.replicas._policies',
+      'experiments/sub/bad.py:7: hetjax.replicas._policies.RENAMED',
   ]
 
 
@@ -148,12 +148,12 @@ def test_the_scan_of_hetjax_allows_only_its_own_package_and_the_root(tmp_path):
       'def f():\n'
       '  from hetjax.runtime import _calibrate\n'
       '  import hetjax\n'
-      '  return hetjax.sync._policy.SyncPolicy, hetjax.planner._cost.cost\n')
+      '  return hetjax.replicas._policy.SyncPolicy, hetjax.planner._cost.cost\n')
   assert _hetjax_uses(tmp_path) == [
       'hetjax/__init__.py:2: hetjax.runtime._elastic',
       'hetjax/planner/_cost.py:10: hetjax.runtime._calibrate',
-      'hetjax/planner/_cost.py:12: hetjax.sync._policy',
-      'hetjax/planner/_cost.py:12: hetjax.sync._policy.SyncPolicy',
+      'hetjax/planner/_cost.py:12: hetjax.replicas._policy',
+      'hetjax/planner/_cost.py:12: hetjax.replicas._policy.SyncPolicy',
       'hetjax/planner/_cost.py:7: hetjax.core._links',
       'hetjax/planner/_cost.py:7: hetjax.core._links.ring_bytes',
       'hetjax/planner/_cost.py:8: hetjax.pipeline._chain',

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from hetjax import ConfigError, emulation, models, pipeline, run, runtime, sharding, sync, train
+from hetjax import ConfigError, emulation, models, pipeline, replicas, run, runtime, sharding, train
 from hetjax.bench import HostPause
 from hetjax.emulation import MARGIN, KnownSpeedHost, StaticTrace
 from hetjax.run import _hosts, _ps_run, _replicas
@@ -41,7 +41,7 @@ def test_each_program_takes_any_pace_and_each_pace_refuses_what_it_cannot_price(
 
   trainer = pipeline.PipelineTrainer(task, optax.sgd(0.1), 8, stages=2, micro_batches=2,
                                      devices=require_devices(2))
-  driver = sync.ReplicaDriver(trainer, sync.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
+  driver = replicas.ReplicaDriver(trainer, replicas.SyncClient(runtime.LocalChannel(), 'p', 0), 1)
   driver.use_host(host)  # a replica pads its batch's rows
   assert driver.pace is host
   pause = HostPause.of_step('static:1,3', 2, 1, step_s=0.05)  # … or one cost a step

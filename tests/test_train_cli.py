@@ -13,7 +13,7 @@ import pytest
 from hetjax import data as hdata
 from hetjax import run
 from hetjax.checkpoint import Checkpointer
-from hetjax.sync import ReplicaCheckpointer, SyncPolicy
+from hetjax.replicas import ReplicaCheckpointer, ReplicaPolicy, SyncPolicy
 from tests.conftest import default_xla_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -346,7 +346,7 @@ def test_pipeline_replicas_run_and_resume_under_the_launcher(tmp_path):
   result = launch(tmp_path, '--steps=6', '--resume', '--set', 'sync_overlap=true')
   assert result.returncode == 0, result.stdout[-3000:]
   assert 'steps 4→6' in result.stdout and len(_losses(tmp_path)) == 6
-  policy = SyncPolicy('sdpipe', 2).in_loop(None, '', serve=False)
+  policy = ReplicaPolicy(SyncPolicy('sdpipe', 2), None, '', serve=False)
   before = Checkpointer.policy_state(saved[0], policy.init())
   after = Checkpointer.policy_state(
       ReplicaCheckpointer(tmp_path / 'checkpoints' / 'replica-0').read_meta(6), policy.init())

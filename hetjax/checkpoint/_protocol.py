@@ -14,7 +14,7 @@ class CheckpointerProtocol(Protocol):
 
   Every state a run trains has one (`Checkpointer`: an SPMD `TrainState`;
   `hetjax.pipeline.StageCheckpointer`: a pipeline's stages on their processes;
-  `hetjax.sync.ReplicaCheckpointer`: one pipeline replica on its process;
+  `hetjax.replicas.ReplicaCheckpointer`: one pipeline replica on its process;
   `hetjax.ps.ServerCheckpointer`: one parameter server's shard), and the runner uses exactly
   these members, the same way for all of them. A checkpoint is identified by its step (a
   server's: its version); its record (``meta``) is the JSON the run saved with it plus

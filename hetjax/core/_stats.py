@@ -97,7 +97,7 @@ class StepStats:
       NaN on the virtual clock.
     tokens: per worker, tokens pulled in a token step; empty otherwise.
     local: this worker's own breakdown of the step on real runs: a `WorkerTiming` (shares,
-      tokens), a `hetjax.sync.ReplicaStep` (a pipeline replica); None on the virtual clock
+      tokens), a `hetjax.replicas.ReplicaStep` (a pipeline replica); None on the virtual clock
       and in SPMD steps.
   """
 

@@ -11,7 +11,7 @@ from `parse_trace` (``--slowdown``: ``persistent:W:F`` for SDPipe's persistent s
 update (1, 2, …): the transient draw for (seed, worker, step) is `TransientTrace`'s, so every
 policy run with the same seed meets the same stragglers at the same steps, on real workers and
 on the virtual clock (`hetjax.simulation.simulate_sync`). A compute longer than the target is
-not padded (`hetjax.sync.ReplicaStep.compute_s` shows it).
+not padded (`hetjax.replicas.ReplicaStep.compute_s` shows it).
 """
 
 from __future__ import annotations

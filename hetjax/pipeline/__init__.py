@@ -8,7 +8,7 @@ implements `HasChain` (its `Link`s in forward order and a ``chain_loss``) can be
 `PipelineTrainer`, which runs such a schedule on one device group per stage (in this process or
 across processes), with the same gradients as the unpipelined model.
 
-Data-parallel replicas of a pipeline and the policies that sync them (SDPipe) are `hetjax.sync`.
+Data-parallel replicas of a pipeline and the policies that sync them (SDPipe) are `hetjax.replicas`.
 """
 
 from hetjax.pipeline._chain import HasChain as HasChain

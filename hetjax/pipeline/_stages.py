@@ -68,7 +68,7 @@ def equal_stages(ranges: Sequence[tuple[int, int]], devices: Sequence[jax.Device
 
   Raises:
     ConfigError: if the devices do not split evenly, or a group would span processes (a
-      replica's stages must all be its own: `hetjax.sync.ReplicaDriver`).
+      replica's stages must all be its own: `hetjax.replicas.ReplicaDriver`).
   """
   devices, stages = list(devices), len(ranges)
   if not devices or len(devices) % stages:

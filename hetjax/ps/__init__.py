@@ -12,9 +12,9 @@ from hetjax.ps._checkpoint import ServerState as ServerState
 from hetjax.ps._client import PsClient as PsClient
 from hetjax.ps._client import PushResult as PushResult
 from hetjax.ps._client import ServerError as ServerError
+from hetjax.ps._config import Consistency as Consistency
 from hetjax.ps._config import LrRule as LrRule
 from hetjax.ps._config import PsConfig as PsConfig
-from hetjax.ps._config import Sync as Sync
 from hetjax.ps._config import parse_ps as parse_ps
 from hetjax.ps._job import ENV_NUM_SERVERS as ENV_NUM_SERVERS
 from hetjax.ps._job import PsRole as PsRole
@@ -36,6 +36,7 @@ from hetjax.ps._worker import PsWorkerState as PsWorkerState
 
 __all__ = [
     'ENV_NUM_SERVERS',
+    'Consistency',
     'LrRule',
     'ParameterServer',
     'PsClient',
@@ -51,7 +52,6 @@ __all__ = [
     'ServerReport',
     'ServerState',
     'ShardUpdate',
-    'Sync',
     'Transport',
     'UpdateRecord',
     'initial_params',

@@ -1,6 +1,6 @@
 """How a parameter server synchronises: `PsConfig` and its text form.
 
-Modes (``sync``):
+Consistency models (``consistency``, `Consistency`):
 
 * ``bsp``: the server waits for every worker's gradient of version v, applies their mean (rows
   weighted: the gradient of the global batch, exactly one device's step) and publishes v + 1;
@@ -31,7 +31,9 @@ from hetjax._checks import at_least, number
 from hetjax._errors import ConfigError, parse_choice
 
 
-class Sync(enum.Enum):
+class Consistency(enum.Enum):
+  """A parameter server's consistency model (module docstring)."""
+
   BSP = 'bsp'
   ASP = 'asp'
   SSP = 'ssp'
@@ -46,7 +48,7 @@ class LrRule(enum.Enum):
 class PsConfig:
   """A parameter server's protocol (module docstring)."""
 
-  sync: Sync = Sync.ASP
+  consistency: Consistency = Consistency.ASP
   bound: int = 0
   eager: bool = False
   lr_rule: LrRule = LrRule.CONSTANT
@@ -54,12 +56,12 @@ class PsConfig:
   max_staleness: int | None = None
 
   def __post_init__(self):
-    if self.sync is Sync.BSP and self.eager:
+    if self.consistency is Consistency.BSP and self.eager:
       raise ConfigError('eager pull needs asp or ssp: under bsp every worker waits for the '
                         'round anyway')
-    if self.sync is Sync.BSP and (self.lr_rule is LrRule.STALENESS or self.dc_lambda):
+    if self.consistency is Consistency.BSP and (self.lr_rule is LrRule.STALENESS or self.dc_lambda):
       raise ConfigError('bsp gradients are never stale: lr=staleness and dc= need asp or ssp')
-    if self.sync is not Sync.SSP and self.bound:
+    if self.consistency is not Consistency.SSP and self.bound:
       raise ConfigError(f'a staleness bound ({self.bound}) needs ssp')
     at_least(self.bound, 0, 'the ssp bound')
     if self.dc_lambda is not None:
@@ -71,10 +73,10 @@ class PsConfig:
     """The staleness (in versions) above which a push is refused."""
     if self.max_staleness is not None:
       return self.max_staleness
-    return (self.bound + 1) * workers if self.sync is Sync.SSP else None
+    return (self.bound + 1) * workers if self.consistency is Consistency.SSP else None
 
   def describe(self) -> str:
-    parts = [self.sync.value + (f':{self.bound}' if self.sync is Sync.SSP else '')]
+    parts = [self.consistency.value + (f':{self.bound}' if self.consistency is Consistency.SSP else '')]
     parts += ['eager'] if self.eager else []
     parts += [f'lr={self.lr_rule.value}'] if self.lr_rule is not LrRule.CONSTANT else []
     parts += [f'dc={self.dc_lambda:g}'] if self.dc_lambda is not None else []
@@ -86,13 +88,13 @@ def parse_ps(spec: str) -> PsConfig:
   """``'asp,eager,lr=staleness'`` → a `PsConfig` (module docstring); one-line errors."""
   head, *options = [p.strip() for p in spec.strip().split(',')]
   name, _, bound = head.partition(':')
-  sync = parse_choice(Sync, name, 'parameter-server sync')
-  kwargs: dict = {'sync': sync}
+  consistency = parse_choice(Consistency, name, 'parameter-server consistency')
+  kwargs: dict = {'consistency': consistency}
   if bound:
-    if sync is not Sync.SSP:
+    if consistency is not Consistency.SSP:
       raise ConfigError(f'{head!r}: only ssp takes a bound (ssp:BOUND)')
     kwargs['bound'] = _int(bound, 'ssp bound')
-  elif sync is Sync.SSP:
+  elif consistency is Consistency.SSP:
     raise ConfigError('ssp needs its bound, e.g. ssp:2')
   for option in options:
     key, eq, value = option.partition('=')

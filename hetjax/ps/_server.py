@@ -34,7 +34,7 @@ import jax
 from hetjax._errors import ConfigError
 from hetjax.ps import _keys as keys
 from hetjax.ps._checkpoint import ServerCheckpointer, ServerState
-from hetjax.ps._config import LrRule, PsConfig, Sync
+from hetjax.ps._config import Consistency, LrRule, PsConfig
 from hetjax.ps._layout import ServerLayout
 from hetjax.ps._transport import Transport
 from hetjax.ps._update import ShardUpdate
@@ -181,7 +181,7 @@ class ParameterServer:
       self._addresses[worker] = self.channel.get(keys.WORKER_ADDRESS.format(worker))
     grads = self.transport.take(self._addresses[worker], int(request['number']), declared)
     reason = None
-    if version > self.version or (self.config.sync is Sync.BSP and version != self.version):
+    if version > self.version or (self.config.consistency is Consistency.BSP and version != self.version):
       reason, why = 'version', f'version {version} but the server is at {self.version}'
     elif self._refuse_above is not None and staleness > self._refuse_above:
       reason, why = 'staleness', f'staleness {staleness} > {self._refuse_above}'
@@ -190,7 +190,7 @@ class ParameterServer:
       return {'accepted': False, 'reason': why, 'version': self.version, 'staleness': staleness}
     rows, loss = int(request['rows']), float(request['loss'])
     self.clocks[worker] += 1
-    if self.config.sync is Sync.BSP:
+    if self.config.consistency is Consistency.BSP:
       self._round[worker] = (grads, rows, loss)
       self._close_round()
     else:
@@ -202,7 +202,7 @@ class ParameterServer:
   def _close_round(self) -> None:
     """bsp: applies the round once every running worker's push of this version is in."""
     running = set(range(self.workers)) - self._stopped
-    if self.config.sync is Sync.BSP and self._round and set(self._round) >= running:
+    if self.config.consistency is Consistency.BSP and self._round and set(self._round) >= running:
       self._apply_round()
 
   def _apply_round(self) -> None:

@@ -34,7 +34,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import Pace, ShareRules, StepStats, Work, host_load
 from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
-from hetjax.ps._config import PsConfig, Sync
+from hetjax.ps._config import Consistency, PsConfig
 from hetjax.sharding import abstract_model
 from hetjax.train import (
   Task,
@@ -225,8 +225,8 @@ class PsWorker:
                    ) -> tuple[PushResult, PyTree, tuple[int, ...], float]:
     push = self.client.push(grads, state.versions, rows, loss)
     self._accepted += push.accepted  # only the communication thread (or the step) writes it
-    min_version = max(state.versions) + 1 if self.config.sync is Sync.BSP else 0
-    min_clock = self._accepted - self.config.bound if self.config.sync is Sync.SSP else 0
+    min_version = max(state.versions) + 1 if self.config.consistency is Consistency.BSP else 0
+    min_clock = self._accepted - self.config.bound if self.config.consistency is Consistency.SSP else 0
     params, versions, pull_s = self.client.pull(min_version, min_clock)
     return push, merge_trainable(params, self._fixed), versions, pull_s
 

@@ -2,7 +2,7 @@
 them where it is built (a mistyped strategy fails at ``--set``, not minutes later at build).
 
 Each list spells out the library's own enum (`hetjax.train.Strategy`,
-`hetjax.balance.PolicyName`, `hetjax.train.Optimizer`, `hetjax.sync.SyncName`, …), and
+`hetjax.balance.PolicyName`, `hetjax.train.Optimizer`, `hetjax.replicas.SyncName`, …), and
 ``tests/test_config_fields.py`` checks that each equals it, so the two cannot drift. This module
 imports the standard library and `hetjax._errors` only.
 
@@ -37,12 +37,12 @@ OPTIMIZERS = ('sgd', 'momentum', 'adam', 'adamw')
 LR_SCHEDULES = ('constant', 'cosine', 'linear')
 #: The pipeline schedules by name (`hetjax.pipeline.PipelineTrainer`'s ``schedule``).
 PIPELINE_SCHEDULES = ('gpipe', '1f1b')
-#: `hetjax.sync.SyncName`: the policies that group pipeline replicas.
+#: `hetjax.replicas.SyncName`: the policies that group pipeline replicas.
 SYNC_NAMES = ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe')
-#: Sync names of before → today's (`hetjax.sync.RENAMED_SYNC_NAMES`).
+#: Sync names of before → today's (`hetjax.replicas.RENAMED_SYNC_NAMES`).
 RENAMED_SYNC_NAMES = {'ad-psgd': 'random-pairs', 'ps': 'periodic-average'}
-#: `hetjax.ps.Sync`: a parameter server's modes.
-PS_SYNCS = ('bsp', 'asp', 'ssp')
+#: `hetjax.ps.Consistency`: a parameter server's modes.
+PS_CONSISTENCIES = ('bsp', 'asp', 'ssp')
 #: `hetjax.ps.LrRule`: a parameter server's ``lr=`` option.
 PS_LR_RULES = ('constant', 'staleness')
 #: `hetjax.train.OverlapEstimate`: what the overlapped step's estimate starts from.
@@ -150,8 +150,8 @@ def ps_protocol(spec: Any, what: str = 'ps.protocol') -> dict[str, Any]:
   Example::
 
     >>> ps_protocol('ssp:2,lr=staleness')
-    {'sync': 'ssp', 'bound': 2, 'eager': False, 'lr_rule': 'staleness', 'dc_lambda': None,
-     'max_staleness': None}
+    {'consistency': 'ssp', 'bound': 2, 'eager': False, 'lr_rule': 'staleness',
+     'dc_lambda': None, 'max_staleness': None}
 
   Raises:
     ConfigError: in one line, naming the closest mode or option to a mistyped one.
@@ -160,13 +160,13 @@ def ps_protocol(spec: Any, what: str = 'ps.protocol') -> dict[str, Any]:
     raise ConfigError(f"{what} must be text like 'asp,eager', got {type(spec).__name__}")
   head, *options = [p.strip() for p in spec.strip().split(',')]
   name, _, bound = head.partition(':')
-  out = {'sync': choose(name, PS_SYNCS, f'{what} mode'), 'bound': 0, 'eager': False,
-         'lr_rule': 'constant', 'dc_lambda': None, 'max_staleness': None}
+  out = {'consistency': choose(name, PS_CONSISTENCIES, f'{what} mode'), 'bound': 0,
+         'eager': False, 'lr_rule': 'constant', 'dc_lambda': None, 'max_staleness': None}
   if bound:
-    if out['sync'] != 'ssp':
+    if out['consistency'] != 'ssp':
       raise ConfigError(f'{what} {head!r}: only ssp takes a bound (ssp:BOUND)')
     out['bound'] = _number(int, bound, f'{what}: the ssp bound')
-  elif out['sync'] == 'ssp':
+  elif out['consistency'] == 'ssp':
     raise ConfigError(f'{what}: ssp needs its bound, e.g. ssp:2')
   for option in options:
     key, eq, value = option.partition('=')
@@ -181,10 +181,10 @@ def ps_protocol(spec: Any, what: str = 'ps.protocol') -> dict[str, Any]:
     else:
       raise ConfigError(f'unknown {what} option {option!r}{_hint(key, PS_OPTIONS)} expected '
                         'eager, lr=constant|staleness, dc[=LAMBDA] or max_staleness=N')
-  if out['sync'] == 'bsp' and out['eager']:
+  if out['consistency'] == 'bsp' and out['eager']:
     raise ConfigError(f'{what} {spec!r}: eager pull needs asp or ssp: under bsp every worker '
                       'waits for the round anyway')
-  if out['sync'] == 'bsp' and (out['lr_rule'] == 'staleness' or out['dc_lambda']):
+  if out['consistency'] == 'bsp' and (out['lr_rule'] == 'staleness' or out['dc_lambda']):
     raise ConfigError(f'{what} {spec!r}: bsp gradients are never stale: lr=staleness and dc= '
                       'need asp or ssp')
   return out

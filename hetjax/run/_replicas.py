@@ -2,7 +2,7 @@
 
 Every worker runs the whole pipeline on its own devices (`PipelineTrainer`) as one replica; a
 `ReplicaDriver` is the step program, and after each step the replica reports to the group
-scheduler (worker 0 runs it, `SyncPolicy.in_loop` is the loop's policy) and averages each stage with
+scheduler (worker 0 runs it, `ReplicaPolicy` is the loop's policy) and averages each stage with
 its group (``Config.sync``: 'sdpipe', 'all-reduce', 'random-pairs', 'periodic-average').
 
 Slowdown (``--slowdown``, the one trace grammar): each replica is a host of known speed. A
@@ -27,7 +27,13 @@ import numpy as np
 
 from hetjax import ConfigError, emulation, runtime
 from hetjax.pipeline import PipelineTrainer
-from hetjax.sync import ReplicaCheckpointer, ReplicaDriver, SyncClient, SyncPolicy
+from hetjax.replicas import (
+  ReplicaCheckpointer,
+  ReplicaDriver,
+  ReplicaPolicy,
+  SyncClient,
+  SyncPolicy,
+)
 
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
 PREFIX = 'sync'
@@ -62,8 +68,8 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
   if ctx.is_chief and config.pipeline.sync in WINDOWED:  # windows on the scale of a step
     step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)
     options = window_options(config.pipeline.sync, step_s)
-  sync = SyncPolicy(config.pipeline.sync, ctx.workers, options).in_loop(channel, PREFIX,
-                                                                        serve=ctx.is_chief)
+  sync = ReplicaPolicy(SyncPolicy(config.pipeline.sync, ctx.workers, options), channel, PREFIX,
+                       serve=ctx.is_chief)
 
   def finish(state) -> dict:
     report = sync.close()  # once every replica has left, the scheduler stops: its report

@@ -38,7 +38,7 @@ from hetjax.run._choices import (
   OVERLAP_ESTIMATES,
   PIPELINE_SCHEDULES,
   POLICIES,
-  PS_SYNCS,
+  PS_CONSISTENCIES,
   REMATS,
   RENAMED_SYNC_NAMES,
   STRATEGIES,
@@ -346,9 +346,9 @@ class PipelineConfig:
     schedule: ``'1f1b'`` or ``'gpipe'``.
     sync: mode pipeline under several workers (one replica each): the sync policy that groups
       the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
-      ``'periodic-average'`` (`hetjax.sync.SyncPolicy`).
+      ``'periodic-average'`` (`hetjax.replicas.SyncPolicy`).
     sync_overlap: replicas average one step late, overlapped with the next step's compute
-      (`hetjax.sync.ReplicaDriver`'s ``overlap``); False syncs before the next step.
+      (`hetjax.replicas.ReplicaDriver`'s ``overlap``); False syncs before the next step.
   """
 
   NAME = 'pipeline'
@@ -403,7 +403,7 @@ class ParameterServerConfig:
   """
 
   NAME = 'ps'
-  protocol: str = choice('asp', PS_SYNCS, parse=ps_protocol)
+  protocol: str = choice('asp', PS_CONSISTENCIES, parse=ps_protocol)
 
   def __post_init__(self):
     check_choices(self)

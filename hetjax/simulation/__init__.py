@@ -3,7 +3,7 @@
 `simulate_shares` drives a share policy (the same value `train.training_steps` drives on real
 workers) against a slowdown trace and a `ClockCosts` model; `simulate_tokens` does the same for
 Fela's token pulling; `simulate_sync` runs one pipeline stage's replicas under a sync policy
-(`hetjax.sync.SyncPolicy`) as a discrete-event simulation (`SyncRun`). Every time they
+(`hetjax.replicas.SyncPolicy`) as a discrete-event simulation (`SyncRun`). Every time they
 report is virtual (modelled), never measured. A pipeline schedule's makespan is
 `hetjax.pipeline.time_schedule`.
 

@@ -1,7 +1,7 @@
 """Data-parallel replicas of one pipeline stage under a sync policy, on a virtual clock.
 
 `simulate_sync` runs ``replicas`` workers (the replicas of ONE stage, worker = replica) against a
-`hetjax.sync.SyncPolicy` ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe'), driving
+`hetjax.replicas.SyncPolicy` ('all-reduce', 'random-pairs', 'periodic-average', 'sdpipe'), driving
 its engine (`SyncPolicy.engine`) as a discrete-event simulation. Times are virtual seconds; the
 policy never knows, since it only sees the floats.
 
@@ -58,7 +58,7 @@ from hetjax._checks import number, positive_int, positive_seconds
 from hetjax._errors import ConfigError
 from hetjax.core import ring_fraction
 from hetjax.emulation import ComposedTrace, HostModel, SlowdownTrace, TransientTrace, replica_trace
-from hetjax.sync import SyncName, SyncPolicy, parse_sync_name
+from hetjax.replicas import SyncName, SyncPolicy, parse_sync_name
 
 #: Fault time-out given to the policies unless the caller passes one: nobody is ever dropped.
 NO_TIMEOUT_S = 1e9
@@ -120,7 +120,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
 
   Args:
     policy_name: 'all-reduce', 'random-pairs', 'periodic-average' or 'sdpipe'
-      (`hetjax.sync.SyncPolicy`'s name).
+      (`hetjax.replicas.SyncPolicy`'s name).
     replicas: workers.
     steps: mean steps per worker: the run stops once replicas × steps steps are done.
     step_s: a healthy worker's compute seconds per step.
@@ -130,7 +130,7 @@ def simulate_sync(policy_name: str | SyncName, replicas: int, steps: int, step_s
     seed: seeds the transient sleeps (unless the spec names a seed) and 'random-pairs''s pairing
       (unless ``seed`` is in the options).
     overlap: the group wait and sync overlap the next step's compute (module docstring).
-    **policy_options: the policy's options (`hetjax.sync.SyncPolicy`; e.g. ``every=4``,
+    **policy_options: the policy's options (`hetjax.replicas.SyncPolicy`; e.g. ``every=4``,
       ``max_group=3``).
 
   Raises:

@@ -52,9 +52,9 @@ from hetjax._checks import positive_int
 from hetjax._errors import ConfigError
 from hetjax.core import Pace, StepStats, Work
 from hetjax.pipeline import PipelineState, PipelineTrainer
-from hetjax.sync._averaging import GroupAverager
-from hetjax.sync._policy import SyncPolicy
-from hetjax.sync._service import Board, ServiceReport, SyncClient, SyncService
+from hetjax.replicas._averaging import GroupAverager
+from hetjax.replicas._policy import SyncPolicy
+from hetjax.replicas._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
 
 

@@ -1,8 +1,8 @@
 """What every sync policy's engine shares: arrival checks, time-outs, global syncs, group closing.
 
-`Grouper` is the base of `GroupScheduler` (SDPipe, `hetjax.sync._scheduler`) and of the
-baselines' engines (`hetjax.sync._engines`). Times are floats the caller passes in; see
-`hetjax.sync._scheduler` for the rules, faults and bad messages as implemented.
+`Grouper` is the base of `GroupScheduler` (SDPipe, `hetjax.replicas._scheduler`) and of the
+baselines' engines (`hetjax.replicas._engines`). Times are floats the caller passes in; see
+`hetjax.replicas._scheduler` for the rules, faults and bad messages as implemented.
 
 Cost per event: O(log workers) for the time-out bookkeeping (heaps of waiting arrivals and of
 silent workers' last arrivals, stale entries skipped when they surface), plus what a policy's
@@ -94,7 +94,7 @@ class Grouper:
     """The latest time this policy has seen (-inf before the first event)."""
     return self._now
 
-  # --- the state as a value (`hetjax.sync.SyncPolicy`) ----------------------------
+  # --- the state as a value (`hetjax.replicas.SyncPolicy`) ----------------------------
 
   def state(self) -> dict[str, Any]:
     """Everything this policy has learned and is waiting on, as a pytree of numpy arrays and

@@ -23,16 +23,16 @@ import time
 import pytest
 
 from hetjax import ConfigError
-from hetjax.runtime._local_channel import LocalChannel
-from hetjax.sync._driver import ServiceThread, start_service
-from hetjax.sync._policy import SyncPolicy
-from hetjax.sync._service import (
+from hetjax.replicas._driver import ServiceThread, start_service
+from hetjax.replicas._policy import SyncPolicy
+from hetjax.replicas._service import (
   IDLE_S,
   ServiceReport,
   SyncClient,
   SyncService,
   group_from_json,
 )
+from hetjax.runtime._local_channel import LocalChannel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -104,7 +104,7 @@ def by_seq(got):
 
 def warnings_of(caplog):
   return [r.getMessage() for r in caplog.records
-          if r.name == 'hetjax.sync' and r.levelno == logging.WARNING]
+          if r.name == 'hetjax.replicas' and r.levelno == logging.WARNING]
 
 
 class ScriptedBoard:
@@ -264,7 +264,7 @@ def test_sdpipe_window_on_a_fake_clock():
 
 
 def test_drop_and_rejoin_on_a_fake_clock(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   board = ScriptedBoard()
   for w in range(3):
     board.post(0.0, w, 1)
@@ -296,7 +296,7 @@ def test_drop_and_rejoin_on_a_fake_clock(caplog):
 
 
 def test_a_lost_ticket_is_skipped_after_lost_after_s_on_a_fake_clock(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   board = ScriptedBoard()
   board.post(0.5, 0, lost=True)
   board.post(0.5, 0, 1)
@@ -366,7 +366,7 @@ def test_duplicate_stale_and_early_arrivals_change_nothing_and_are_counted():
 
 
 def test_malformed_messages_are_logged_counted_and_skipped(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   channel, prefix = LocalChannel(), 'bad'
   c0, c1 = SyncClient(channel, prefix, 0), SyncClient(channel, prefix, 1)
 
@@ -396,7 +396,7 @@ def test_malformed_messages_are_logged_counted_and_skipped(caplog):
 
 
 def test_a_lost_ticket_is_skipped_and_the_later_messages_are_served(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   channel, prefix = LocalChannel(), 'lost'
   c0, c1 = SyncClient(channel, prefix, 0), SyncClient(channel, prefix, 1)
   start = time.monotonic()
@@ -422,7 +422,7 @@ def test_a_lost_ticket_is_skipped_and_the_later_messages_are_served(caplog):
 
 
 def test_a_silent_worker_is_dropped_after_the_time_out_then_rejoins(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   channel, prefix = LocalChannel(), 'silent'
   service = start_service(channel, SyncPolicy('all-reduce', 3, {'timeout_s': 0.3}), prefix)
   c = [SyncClient(channel, prefix, w) for w in range(3)]
@@ -465,7 +465,7 @@ def test_a_silent_worker_is_dropped_after_the_time_out_then_rejoins(caplog):
 
 
 def test_stop_after_s_stops_a_service_whose_workers_never_leave(caplog):
-  caplog.set_level(logging.WARNING, logger='hetjax.sync')
+  caplog.set_level(logging.WARNING, logger='hetjax.replicas')
   channel, prefix = LocalChannel(), 'stop'
   start = time.monotonic()
   service = start_service(channel, SyncPolicy('periodic-average', 2, {'every': 2}), prefix, stop_after_s=0.3)

@@ -1,11 +1,11 @@
-"""The event-driven engines behind `hetjax.sync.SyncPolicy`: one per policy, one Protocol.
+"""The event-driven engines behind `hetjax.replicas.SyncPolicy`: one per policy, one Protocol.
 
 A `SyncPolicy` is a value (its settings); its engine (`SyncPolicy.engine`) is the mutable object
 that `SyncService` and `hetjax.simulation.simulate_sync` drive event after event, at
 O(log workers) an event. Every engine is driven the same way (`GroupEngine`): `arrive` when a
 replica finishes a step, `poll` right after and at `next_deadline`, `leave` after its last
 step, and each returned `SyncGroup` averages its members' parameters. All share `Grouper`'s
-rules (see `hetjax.sync._scheduler`) for duplicate, stale and early messages, time-outs (a
+rules (see `hetjax.replicas._scheduler`) for duplicate, stale and early messages, time-outs (a
 silent worker is dropped once others have waited ``timeout_s`` for it, and readmitted when it
 arrives again) and global synchronisations (a group of every active worker at one step). Each
 engine's state (what it learned and who waits) is a value: `Grouper.state` /
@@ -27,7 +27,7 @@ who groups with whom:
   synchronise everyone; any other step returns a singleton group at once (no averaging: a
   local step). Local SGD with periodic model averaging; there is no parameter server (earlier
   named ``ps``).
-- ``sdpipe`` (`hetjax.sync._scheduler.GroupScheduler`): SDPipe's adaptive groups with bounded
+- ``sdpipe`` (`hetjax.replicas._scheduler.GroupScheduler`): SDPipe's adaptive groups with bounded
   staleness.
 
 Example::
@@ -46,7 +46,7 @@ import numpy as np
 
 from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.sync._engine_base import Grouper, SyncGroup
+from hetjax.replicas._engine_base import Grouper, SyncGroup
 
 
 @runtime_checkable

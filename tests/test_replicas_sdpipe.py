@@ -1,7 +1,7 @@
 """Pipeline replicas on real workers under the group scheduler (`ReplicaDriver`, `SyncService`).
 
 Each case runs on the fewest local workers of 2 devices that show its behaviour
-(`tests/workers/sync_sdpipe.py`), always with a timeout: each worker is one replica, a
+(`tests/workers/replicas_sdpipe.py`), always with a timeout: each worker is one replica, a
 2-stage MLP pipeline, and worker 0 also runs the scheduler in a thread over the coordination
 service. Every worker launch costs seconds of start-up and compiles on a 2-core machine, so the
 cases of one worker count share one launch (a module fixture): its workers run the cases' runs
@@ -32,7 +32,7 @@ from flax import nnx, traverse_util
 from hetjax import models
 from hetjax.runtime import launch_local
 from tests.conftest import require_devices
-from tests.workers.sync_sdpipe import BATCH, LR, MODEL, TIMEOUT_S
+from tests.workers.replicas_sdpipe import BATCH, LR, MODEL, TIMEOUT_S
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 120
@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
 def _launch(tmp_path, workers: int, *runs: str) -> list[list[dict]]:
   """One launch of ``workers`` replicas running ``runs`` in turn (``POLICY,STEPS,STRAGGLER[,
   SILENT,SILENT_S]``); per run, every worker's outputs. The workers' output is in log.txt."""
-  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'sync_sdpipe.py'),
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'replicas_sdpipe.py'),
              str(tmp_path), *runs]
   with open(tmp_path / 'log.txt', 'w') as log:
     result = launch_local(command, workers=workers, devices_per_worker=2,

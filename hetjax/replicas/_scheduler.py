@@ -6,7 +6,7 @@ step, `poll` right after and again at `next_deadline`, and gets the same `SyncGr
 times come from the virtual clock or from ``time.monotonic()``. In SDPipe there is one scheduler
 per pipeline stage, grouping that stage's replicas, numbered 0 … workers − 1; `ReplicaDriver`
 runs each replica's whole pipeline in one process, so one scheduler serves every stage there.
-On real workers `SyncService` runs it on worker 0 (`hetjax.sync._service`).
+On real workers `SyncService` runs it on worker 0 (`hetjax.replicas._service`).
 
 Rules as implemented (SDPipe, Miao et al., VLDB 2023; choices where the paper is silent marked *):
 
@@ -50,7 +50,7 @@ import numpy as np
 
 from hetjax._checks import positive_int, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.sync._engine_base import Grouper, SyncGroup
+from hetjax.replicas._engine_base import Grouper, SyncGroup
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,10 +39,10 @@ from typing import Any, Protocol
 
 from hetjax._checks import integer, positive_seconds
 from hetjax._errors import ConfigError
-from hetjax.sync._engine_base import SyncGroup
-from hetjax.sync._policy import SyncPolicy
+from hetjax.replicas._engine_base import SyncGroup
+from hetjax.replicas._policy import SyncPolicy
 
-log = logging.getLogger('hetjax.sync')
+log = logging.getLogger('hetjax.replicas')
 
 #: Longest the service blocks on the next ticket before it looks at its deadlines again.
 IDLE_S = 0.05

@@ -19,8 +19,7 @@ import pytest
 
 from hetjax import ConfigError
 from hetjax.core import decode_state, encode_state
-from hetjax.runtime import LocalChannel
-from hetjax.sync import (
+from hetjax.replicas import (
   Arrive,
   Leave,
   SyncPolicy,
@@ -29,6 +28,7 @@ from hetjax.sync import (
   _policy,
   resume_state,
 )
+from hetjax.runtime import LocalChannel
 
 WORKERS = 6
 OPTIONS = {
@@ -116,7 +116,7 @@ def test_the_value_interface_gives_the_same_groups(name):
   for i, event in enumerate(events):
     if i == len(events) // 2:
       state = through_json(state, policy.init())
-    closed, state = policy.update(state, event)
+    closed, state = policy.on_event(state, event)
     groups += closed
   assert groups == expected
   assert policy.name == name
@@ -156,7 +156,7 @@ def test_bad_states_and_options_are_config_errors():
   with pytest.raises(ConfigError, match='state is for 3 workers, this policy has 4'):
     SyncPolicy('all-reduce', 4).engine(SyncPolicy('all-reduce', 3).init())
   with pytest.raises(ConfigError, match='state is for 3 workers, this policy has 4'):
-    SyncPolicy('all-reduce', 4).update(SyncPolicy('all-reduce', 3).init(), Tick(0.0))
+    SyncPolicy('all-reduce', 4).on_event(SyncPolicy('all-reduce', 3).init(), Tick(0.0))
   for old, new in (('ps', 'periodic-average'), ('ad-psgd', 'random-pairs')):  # renamed
     with pytest.raises(ConfigError, match=f"sync policy '{old}' is now '{new}'"):
       SyncPolicy(old, 3)

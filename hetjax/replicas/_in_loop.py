@@ -3,7 +3,7 @@
 `hetjax.train.training_steps` runs a `ReplicaDriver` like any step program. What the loop needs
 besides is here:
 
-- `SyncInLoop`, the loop's policy for a replica, made by `SyncPolicy.in_loop` (see there). A
+- `ReplicaPolicy`, the loop's policy for a replica (a `hetjax.core.Policy`). A
   replica step takes no decision (the group scheduler forms the groups as replicas arrive), but
   the scheduler's state is the policy state the loop carries and a checkpoint saves: ``{'step':
   the replica's step, 'sync': the sync policy's state}``, taken from the running `SyncService`
@@ -17,7 +17,7 @@ besides is here:
 
 Example (every process; ``channel`` the job's key-value channel)::
 
-  sync = SyncPolicy('sdpipe', ctx.workers).in_loop(channel, 'run0/sync', serve=ctx.is_chief)
+  sync = ReplicaPolicy(SyncPolicy('sdpipe', ctx.workers), channel, 'run0/sync', serve=ctx.is_chief)
   driver = ReplicaDriver(trainer, SyncClient(channel, 'run0/sync', ctx.worker), ctx.workers)
   ckpt = ReplicaCheckpointer(workdir / 'checkpoints' / f'replica-{ctx.worker}')
   for info in training_steps(driver, state, 100, [ckpt.hook(meta, 50)], sync):
@@ -39,15 +39,16 @@ from hetjax._errors import ConfigError
 from hetjax.checkpoint import ArraysCheckpointer
 from hetjax.core import StepStats
 from hetjax.pipeline import PipelineState
-from hetjax.sync._driver import ServiceThread, start_service
-from hetjax.sync._policy import SyncPolicy, resume_state
-from hetjax.sync._service import Board, ServiceReport
+from hetjax.replicas._driver import ServiceThread, start_service
+from hetjax.replicas._policy import SyncPolicy, resume_state
+from hetjax.replicas._service import Board, ServiceReport
 
 AGREE_TIMEOUT_S = 300.0  # how long a replica waits for the others' proposals when restoring
 
 
-class SyncInLoop:
-  """The loop's policy for a pipeline replica (`SyncPolicy.in_loop`, module docstring).
+class ReplicaPolicy:
+  """The loop's policy for a pipeline replica (module docstring): ``init()``, ``update(state,
+  stats) -> (None, state)`` after each of its steps, ``close()`` for the service's report.
 
   Args:
     policy: the sync policy (name, workers, options).

@@ -1,4 +1,4 @@
-"""The replica sync policy, the Optax way: ``init() -> state``, ``update(state, event) ->
+"""The replica sync policy, the Optax way: ``init() -> state``, ``on_event(state, event) ->
 (groups, state)``.
 
 A sync policy reacts to events, not to steps of one loop: a replica finished a step (`Arrive`),
@@ -11,20 +11,22 @@ it, and a resumed run continues with what the policy had learned.
 
 One policy, three ways to drive it:
 
-- As a value: `init` / `update` / `deadline`, for checkpoints, tests and replays. `update`
+- As a value: `init` / `on_event` / `deadline`, for checkpoints, tests and replays. `on_event`
   rebuilds the engine from the state around each event (O(workers)).
 - Its engine (`SyncPolicy.engine`, continued from a state if given): the mutable
-  ``arrive`` / ``leave`` / ``poll`` object (`hetjax.sync._engines`) that `SyncService` and
+  ``arrive`` / ``leave`` / ``poll`` object (`hetjax.replicas._engines`) that `SyncService` and
   `hetjax.simulation.simulate_sync` drive event after event, O(log workers) an event. Both give
-  the same groups: `update` is ``load_state``, the event, ``poll``, ``state``.
-- In the training loop (`SyncPolicy.in_loop`): the loop's policy for a pipeline replica, which
-  runs the policy's `SyncService` on worker 0 and carries its state into checkpoints.
+  the same groups: `on_event` is ``load_state``, the event, ``poll``, ``state``.
+- In the training loop (`ReplicaPolicy`): the loop's policy for a pipeline replica (a
+  `hetjax.core.Policy`, whose ``update`` follows steps), which runs this policy's `SyncService` on
+  worker 0 and carries its state into checkpoints. A sync policy is told events, not steps, so
+  its call has its own name.
 
 Example::
 
   >>> policy = SyncPolicy('periodic-average', 2, {'every': 2})
   >>> state = policy.init()
-  >>> groups, state = policy.update(state, Arrive(0, 1, 0.0))
+  >>> groups, state = policy.on_event(state, Arrive(0, 1, 0.0))
   >>> groups
   [SyncGroup(members=(0,), step=1, global_sync=False, seq=0, steps=(1,))]
 """
@@ -34,23 +36,19 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.sync._engine_base import SyncGroup
-from hetjax.sync._engines import (
+from hetjax.replicas._engine_base import SyncGroup
+from hetjax.replicas._engines import (
   AllReduceScheduler,
   GroupEngine,
   PeriodicAverageScheduler,
   RandomPairsScheduler,
 )
-from hetjax.sync._scheduler import GroupRules, GroupScheduler
-
-if TYPE_CHECKING:
-  from hetjax.sync._in_loop import SyncInLoop
-  from hetjax.sync._service import Board
+from hetjax.replicas._scheduler import GroupRules, GroupScheduler
 
 
 class SyncName(enum.Enum):
@@ -175,7 +173,7 @@ class SyncPolicy:
     """A fresh policy's state."""
     return self.engine().state()
 
-  def update(self, state: Any, event: SyncEvent) -> tuple[list[SyncGroup], Any]:
+  def on_event(self, state: Any, event: SyncEvent) -> tuple[list[SyncGroup], Any]:
     """The groups that close by ``event``'s time, and the state after it."""
     engine = self.engine(state)
     if isinstance(event, Arrive):
@@ -188,37 +186,6 @@ class SyncPolicy:
   def deadline(self, state: Any) -> float | None:
     """When the policy next needs a `Tick` if nothing arrives (its engine's ``next_deadline``)."""
     return self.engine(state).next_deadline()
-
-  def in_loop(self, board: Board, prefix: str, serve: bool,
-              stop_after_s: float | None = None) -> SyncInLoop:
-    """This policy as `hetjax.train.training_steps`' policy for a pipeline replica
-    (`hetjax.core.Policy`: ``init()``, ``update(state, stats) -> (None, state)``).
-
-    A replica step takes no decision (the policy forms the groups as replicas arrive), but the
-    policy's state is what the loop carries and a checkpoint saves: ``{'step': the replica's
-    step, 'sync': this policy's state}``. On its first ``update(state, None)`` the worker that
-    serves (worker 0) starts the policy's `SyncService` from that state, cut at the step the
-    replicas resume from (`resume_state`), and after each of its replica's steps takes the
-    service's state; the others keep theirs. ``close()`` waits for the service's report.
-
-    Args:
-      board: the channel the service and the replicas' `SyncClient`s share.
-      prefix: the service's key namespace (new for every run segment).
-      serve: run the service here (worker 0).
-      stop_after_s: the service gives up after this long (None: when every replica left).
-
-    Example (every process; ``channel`` the job's key-value channel)::
-
-      sync = SyncPolicy('sdpipe', ctx.workers).in_loop(channel, 'run0/sync', ctx.is_chief)
-      driver = ReplicaDriver(trainer, SyncClient(channel, 'run0/sync', ctx.worker), ctx.workers)
-      for info in training_steps(driver, state, 100, hooks, sync):
-        state = info.state
-      driver.close()
-      report = sync.close()
-    """
-    from hetjax.sync._in_loop import SyncInLoop  # (it imports the service, which imports this)
-
-    return SyncInLoop(self, board, prefix, serve, stop_after_s)
 
 
 def resume_state(state: Any, step: int) -> Any:

@@ -14,14 +14,14 @@ import random
 import pytest
 
 from hetjax import ConfigError
-from hetjax.sync import SyncPolicy
-from hetjax.sync._engines import (
+from hetjax.replicas import SyncPolicy
+from hetjax.replicas._engines import (
   AllReduceScheduler,
   GroupEngine,
   PeriodicAverageScheduler,
   RandomPairsScheduler,
 )
-from hetjax.sync._scheduler import GroupRules, GroupScheduler, SyncGroup
+from hetjax.replicas._scheduler import GroupRules, GroupScheduler, SyncGroup
 
 POLICIES = ['all-reduce', 'random-pairs', 'periodic-average', 'sdpipe']
 

@@ -1,6 +1,6 @@
 """`ReplicaDriver` in one process: one replica (nothing to average with) under a real service.
 
-The multi-replica behaviour is tested with 4 processes in tests/test_sync_sdpipe.py; here,
+The multi-replica behaviour is tested with 4 processes in tests/test_replicas_sdpipe.py; here,
 what needs no peers: the driver's loop and records against the plain `PipelineTrainer`, the
 pause, `warm_up` leaving the state alone, and bad arguments.
 """
@@ -17,14 +17,15 @@ import pytest
 
 from hetjax import ConfigError, models
 from hetjax.pipeline import PipelineTrainer
-from hetjax.runtime import LocalChannel
-from hetjax.sync import (
+from hetjax.replicas import (
   ReplicaCheckpointer,
   ReplicaDriver,
+  ReplicaPolicy,
   SyncClient,
   SyncPolicy,
   start_service,
 )
+from hetjax.runtime import LocalChannel
 from hetjax.train import training_steps
 from tests.conftest import require_devices
 
@@ -125,13 +126,13 @@ def test_overlap_with_one_replica_is_the_plain_pipeline(momentum):
 
 
 def test_the_loop_checkpoints_a_replica_and_its_scheduler_and_resumes_exactly(trainer, tmp_path):
-  """`training_steps` with `SyncPolicy.in_loop` as the policy and `ReplicaCheckpointer`'s hook:
+  """`training_steps` with `ReplicaPolicy` as the policy and `ReplicaCheckpointer`'s hook:
   4 steps, then a fresh driver and service resumed from step 2 end where the uninterrupted run
   did, and the scheduler's group numbers go on from the saved ones."""
 
   def segment(prefix, state, until, policy_state=None, workdir=None):
     channel = LocalChannel()
-    sync = SyncPolicy('sdpipe', 1).in_loop(channel, prefix, serve=True)
+    sync = ReplicaPolicy(SyncPolicy('sdpipe', 1), channel, prefix, serve=True)
     driver = ReplicaDriver(trainer, SyncClient(channel, prefix, 0), 1)
     hooks = [] if workdir is None else [ReplicaCheckpointer(workdir).hook({'run': 1}, every=2)]
     seqs = []
@@ -145,7 +146,7 @@ def test_the_loop_checkpoints_a_replica_and_its_scheduler_and_resumes_exactly(tr
   whole, seqs = segment('a', trainer.init_state(), 4, workdir=tmp_path)
   ckpt = ReplicaCheckpointer(tmp_path)
   assert ckpt.all_steps() == [2, 4]
-  template = SyncPolicy('sdpipe', 1).in_loop(None, '', serve=False).init()
+  template = ReplicaPolicy(SyncPolicy('sdpipe', 1), None, '', serve=False).init()
   state, meta = ckpt.restore(trainer.abstract_state(2), 2)
   saved = ckpt.policy_state(meta, template)
   assert saved['step'] == 2 and saved['sync']['seq'] == 2 and meta['run'] == 1

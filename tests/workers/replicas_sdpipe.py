@@ -1,6 +1,6 @@
-"""A worker of tests/test_sync_sdpipe.py: pipeline replicas under a sync policy.
+"""A worker of tests/test_replicas_sdpipe.py: pipeline replicas under a sync policy.
 
-  python tests/workers/sync_sdpipe.py OUT_DIR RUN [RUN ...]
+  python tests/workers/replicas_sdpipe.py OUT_DIR RUN [RUN ...]
   RUN = POLICY,STEPS,STRAGGLER[,SILENT,SILENT_S]
 
 Every worker is one replica: a 2-stage pipeline of the small MLP on its own 2 devices, SGD.
@@ -67,7 +67,7 @@ def run(ctx, trainer, channel, out: pathlib.Path, policy: str, steps: int, strag
   import jax
 
   from hetjax.bench import HostPause
-  from hetjax.sync import ReplicaDriver, SyncClient, SyncPolicy, start_service
+  from hetjax.replicas import ReplicaDriver, SyncClient, SyncPolicy, start_service
 
   policy, _, mode = policy.partition('+')
   service = None

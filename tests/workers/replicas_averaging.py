@@ -1,6 +1,6 @@
-"""A worker of tests/test_sync_averaging.py: group averaging of per-process parameter trees.
+"""A worker of tests/test_replicas_averaging.py: group averaging of per-process parameter trees.
 
-  python tests/workers/sync_averaging.py OUT_DIR
+  python tests/workers/replicas_averaging.py OUT_DIR
 
 Every worker builds its own tree (`initial`, different per worker) on all its local devices,
 then walks `OPS` in order: in each op it averages with its group if it is in one and skips the
@@ -61,7 +61,7 @@ def main(out_dir: str) -> None:
   from jax.sharding import NamedSharding, PartitionSpec
 
   from hetjax import ConfigError
-  from hetjax.sync._averaging import GroupAverager
+  from hetjax.replicas._averaging import GroupAverager
 
   assert ctx.workers == WORKERS, ctx
   host = initial(ctx.worker)

@@ -1,6 +1,6 @@
 """GroupAverager (SDPipe's group averaging of stage replicas) and `consensus_distance`.
 
-The multiprocess cases launch 4 real worker processes (`tests/workers/sync_averaging.py`)
+The multiprocess cases launch 4 real worker processes (`tests/workers/replicas_averaging.py`)
 through `hetjax.runtime.launch_local`, always with a timeout. Each worker starts from its own
 tree and walks the same sequence of groups (`OPS`): two groups at once, everyone, a middle
 pair, a group of one, and the first pair again (which must reuse its compiled program). The
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from hetjax import ConfigError
+from hetjax.replicas._averaging import GroupAverager, consensus_distance
 from hetjax.runtime import launch_local
-from hetjax.sync._averaging import GroupAverager, consensus_distance
 from tests.conftest import require_devices
-from tests.workers.sync_averaging import OPS, WORKERS, flat, group_of, initial
+from tests.workers.replicas_averaging import OPS, WORKERS, flat, group_of, initial
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT = 120
@@ -47,7 +47,7 @@ def _expected() -> list[list[dict[str, np.ndarray]]]:
 @pytest.mark.timeout(2 * LAUNCH_TIMEOUT + 60)
 @pytest.mark.parametrize('per_worker', [1, 2], ids=['1d', '2d'])
 def test_group_averages_across_processes(tmp_path, per_worker):
-  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'sync_averaging.py'),
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'replicas_averaging.py'),
              str(tmp_path)]
   result = launch_local(command, workers=WORKERS, devices_per_worker=per_worker,
                         timeout=LAUNCH_TIMEOUT, init_timeout=60)
