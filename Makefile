@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) experiments/demo.py --workdir=runs/demo
 
-# Two test processes (pytest-xdist); the tests that launch workers run one at a time in one of
-# them (tests/conftest.py). `$(PY) -m pytest tests/test_x.py` runs a file alone.
+# Three test processes on two cores (pytest-xdist): the launched tests wait on their workers, and a
+# third process keeps both cores busy meanwhile (BUILD_NOTES, "Tests"). The tests that launch
+# workers run one at a time in one of them (tests/conftest.py). `$(PY) -m pytest tests/test_x.py`
+# runs a file alone.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -134,7 +134,7 @@ def require_devices(n: int) -> list[jax.Device]:
 # after it are ignored by ``--dist loadgroup``.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-  """Under pytest-xdist (`make test` runs two test processes), the tests that launch several
+  """Under pytest-xdist (`make test` runs three test processes), the tests that launch several
   worker processes run one at a time in one group: each already keeps both cores busy, and two
   launches at once would only slow both. The in-process tests share the other test process.
   In-process tests that share a module-scoped fixture run in one process too, so that the
