@@ -120,3 +120,18 @@ def test_a_model_and_a_schmp_app_are_told_apart_by_the_registries_not_by_type():
             for i, line in enumerate(p.read_text().splitlines(), 1)
             if 'isinstance(task' in line]
   assert [c.split(':')[0] for c in checks] == ['_task.py'], checks
+
+
+def test_links_through_a_server_under_overlap_are_refused_before_anything_is_built():
+  import types
+
+  from hetjax.run import _comm_options
+
+  ctx = types.SimpleNamespace(network=None)
+  config = run.override(run.Config(model=run.ModelConfig('mlp')),
+                        ['overlap=True', 'network=link:1:10:exchange=server'])
+  with pytest.raises(ConfigError, match=r'overlaps ring all-reduces; links .* exchange through a '
+                                        r'server: drop exchange= or overlap'):
+    _comm_options.links_of(config, ctx, 2)
+  ring = run.override(config, ['network=link:1:10'])
+  assert _comm_options.links_of(ring, ctx, 2).workers == 2

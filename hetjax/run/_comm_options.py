@@ -18,9 +18,17 @@ from hetjax.run._config import Config
 
 def links_of(config: Config, ctx: runtime.WorkerContext, workers: int
              ) -> emulation.Links | None:
-  """The config's links (else the launcher's) for ``workers`` workers; None without either."""
+  """The config's links (else the launcher's) for ``workers`` workers; None without either.
+  Links through a server under ``overlap`` are refused here, before anything is built: the
+  all-reduce scheduler overlaps ring all-reduces, of which the server exchange has none."""
   spec = config.emulation.network or ctx.network
-  return None if spec is None else emulation.parse_links(spec, workers)
+  if spec is None:
+    return None
+  links = emulation.parse_links(spec, workers)
+  if config.parallelism.overlap and links.exchange is emulation.Exchange.SERVER:
+    raise ConfigError(f'the all-reduce scheduler overlaps ring all-reduces; links '
+                      f'{links.describe()} exchange through a server: drop exchange= or overlap')
+  return links
 
 
 def check(config: Config) -> None:
