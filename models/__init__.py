@@ -12,7 +12,7 @@ from typing import Any
 from hetjax import ConfigError
 from hetjax.train import Task
 
-NAMES = ('gpt', 'mlp', 'transformer', 'wide_deep')
+NAMES = ('gpt', 'llama', 'mlp', 'transformer', 'wide_deep')
 
 __all__ = ['NAMES', 'make_task']
 

@@ -7,6 +7,7 @@ the carry to the next; its loss is the cross-entropy of ``tokens[:, 1:]``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import jax
@@ -15,6 +16,7 @@ import optax
 from flax import nnx
 
 from hetjax import data as hdata
+from hetjax._errors import ConfigError
 from hetjax.pipeline import Link
 
 
@@ -40,3 +42,20 @@ def _embed_link(embed: nnx.Module, carry: None, batch: hdata.Batch) -> jax.Array
 def _next_link(module: nnx.Module, x: jax.Array, batch: hdata.Batch) -> jax.Array:
   del batch
   return module(x)
+
+
+def stdlib_splits(seq_len: int, held_out: float) -> tuple[hdata.StdlibText, hdata.StdlibText]:
+  """The stdlib corpus cut so the last ``held_out`` fraction is held out: windows of the first
+  part train, of the second evaluate."""
+  corpus = hdata.stdlib_text(seq_len).corpus
+  cut = len(corpus) - int(held_out * len(corpus))
+  return hdata.StdlibText(corpus[:cut], seq_len), hdata.StdlibText(corpus[cut:], seq_len)
+
+
+def token_splits(data: str | os.PathLike, seq_len: int, model: str):
+  """The ``train`` and ``val`` splits of the token dataset directory ``data``."""
+  read = getattr(hdata, 'read_token_dataset', None)
+  if read is None:
+    raise ConfigError(f'{model} data={os.fspath(data)!r} needs hetjax.data.read_token_dataset, '
+                      'which this hetjax does not have')
+  return read(data, split='train', seq_len=seq_len), read(data, split='val', seq_len=seq_len)

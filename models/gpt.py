@@ -45,7 +45,7 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.models._lm import next_token_loss, token_chain
+from hetjax.models._lm import next_token_loss, stdlib_splits, token_chain, token_splits
 from hetjax.pipeline import Link
 from hetjax.sharding import constrain, scope
 from hetjax.train import Task
@@ -509,7 +509,8 @@ def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layer
   if data is None and vocab_size < BYTES:
     raise ConfigError(f'gpt vocab_size={vocab_size} is smaller than the {BYTES} byte values of '
                       'the stdlib corpus (data=None)')
-  train, held_out = _stdlib_splits(seq_len) if data is None else _token_splits(data, seq_len)
+  train, held_out = (stdlib_splits(seq_len, EVAL_FRACTION) if data is None else
+                     token_splits(data, seq_len, 'gpt'))
   if data is not None:
     hdata.check_vocab(train, vocab_size)
 
@@ -518,22 +519,6 @@ def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4, layer
 
   return Task('gpt', make_model, loss, train, eval_data=held_out, config=args,
               tokens_per_example=seq_len)
-
-
-def _stdlib_splits(seq_len: int) -> tuple[hdata.StdlibText, hdata.StdlibText]:
-  """The stdlib corpus cut at 90%: windows of the first part train, of the second evaluate."""
-  corpus = hdata.stdlib_text(seq_len).corpus
-  cut = len(corpus) - int(EVAL_FRACTION * len(corpus))
-  return hdata.StdlibText(corpus[:cut], seq_len), hdata.StdlibText(corpus[cut:], seq_len)
-
-
-def _token_splits(data: str | os.PathLike, seq_len: int):
-  """The ``train`` and ``val`` splits of the token dataset directory ``data``."""
-  read = getattr(hdata, 'read_token_dataset', None)
-  if read is None:
-    raise ConfigError(f'gpt data={os.fspath(data)!r} needs hetjax.data.read_token_dataset, '
-                      'which this hetjax does not have')
-  return read(data, split='train', seq_len=seq_len), read(data, split='val', seq_len=seq_len)
 
 
 _DEFAULTS = {name: p.default for name, p in inspect.signature(make_task).parameters.items()}
