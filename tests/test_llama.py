@@ -105,7 +105,11 @@ def test_position_t_sees_only_positions_up_to_t():
   assert not np.allclose(before[0, 9:], after[0, 9:])
 
 
-def test_a_hybrid_layout_trains_like_one_device():
+@pytest.mark.parametrize('strategy, shape, kv_split', [
+    (Strategy.HYBRID, (4, 2), True),             # 2 key/value heads over 'model' of 2: split
+    (Strategy.TENSOR_PARALLEL, (1, 8), False),   # 2 over 8 devices: left whole, not an error
+], ids=['hybrid-4x2', 'tensor_parallel-1x8'])
+def test_a_tensor_parallel_layout_trains_like_one_device(strategy, shape, kv_split):
   kwargs = {'d_model': 64, 'heads': 8, 'kv_heads': 2, 'layers': 2, 'mlp': 128, 'seq_len': 32}
 
   def run(shape, rules):
@@ -115,10 +119,12 @@ def test_a_hybrid_layout_trains_like_one_device():
     for info in training_steps(trainer, state, 4):
       losses.append(float(info.metrics['loss']))
       state = info.state
-    return np.asarray(losses), jax.device_get(state.params)
+    key = state.params['blocks'][0]['attn']['key']
+    return np.asarray(losses), jax.device_get(state.params), key.sharding.spec
 
-  one_losses, one_params = run((1, 1), ShardingRules(LogicalRules(), LogicalRules()))
-  losses, params = run((4, 2), Strategy.HYBRID.rules())
+  one_losses, one_params, _ = run((1, 1), ShardingRules(LogicalRules(), LogicalRules()))
+  losses, params, key_spec = run(shape, strategy.rules())
+  assert ('model' in str(key_spec)) == kv_split, key_spec
   assert losses[-1] < losses[0]
   np.testing.assert_allclose(losses, one_losses, rtol=1e-5, atol=0)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params,

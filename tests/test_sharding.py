@@ -124,3 +124,22 @@ def test_init_sharded_rejects_indivisible_parameter():
   mesh = make_mesh((1, 8), devices=require_devices(8))
   with pytest.raises(ShardingError, match=r"^parameter 'w': dimension 1 \('mlp', size 12\)"):
     init_sharded(_Odd, mesh, LogicalRules.of({'mlp': ('data', 'model')}))
+
+
+def test_an_optional_name_splits_where_it_divides_and_is_left_whole_where_not():
+  mesh = make_mesh((4, 2), devices=require_devices(8))
+  rules = LogicalRules.of({'heads': 'model', 'kv_heads': 'model'}, optional=['kv_heads'])
+  names = ('embed', 'kv_heads', 'head_dim')
+  assert rules.checked_spec(names, (16, 2, 8), mesh, 'k') == PartitionSpec(None, 'model', None)
+  assert rules.checked_spec(names, (16, 1, 8), mesh, 'k') == PartitionSpec(None, None, None)
+  assert rules.relaxed(names, (16, 1, 8), mesh) == (1,)
+  activation = ('batch', 'seq', 'kv_heads', 'head_dim')
+  assert rules.spec_for(activation, (4, 8, 1, 8), mesh) == PartitionSpec(None, None, None, None)
+  assert rules.spec_for(activation, (4, 8, 2, 8), mesh) == PartitionSpec(None, None, 'model',
+                                                                         None)
+  with pytest.raises(ShardingError, match=r"dimension 1 \('heads', size 3\)"):
+    rules.checked_spec(('embed', 'heads'), (16, 3), mesh, 'q')  # a required name still fails
+  # A run's own rule for it is the user's word: never set aside.
+  given = rules.overlay({'kv_heads': 'model'}, 'parallelism.rules')
+  with pytest.raises(ShardingError, match=r"parallelism\.rules\['kv_heads'\]"):
+    given.checked_spec(names, (16, 1, 8), mesh, 'k')

@@ -58,4 +58,5 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     return x
   mesh, rules = active
   rules = rules.in_scope(_SCOPE.get())
-  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, rules.spec(names)))
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, rules.spec_for(names, x.shape,
+                                                                               mesh)))

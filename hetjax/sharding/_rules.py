@@ -95,6 +95,10 @@ class LogicalRules:
       A dimension whose name an `overlay` rule replicates is never the one split. With a
       fallback, the table's own rules give way: one whose mesh axes do not divide its dimension
       leaves it whole (`checked_spec`, `relaxed`). A scope's table has its own ``fallback``.
+    optional: logical names whose rules give way where their mesh axes do not divide the
+      dimension (it is left whole), in any table: a model's key/value heads (``'kv_heads'``)
+      split with the query heads where their count divides, and stay whole where it does not
+      (multi-query attention). Activations too (`spec_for`, what `constrain` uses).
     sources: ``(logical name, where its first rule came from)`` pairs, e.g.
       ``(('kv', 'parallelism.rules'),)``, set by `overlay`: an error about a dimension that rule
       splits names it (``parallelism.rules['kv']``), and ``fallback`` leaves a dimension it
@@ -105,13 +109,15 @@ class LogicalRules:
   scopes: tuple[tuple[str, LogicalRules], ...] = ()
   fallback: MeshAxes = ()
   sources: tuple[tuple[str, str], ...] = ()
+  optional: frozenset[str] = frozenset()
 
   @classmethod
   def of(cls, mapping: Mapping[str, str | Sequence[str] | None],
-         fallback: str | Sequence[str] | None = None) -> LogicalRules:
+         fallback: str | Sequence[str] | None = None,
+         optional: Sequence[str] = ()) -> LogicalRules:
     """Builds rules from a ``{logical name: mesh axis or axes or None}`` mapping."""
     return cls(tuple((name, _as_axes(axes)) for name, axes in mapping.items()),
-               fallback=_as_axes(fallback))
+               fallback=_as_axes(fallback), optional=frozenset(optional))
 
   def overlay(self, mapping: Mapping[str, str | Sequence[str] | None], source: str = ''
               ) -> LogicalRules:
@@ -164,6 +170,24 @@ class LogicalRules:
       used.update(chosen)
       out.append(chosen)
     return tuple(out)
+
+  def spec_for(self, names: Sequence[str | None], shape: Sequence[int], mesh: Mesh
+               ) -> PartitionSpec:
+    """`spec` for an array of ``shape`` on ``mesh`` (an activation): an `optional` name whose
+    mesh axes do not divide its dimension leaves it whole.
+
+    Example::
+
+      rules = LogicalRules.of({'heads': 'model', 'kv_heads': 'model'}, optional=['kv_heads'])
+      rules.spec_for(('batch', 'seq', 'kv_heads'), (8, 16, 1), mesh_4x2)  # P(None, None, None)
+    """
+    names = padded(names, len(shape))
+    if self.optional:
+      axes_of = self.mesh_axes(names)
+      names = tuple(None if name in self.optional and axes and size % math.prod(
+          mesh.shape[a] for a in axes if a in mesh.shape) else name
+                    for name, size, axes in zip(names, shape, axes_of, strict=True))
+    return self.spec(names)
 
   def spec(self, names: Sequence[str | None]) -> PartitionSpec:
     """Returns the `PartitionSpec` for an array whose dimensions carry ``names``."""
@@ -247,7 +271,8 @@ class LogicalRules:
                   if size % math.prod(mesh.shape[a] for a in axes)), None)
       if bad is None:
         break
-      if self.fallback and not self._source(kept[bad], axes_of[bad]):
+      if (self.fallback or kept[bad] in self.optional) and not self._source(kept[bad],
+                                                                              axes_of[bad]):
         relaxed.append(bad)
         continue
       raise ShardingError(self._indivisible(what, kept, shape, axes_of, bad, mesh))

@@ -10,6 +10,10 @@ the mesh shape decides the degrees, the strategy decides what each axis splits.
 | ``tensor_parallel`` | none (replicated)  | ``mlp``, ``heads``, ``vocab``, ``table`` over data × model |
 | ``hybrid``        | data                 | ``mlp``, ``heads``, ``vocab``, ``table`` over model |
 
+Both tensor-parallel tables split ``kv_heads`` (grouped-query attention's key and value heads)
+with ``heads`` where their count divides the degree, and leave them whole where it does not
+(`LogicalRules.optional`): one key/value head (multi-query) is replicated, never an error.
+
 FSDP shards every parameter, named or not: one that names no ``table`` or ``embed`` dimension is
 split along its largest dimension that the device count divides (the first of equal ones), and
 replicated only when none divides (`LogicalRules.fallback`).
@@ -30,9 +34,13 @@ from hetjax._errors import ConfigError, parse_choice
 from hetjax.sharding import DEFAULT_AXES, LogicalRules, ShardingRules
 
 _ALL = ('data', 'model')
-_MODEL_PARALLEL_AXES = ('mlp', 'heads', 'vocab', 'table')
+_MODEL_PARALLEL_AXES = ('mlp', 'heads', 'kv_heads', 'vocab', 'table')
+#: Split where their count divides the degree, else whole: a model's key/value heads (grouped-query
+#: attention has fewer of them than query heads, multi-query attention one).
+_OPTIONAL_AXES = ('kv_heads',)
 #: The logical names on the parameters of hetjax's models: every built-in table decides them.
-PARAMETER_AXES = ('embed', 'mlp', 'heads', 'head_dim', 'vocab', 'table', 'seq', 'classes')
+PARAMETER_AXES = ('embed', 'mlp', 'heads', 'kv_heads', 'head_dim', 'vocab', 'table', 'seq',
+                  'classes')
 
 
 def _deciding(rules: LogicalRules) -> LogicalRules:
@@ -111,10 +119,11 @@ class Strategy(enum.Enum):
           params=_deciding(LogicalRules.of({'table': _ALL, 'embed': _ALL}, fallback=_ALL)),
           compute=LogicalRules.of({'batch': _ALL}))
     if self is Strategy.TENSOR_PARALLEL:
-      tp = LogicalRules.of({name: _ALL for name in _MODEL_PARALLEL_AXES})
+      tp = LogicalRules.of({name: _ALL for name in _MODEL_PARALLEL_AXES}, optional=_OPTIONAL_AXES)
       return ShardingRules(params=_deciding(tp), compute=tp)
     if self is Strategy.HYBRID:
       tp = {name: 'model' for name in _MODEL_PARALLEL_AXES}
       return ShardingRules(
-          params=_deciding(LogicalRules.of(tp)), compute=LogicalRules.of({'batch': 'data', **tp}))
+          params=_deciding(LogicalRules.of(tp, optional=_OPTIONAL_AXES)),
+          compute=LogicalRules.of({'batch': 'data', **tp}, optional=_OPTIONAL_AXES))
     raise AssertionError(self)
