@@ -9,8 +9,9 @@ from hetjax.train import Optimizer
 def test_every_shipped_config_loads_with_a_known_model():
   from hetjax import models, schmp
 
-  assert run.config_names() == ['cdmf', 'gpt', 'gpt2_small', 'lasso', 'lda', 'logreg', 'mf',
-                                'mlp', 'svm', 'transformer', 'wide_deep']
+  assert run.config_names() == ['cdmf', 'gpt', 'gpt2_small', 'lasso', 'lda', 'llama_1b',
+                                'llama_tiny', 'logreg', 'mf', 'mlp', 'svm', 'transformer',
+                                'wide_deep']
   for name in run.config_names():
     model = run.load_config(name).model.name
     assert model in models.NAMES or model in schmp.APPS

@@ -56,6 +56,15 @@ GPT2_SMALL_ON_CPU = ['--mesh=8x1', '--set', 'model.args.layers=1', '--set',
                      'model.args.mlp=128', '--set', 'model.args.seq_len=32']
 
 
+#: The 1B Llama config's one CPU step: its structure (grouped-query attention, Llama 3.1's rope
+#: scaling, tied embeddings over its 128256-token vocabulary, bfloat16 over float32, save_dots)
+#: at a CPU's size.
+LLAMA_1B_ON_CPU = ['--mesh=8x1', '--set', 'model.args.layers=1', '--set',
+                   'model.args.d_model=64', '--set', 'model.args.heads=4', '--set',
+                   'model.args.kv_heads=2', '--set', 'model.args.mlp=128', '--set',
+                   'model.args.seq_len=32']
+
+
 @pytest.fixture(scope='module')
 def one_step_runs(tmp_path_factory):
   """``{config: (workdir, result)}``: every config's one-step run, forked (`train_forked`)."""
@@ -66,6 +75,7 @@ def one_step_runs(tmp_path_factory):
   # The gpt config's 6 blocks at 2: its hybrid 4x2 step and its sharded init compile in a third
   # of the time (27 s of the fixture's CPU), and a block more or less is not what is checked.
   extra = {'gpt2_small': [*GPT2_SMALL_ON_CPU, '--set', f'model.args.data={data}'],
+           'llama_1b': [*LLAMA_1B_ON_CPU, '--set', f'model.args.data={data}'],
            'gpt': ['--set', 'model.args.layers=2']}
   results = train_forked(scratch, *[[f'--config={name}', '--steps=1',
                                      f'--workdir={scratch / name}', *extra.get(name, [])]
