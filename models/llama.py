@@ -376,6 +376,46 @@ def loss(model: Llama, batch: hdata.Batch) -> jax.Array:
   return next_token_loss(model(tokens[:, :-1]), tokens)
 
 
+def num_params(config: LlamaConfig | Mapping[str, Any]) -> int:
+  """The model's parameter count, from its config alone (a tied table counts once).
+
+  Per block: two RMSNorms (``2·d``), q and out (``2·d²``), k and v (``2·d·kv_heads·head_dim``),
+  their biases with ``qkv_bias`` (``(heads + 2·kv_heads)·head_dim``), the SwiGLU MLP
+  (``3·d·mlp``); plus the token table ``vocab·d``, the final RMSNorm ``d`` and, untied, the
+  head's ``d·vocab``.
+
+  Example (Llama 3.2 1B's shape, the ``llama_1b`` config)::
+
+    >>> num_params({'vocab_size': 128256, 'd_model': 2048, 'heads': 32, 'kv_heads': 8,
+    ...             'layers': 16, 'mlp': 8192, 'tie_embeddings': True})
+    1235814400
+  """
+  c = LlamaConfig.of(config)
+  d, v = c.d_model, c.vocab_size
+  head = d + (0 if c.tie_embeddings else d * v)
+  return v * d + c.layers * (2 * d + _block_matmul_params(c) + _bias_params(c)) + head
+
+
+def flops_per_token(config: LlamaConfig | Mapping[str, Any]) -> int:
+  """Training FLOPs per token (forward and backward), as `hetjax.models.gpt.flops_per_token`
+  counts them: ``6·N + 12·layers·seq_len·d_model``, ``N`` the weights that multiply
+  activations (every block's projections and MLP, and the head's ``d_model·vocab``; the token
+  lookup, norms and biases left out); attention's two ``T × T`` products per layer over the query
+  heads' ``d_model`` (grouped key/value heads are read, not multiplied, more often)."""
+  c = LlamaConfig.of(config)
+  matmul = c.layers * _block_matmul_params(c) + c.d_model * c.vocab_size
+  return 6 * matmul + 12 * c.layers * c.seq_len * c.d_model
+
+
+def _block_matmul_params(c: LlamaConfig) -> int:
+  d, kv = c.d_model, c.kv_heads * c.head_dim
+  return 2 * d * d + 2 * d * kv + 3 * d * c.mlp
+
+
+def _bias_params(c: LlamaConfig) -> int:
+  return (c.heads + 2 * c.kv_heads) * c.head_dim if c.qkv_bias else 0
+
+
 def make_task(vocab_size: int = BYTES, d_model: int = 128, heads: int = 4,
               kv_heads: int | None = None, layers: int = 2, mlp: int | None = None,
               seq_len: int = 128, rope_base: float = 10_000.0, rope_scaling: str = 'none',

@@ -143,3 +143,21 @@ def test_bad_sizes_are_one_line(args, message):
   with pytest.raises(ConfigError, match=message) as raised:
     llama.LlamaConfig(**args)
   assert '\n' not in str(raised.value)
+
+
+@pytest.mark.parametrize('kwargs', [{'kv_heads': 2}, {'kv_heads': 1, 'qkv_bias': True},
+                                    {'tie_embeddings': True}])
+def test_the_parameter_count_is_the_models(kwargs):
+  from hetjax.sharding import abstract_model
+
+  task = llama.make_task(**SMALL, **kwargs)
+  _, shapes, _ = abstract_model(task.make_model)
+  counted = sum(math.prod(s.shape) for s in jax.tree.leaves(shapes))
+  assert llama.num_params(task.config) == counted
+  assert llama.flops_per_token(task.config) > 6 * (counted - 256 * SMALL['d_model'])
+
+
+def test_the_doctests_run():
+  import doctest
+
+  assert doctest.testmod(llama, optionflags=doctest.ELLIPSIS).failed == 0
