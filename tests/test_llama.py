@@ -161,3 +161,39 @@ def test_the_doctests_run():
   import doctest
 
   assert doctest.testmod(llama, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_the_pipeline_chain_is_the_model_and_the_planner_sees_every_block():
+  from hetjax.pipeline import HasChain
+  from hetjax.pipeline._chain import check_chain
+  from hetjax.planner._profile import submodel_calls
+
+  model = _model(kv_heads=2)
+  assert isinstance(model, HasChain)
+  links, paths = check_chain(model)
+  assert [link.name for link in links] == ['embed', 'block_0', 'block_1', 'head']
+  assert paths == (('embed',), ('blocks', 0), ('blocks', 1), ('head',))
+
+  def chained(model, batch):
+    carry = None
+    for link in model.chain():
+      carry = link.apply(link.module, carry, batch)
+    return model.chain_loss(carry, batch)
+
+  batch = llama.make_task(**SMALL).data.global_batch(0, 0, 4)
+  np.testing.assert_array_equal(nnx.jit(chained)(model, batch), nnx.jit(llama.loss)(model, batch))
+  calls = submodel_calls(llama.make_task(**SMALL, kv_heads=2), batch_size=8)
+  assert list(calls) == ['embed', 'block_0', 'block_1', 'head']
+  assert calls['head'].out.shape == (8, 16, 256)
+  with pytest.raises(ConfigError, match='tie_embeddings=true cannot be cut into pipeline stages'):
+    _model(tie_embeddings=True).chain()
+
+
+def test_the_configs_are_consistent_with_make_task():
+  from hetjax import run
+
+  for name in ('llama_tiny', 'llama_1b'):
+    args = run.load_config(name).model.task_args()
+    assert set(args) == set(llama._DEFAULTS), name
+    llama.LlamaConfig.of(args)
+  assert llama.num_params(run.load_config('llama_1b').model.args) == 1_235_814_400

@@ -22,7 +22,10 @@ def get_config() -> Config:
   return Config(
       model=ModelConfig('llama', {
           'vocab_size': 256, 'd_model': 64, 'heads': 8, 'kv_heads': 2, 'layers': 2, 'mlp': 176,
-          'seq_len': 64, 'rope_base': 10_000.0, 'tie_embeddings': False, 'data': None},
+          'seq_len': 64, 'rope_base': 10_000.0, 'rope_scaling': 'none', 'rope_factor': 8.0,
+          'rope_low_freq_factor': 1.0, 'rope_high_freq_factor': 4.0,
+          'rope_original_seq_len': 8192, 'norm_eps': 1e-5, 'qkv_bias': False,
+          'tie_embeddings': False, 'attention': 'auto', 'data': None},
           dtype='float32', param_dtype='float32', remat='none'),
       data=DataConfig(global_batch=16),
       optimizer=OptimizerConfig('adamw', learning_rate=3e-3, steps=200, schedule='cosine',
