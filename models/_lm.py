@@ -18,6 +18,58 @@ from flax import nnx
 from hetjax import data as hdata
 from hetjax._errors import ConfigError
 from hetjax.pipeline import Link
+from hetjax.sharding import scope
+
+
+class Decoder(nnx.Module):
+  """What `hetjax.models.gpt.GPT` and `hetjax.models.llama.Llama` share: ``embed``, then
+  ``blocks``, then ``head``, each under its sub-model's `hetjax.sharding.scope`; the sub-models
+  in forward order for the planner and the chain for pipelines. A subclass sets ``embed``,
+  ``blocks``, ``head``, ``tied`` (the head reads the embedding's table) and ``NAME``."""
+
+  NAME = 'decoder'
+
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    with scope('embed'):
+      x = self.embed(tokens)
+    for i, block in enumerate(self.blocks):
+      with scope(f'block_{i}'):
+        x = block(x)
+    with scope('head'):
+      return self.head(x)
+
+  def submodels(self) -> dict[str, nnx.Module]:
+    """``embed``, ``block_0`` … ``block_{layers-1}``, ``head``, in forward order. Tied, the
+    head's parameters include the token table (a pipeline's last stage would hold a copy)."""
+    parts: dict[str, nnx.Module] = {'embed': self.embed}
+    parts.update({f'block_{i}': block for i, block in enumerate(self.blocks)})
+    parts['head'] = self.head
+    return parts
+
+  def chain(self) -> tuple[Link, ...]:
+    """The `submodels` as a pipeline chain (`hetjax.pipeline.HasChain`): ``embed`` reads
+    ``batch['tokens'][:, :-1]``, every block and the head map the carry ``x`` to the next.
+
+    Raises:
+      ConfigError: with tied embeddings: the first and last links would share the token table,
+        and a pipeline's links own disjoint parameters.
+    """
+    if self.tied:
+      raise ConfigError(f'{self.NAME} with tie_embeddings=true cannot be cut into pipeline '
+                        'stages: the embed and head links share the token table (use '
+                        'tie_embeddings=false)')
+    return token_chain(self.submodels())
+
+  def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
+    """`decoder_loss` from the head's logits: the last step of the chain (reads no
+    parameters)."""
+    return next_token_loss(logits, batch['tokens'])
+
+
+def decoder_loss(model: nnx.Module, batch: hdata.Batch) -> jax.Array:
+  """Next-token cross-entropy of every example, averaged over its ``seq_len`` positions."""
+  tokens = batch['tokens']
+  return next_token_loss(model(tokens[:, :-1]), tokens)
 
 
 def token_chain(submodels: Mapping[str, nnx.Module]) -> tuple[Link, ...]:

@@ -45,9 +45,8 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.models._lm import next_token_loss, stdlib_splits, token_chain, token_splits
-from hetjax.pipeline import Link
-from hetjax.sharding import constrain, scope
+from hetjax.models._lm import Decoder, decoder_loss, stdlib_splits, token_splits
+from hetjax.sharding import constrain
 from hetjax.train import Task
 
 BYTES = 256  # the stdlib corpus' vocabulary: one token per byte value
@@ -352,7 +351,7 @@ def _float32_logits_backward(spec, saved, cotangent):
 float32_logits.defvjp(_float32_logits_forward, _float32_logits_backward)
 
 
-class GPT(nnx.Module):
+class GPT(Decoder):
   """``int[B, T]`` tokens → ``float32[B, T, vocab_size]`` next-token logits, position t
   seeing ≤ t.
 
@@ -361,6 +360,8 @@ class GPT(nnx.Module):
     model = GPT(GPTConfig(d_model=32, heads=4, layers=1, seq_len=16), rngs=nnx.Rngs(0))
     logits = model(jnp.zeros((2, 16), jnp.int32))   # (2, 16, 256)
   """
+
+  NAME = 'gpt'
 
   def __init__(self, config: GPTConfig, *, rngs: nnx.Rngs):
     self.tied = config.tie_embeddings
@@ -371,45 +372,9 @@ class GPT(nnx.Module):
     self.blocks = nnx.List([Block(config, out_init, rngs=rngs) for _ in range(config.layers)])
     self.head = Head(config, self.embed.tokens if self.tied else None, rngs=rngs)
 
-  def __call__(self, tokens: jax.Array) -> jax.Array:
-    with scope('embed'):
-      x = self.embed(tokens)
-    for i, block in enumerate(self.blocks):
-      with scope(f'block_{i}'):
-        x = block(x)
-    with scope('head'):
-      return self.head(x)
 
-  def submodels(self) -> dict[str, nnx.Module]:
-    """``embed``, ``block_0`` … ``block_{layers-1}``, ``head``, in forward order. Tied, the
-    head's parameters include the token table (a pipeline's last stage would hold a copy)."""
-    parts: dict[str, nnx.Module] = {'embed': self.embed}
-    parts.update({f'block_{i}': block for i, block in enumerate(self.blocks)})
-    parts['head'] = self.head
-    return parts
+loss = decoder_loss
 
-  def chain(self) -> tuple[Link, ...]:
-    """The `submodels` as a pipeline chain (`hetjax.pipeline.HasChain`): ``embed`` reads
-    ``batch['tokens'][:, :-1]``, every block and the head map the carry ``x`` to the next.
-
-    Raises:
-      ConfigError: with tied embeddings: the first and last links would share the token table,
-        and a pipeline's links own disjoint parameters.
-    """
-    if self.tied:
-      raise ConfigError('gpt with tie_embeddings=true cannot be cut into pipeline stages: the '
-                        'embed and head links share the token table (use tie_embeddings=false)')
-    return token_chain(self.submodels())
-
-  def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
-    """`loss` from the head's logits: the last step of the chain (reads no parameters)."""
-    return next_token_loss(logits, batch['tokens'])
-
-
-def loss(model: GPT, batch: hdata.Batch) -> jax.Array:
-  """Next-token cross-entropy of every example, averaged over its ``seq_len`` positions."""
-  tokens = batch['tokens']
-  return next_token_loss(model(tokens[:, :-1]), tokens)
 
 
 def num_params(config: GPTConfig | Mapping[str, Any]) -> int:

@@ -33,7 +33,7 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.models._lm import next_token_loss, stdlib_splits, token_chain, token_splits
+from hetjax.models._lm import Decoder, decoder_loss, stdlib_splits, token_splits
 from hetjax.models.gpt import (
   BYTES,
   CUDNN_DTYPES,
@@ -45,8 +45,7 @@ from hetjax.models.gpt import (
   Remat,
   float32_logits,
 )
-from hetjax.pipeline import Link
-from hetjax.sharding import constrain, scope
+from hetjax.sharding import constrain
 from hetjax.train import Task
 
 HEADS = ('batch', 'seq', 'heads', 'head_dim')
@@ -322,7 +321,7 @@ class Head(nnx.Module):
     return constrain(float32_logits(spec, h, w.astype(self.dtype)), ('batch', 'seq', 'vocab'))
 
 
-class Llama(nnx.Module):
+class Llama(Decoder):
   """``int[B, T]`` tokens → ``float32[B, T, vocab_size]`` next-token logits, position t seeing
   ≤ t.
 
@@ -332,48 +331,17 @@ class Llama(nnx.Module):
     logits = model(jnp.zeros((2, 16), jnp.int32))   # (2, 16, 256)
   """
 
+  NAME = 'llama'
+
   def __init__(self, config: LlamaConfig, *, rngs: nnx.Rngs):
     self.tied = config.tie_embeddings
     self.embed = Embed(config, rngs=rngs)
     self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.layers)])
     self.head = Head(config, self.embed.tokens if self.tied else None, rngs=rngs)
 
-  def __call__(self, tokens: jax.Array) -> jax.Array:
-    with scope('embed'):
-      x = self.embed(tokens)
-    for i, block in enumerate(self.blocks):
-      with scope(f'block_{i}'):
-        x = block(x)
-    with scope('head'):
-      return self.head(x)
 
-  def submodels(self) -> dict[str, nnx.Module]:
-    """``embed``, ``block_0`` … ``block_{layers-1}``, ``head``, in forward order."""
-    parts: dict[str, nnx.Module] = {'embed': self.embed}
-    parts.update({f'block_{i}': block for i, block in enumerate(self.blocks)})
-    parts['head'] = self.head
-    return parts
+loss = decoder_loss
 
-  def chain(self) -> tuple[Link, ...]:
-    """The `submodels` as a pipeline chain (`hetjax.pipeline.HasChain`).
-
-    Raises:
-      ConfigError: with tied embeddings (the first and last links would share the token table).
-    """
-    if self.tied:
-      raise ConfigError('llama with tie_embeddings=true cannot be cut into pipeline stages: the '
-                        'embed and head links share the token table (use tie_embeddings=false)')
-    return token_chain(self.submodels())
-
-  def chain_loss(self, logits: jax.Array, batch: hdata.Batch) -> jax.Array:
-    """`loss` from the head's logits: the last step of the chain."""
-    return next_token_loss(logits, batch['tokens'])
-
-
-def loss(model: Llama, batch: hdata.Batch) -> jax.Array:
-  """Next-token cross-entropy of every example, averaged over its ``seq_len`` positions."""
-  tokens = batch['tokens']
-  return next_token_loss(model(tokens[:, :-1]), tokens)
 
 
 def num_params(config: LlamaConfig | Mapping[str, Any]) -> int:
