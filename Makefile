@@ -34,7 +34,7 @@ bench: $(STAMP)
 # has JAX with CUDA and most of hetjax's dependencies: nothing is installed from the network.
 # What it lacks (pytest and pytest-timeout for its exactness tests, tokenizers, tensorboardX)
 # travels as wheels: `make gpu-wheels` where a package registry is reachable, then carry wheels/.
-GPU_WHEELS := 'pytest<9.2' pytest-timeout tokenizers tensorboardX
+GPU_WHEELS := 'pytest<9.2' pytest-timeout tokenizers tensorboardX safetensors
 
 gpu-check:
 	@if [ -d wheels ]; then $(PYTHON) -m pip install --quiet --no-index --find-links wheels \
