@@ -13,11 +13,14 @@ A dataset is a directory holding, for each split (``train``, ``val``):
   ``i`` is ``tokens[documents[i]:documents[i + 1]]``, the last one runs to ``num_tokens``. The
   offsets stay in the header: a million documents make a header of a few megabytes that reads
   in a fraction of a second, and one file per split stays readable by eye. A corpus far past
-  that would move them to a ``SPLIT.docs.npy`` beside it (version 2). Keys the reader does not
+  that would move them to a ``SPLIT.docs.npy`` beside it (version 2). A ``pretrained`` dataset's
+  header also holds ``eos_id``, the id that ends each of its documents. Keys the reader does not
   know are ignored.
 
-A ``bpe`` dataset also holds ``tokenizer.json``, the `tokenizers` package's file, to encode
-prompts and decode samples with; a ``bytes`` dataset's ids are the bytes themselves (256 ids).
+A ``bpe`` or ``pretrained`` dataset also holds ``tokenizer.json``, the `tokenizers` package's
+file (a ``pretrained`` one's copied from the Hugging Face tokenizer it was encoded with), to
+encode prompts and decode samples with; a ``bytes`` dataset's ids are the bytes themselves (256
+ids).
 
 The reader memory-maps ``SPLIT.bin`` (read-only) rather than going through Grain: it needs no
 extra dependency, drawing random windows from ``step_rng(seed, step)`` takes a few lines, and
@@ -55,6 +58,7 @@ FORMAT = 'hetjax-tokens'
 VERSION = 1
 _DTYPES = {'uint16': np.dtype('<u2'), 'uint32': np.dtype('<u4')}
 _SPLIT_NAME = re.compile(r'[A-Za-z0-9_-]+')
+TOKENIZER = 'tokenizer.json'  # a bpe or pretrained dataset's tokenizer, beside its splits
 
 
 class Tokenizer(enum.StrEnum):
@@ -62,6 +66,7 @@ class Tokenizer(enum.StrEnum):
 
   BYTES = 'bytes'  # the raw bytes: 256 ids
   BPE = 'bpe'  # byte-level BPE, its merges in the dataset's tokenizer.json
+  PRETRAINED = 'pretrained'  # a Hugging Face tokenizer, its tokenizer.json copied into the dataset
 
 
 class TokenDataset:
@@ -189,8 +194,9 @@ def read_token_dataset(path: str | os.PathLike, *, split: str = 'train',
     reason = ' '.join(str(e).split())
     raise ConfigError(f'{where}.json does not read as a JSON header: {reason}') from None
   dtype, vocab_size, tokenizer, num_tokens, documents = _check_header(header, f'{where}.json')
-  if tokenizer is Tokenizer.BPE and not os.path.isfile(os.path.join(shown, 'tokenizer.json')):
-    raise ConfigError(f'{where}.json names a bpe tokenizer but {shown} has no tokenizer.json')
+  if tokenizer is not Tokenizer.BYTES and not os.path.isfile(os.path.join(shown, TOKENIZER)):
+    raise ConfigError(f'{where}.json names a {tokenizer} tokenizer but {shown} has no '
+                      'tokenizer.json')
   if not os.path.isfile(f'{where}.bin'):
     raise ConfigError(f'{where}.bin does not exist (its header {where}.json does)')
   size = os.path.getsize(f'{where}.bin')
@@ -205,7 +211,7 @@ def read_token_dataset(path: str | os.PathLike, *, split: str = 'train',
 
 def write_token_split(directory: str | os.PathLike, split: str, tokens: np.ndarray,
                       documents: Sequence[int] | np.ndarray, vocab_size: int,
-                      tokenizer: Tokenizer | str) -> dict:
+                      tokenizer: Tokenizer | str, eos_id: int | None = None) -> dict:
   """Writes ``SPLIT.bin`` and ``SPLIT.json`` into ``directory`` (made if missing), atomically.
 
   Each file is written under a temporary name and renamed over the old one (`os.replace`), so a
@@ -218,7 +224,10 @@ def write_token_split(directory: str | os.PathLike, split: str, tokens: np.ndarr
     tokens: the ids of every document, concatenated (any integer dtype).
     documents: each document's start offset in ``tokens``, ascending, the first 0.
     vocab_size: the vocabulary's size; stored as uint16 when it is at most 65,536, else uint32.
-    tokenizer: ``'bytes'`` or ``'bpe'`` (a bpe dataset's ``tokenizer.json`` is the caller's).
+    tokenizer: ``'bytes'``, ``'bpe'`` or ``'pretrained'`` (the ``tokenizer.json`` of a bpe or
+      pretrained dataset is the caller's).
+    eos_id: the id that ends each document, recorded in the header; None (bytes, bpe) writes no
+      ``eos_id`` key.
 
   Returns:
     The header written.
@@ -236,6 +245,8 @@ def write_token_split(directory: str | os.PathLike, split: str, tokens: np.ndarr
   header = {'format': FORMAT, 'version': VERSION, 'dtype': dtype, 'vocab_size': vocab_size,
             'num_tokens': len(tokens), 'tokenizer': str(tokenizer),
             'documents': [int(d) for d in documents]}
+  if eos_id is not None:
+    header['eos_id'] = eos_id
   _check_header(header, f'{where}.json')
   if tokens.min() < 0 or tokens.max() >= vocab_size:
     bad = int(np.argmax((tokens < 0) | (tokens >= vocab_size)))
@@ -291,6 +302,10 @@ def _check_header(header: object, name: str
     raise ConfigError(f'{name}: {e}') from None
   if tokenizer is Tokenizer.BYTES and vocab_size != 256:
     raise ConfigError(f'{name}: a bytes tokenizer has vocab_size 256, not {vocab_size}')
+  if 'eos_id' in header and not (_is_int(header['eos_id']) and
+                                 0 <= header['eos_id'] < vocab_size):
+    raise ConfigError(f'{name}: eos_id {header["eos_id"]!r} is not a whole number in '
+                      f'[0, vocab_size {vocab_size})')
   if not _is_int(num_tokens) or num_tokens < 1:
     raise ConfigError(f'{name}: num_tokens {num_tokens!r} is not a positive whole number')
   offsets = header['documents']
