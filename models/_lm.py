@@ -1,14 +1,19 @@
-"""What the shipped language models share: their pipeline chain and their next-token loss.
+"""What the shipped language models share: their pipeline chain, their next-token loss and
+their decoding with a key/value cache.
 
 A model of ``embed``, blocks and ``head`` (`hetjax.models.transformer`, `hetjax.models.gpt`)
 is a chain whose first link reads ``batch['tokens'][:, :-1]`` and whose every other link maps
-the carry to the next; its loss is the cross-entropy of ``tokens[:, 1:]``.
+the carry to the next; its loss is the cross-entropy of ``tokens[:, 1:]``. A `Decoder` (gpt,
+llama) also runs a sequence piece by piece (`Decoder.decode`): each block's keys and values of
+the positions so far are kept in a `KVCache` that the caller passes in and gets back, so the
+training forward, the parameters and the checkpoints stay as they are.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +24,38 @@ from hetjax import data as hdata
 from hetjax._errors import ConfigError
 from hetjax.pipeline import Link
 from hetjax.sharding import scope
+
+
+class KVCache(NamedTuple):
+  """One block's keys and values for decoding (`Decoder.decode`): ``k`` and ``v`` are
+  ``[batch, max_len, kv_heads, head_dim]`` in the compute dtype, row ``t`` holding position
+  ``t``'s (rotated) key and value once it has been decoded; rows past the decoded positions are
+  zeros and masked out. A pytree of arrays, passed in and returned: no model state."""
+
+  k: jax.Array
+  v: jax.Array
+
+
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, cache: KVCache,
+                     pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+  """Causal attention of ``T`` new positions ``pos … pos + T - 1`` over a cache.
+
+  ``k`` and ``v`` (``[B, T, kv_heads, head_dim]``) are written into ``cache`` at rows ``pos``
+  onwards; then ``q`` (``[B, T, heads, head_dim]``, ``heads`` a multiple of ``kv_heads``) attends
+  over all ``max_len`` rows, row ``s`` masked unless ``s <= pos + i`` for query ``i``: the shapes
+  never depend on ``pos``, so one compiled step serves every position. XLA's kernel (a mask).
+
+  Returns:
+    The mixed values ``[B, T, heads, head_dim]`` and the updated cache.
+  """
+  start = (0, pos, 0, 0)
+  cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start),
+                  jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start))
+  rows = jnp.arange(cache.k.shape[1])
+  mask = rows[None, :] <= pos + jnp.arange(q.shape[1])[:, None]  # [T, max_len]
+  mixed = jax.nn.dot_product_attention(q, cache.k, cache.v, mask=mask[None, None],
+                                       implementation='xla')
+  return mixed, cache
 
 
 class Decoder(nnx.Module):
@@ -37,6 +74,60 @@ class Decoder(nnx.Module):
         x = block(x)
     with scope('head'):
       return self.head(x)
+
+  @property
+  def max_positions(self) -> int | None:
+    """The longest sequence the model can place: a learned position table's length, or None
+    when positions are rotary (any length runs; quality past the trained ``seq_len`` is
+    another matter)."""
+    return self.embed.max_positions
+
+  @property
+  def vocab_size(self) -> int:
+    """Token ids lie in ``[0, vocab_size)``: the rows of the embedding's token table."""
+    return self.embed.tokens[...].shape[0]
+
+  def init_cache(self, batch: int, max_len: int) -> tuple[KVCache, ...]:
+    """An empty cache for `decode`: one zero `KVCache` per block, ``[batch, max_len, kv_heads,
+    head_dim]`` in the block's compute dtype (the shape of its ``attn.key`` weight, ``[d_model,
+    kv_heads, head_dim]``)."""
+    def empty(attn: nnx.Module) -> KVCache:
+      _, heads, head_dim = attn.key[...].shape
+      zeros = jnp.zeros((batch, max_len, heads, head_dim), attn.dtype)
+      return KVCache(zeros, zeros)
+
+    return tuple(empty(block.attn) for block in self.blocks)
+
+  def decode(self, tokens: jax.Array, cache: tuple[KVCache, ...],
+             pos: jax.Array | int) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    """The forward of ``tokens`` at positions ``pos … pos + T - 1`` given the keys and values of
+    positions ``< pos`` in ``cache``: ``(logits, cache)`` with ``logits`` equal to the last
+    ``T`` positions' of ``model(whole_sequence)`` and this call's keys and values written in.
+
+    Example (prefill a prompt, then one token at a time)::
+
+      cache = model.init_cache(batch=1, max_len=64)
+      logits, cache = model.decode(prompt, cache, 0)          # prompt: int[1, 10]
+      logits, cache = model.decode(next_token, cache, 10)     # next_token: int[1, 1]
+
+    Args:
+      tokens: ``int[B, T]``.
+      cache: `init_cache`'s, or the one the previous call returned.
+      pos: the absolute position of ``tokens[:, 0]`` (an int or int32 scalar, traced under
+        ``jax.jit``); ``pos + T`` must not exceed the cache's ``max_len``.
+
+    Returns:
+      ``float32[B, T, vocab_size]`` logits and the updated cache.
+    """
+    with scope('embed'):
+      x = self.embed.decode(tokens, pos)
+    written = []
+    for i, (block, layer) in enumerate(zip(self.blocks, cache, strict=True)):
+      with scope(f'block_{i}'):
+        x, layer = block.decode(x, layer, pos)
+      written.append(layer)
+    with scope('head'):
+      return self.head(x), tuple(written)
 
   def submodels(self) -> dict[str, nnx.Module]:
     """``embed``, ``block_0`` … ``block_{layers-1}``, ``head``, in forward order. Tied, the

@@ -45,7 +45,14 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.models._lm import Decoder, decoder_loss, stdlib_splits, token_splits
+from hetjax.models._lm import (
+  Decoder,
+  KVCache,
+  cached_attention,
+  decoder_loss,
+  stdlib_splits,
+  token_splits,
+)
 from hetjax.sharding import constrain
 from hetjax.train import Task
 
@@ -233,11 +240,25 @@ class Embed(nnx.Module):
       x = x + self.positions[:tokens.shape[1]]
     return constrain(x.astype(self.dtype), RESIDUAL)
 
+  @property
+  def max_positions(self) -> int | None:
+    """The position table's length (``seq_len``); None with rotary positions (no table)."""
+    return None if self.positions is None else self.positions[...].shape[0]
 
-def rotary(x: jax.Array, base: float = 10_000.0) -> jax.Array:
+  def decode(self, tokens: jax.Array, pos: jax.Array | int) -> jax.Array:
+    """`__call__` for ``tokens`` at positions ``pos … pos + T - 1`` (``pos`` may be traced);
+    the caller keeps ``pos + T <= max_positions``."""
+    x = jnp.take(self.tokens[...], tokens, axis=0)
+    if self.positions is not None:
+      x = x + jax.lax.dynamic_slice_in_dim(self.positions[...], pos, tokens.shape[1])
+    return constrain(x.astype(self.dtype), RESIDUAL)
+
+
+def rotary(x: jax.Array, base: float = 10_000.0, offset: jax.Array | int = 0) -> jax.Array:
   """RoPE on ``x: [B, T, heads, head_dim]``: the pair ``(x[i], x[i + head_dim/2])`` at position
   t is rotated by ``t · base^(-2i/head_dim)`` (the "rotate half" layout of GPT-NeoX and Llama),
-  so ``q·k`` depends on positions only through their difference. Angles in float32.
+  so ``q·k`` depends on positions only through their difference. Angles in float32. ``x[:, j]``
+  is at position ``offset + j`` (``offset`` may be traced: the decoding path).
 
   Example::
 
@@ -246,7 +267,10 @@ def rotary(x: jax.Array, base: float = 10_000.0) -> jax.Array:
   """
   half = x.shape[-1] // 2
   frequencies = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-  angles = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None] * frequencies  # [T, half]
+  t = jnp.arange(x.shape[1], dtype=jnp.float32)
+  if not (isinstance(offset, int) and offset == 0):  # else the training forward's program
+    t = t + jnp.asarray(offset, jnp.float32)
+  angles = t[:, None] * frequencies  # [T, half]
   cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
@@ -269,15 +293,27 @@ class Attention(nnx.Module):
                       rngs)
 
   def __call__(self, x: jax.Array) -> jax.Array:
+    q, k, v = self._qkv(x, 0)
+    mixed = constrain(jax.nn.dot_product_attention(
+        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`__call__` for positions ``pos …`` over the earlier positions' keys and values in
+    ``cache`` (`hetjax.models._lm.cached_attention`): ``(output, updated cache)``."""
+    q, k, v = self._qkv(x, pos)
+    mixed, cache = cached_attention(q, k, v, cache, pos)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype)), cache
+
+  def _qkv(self, x: jax.Array, pos: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
     def project(w: nnx.Param) -> jax.Array:
       return constrain(jnp.einsum('bte,ehd->bthd', x, w[...].astype(self.dtype)), HEADS)
 
     q, k, v = project(self.query), project(self.key), project(self.value)
     if self.rotary:
-      q, k = constrain(rotary(q), HEADS), constrain(rotary(k), HEADS)
-    mixed = constrain(jax.nn.dot_product_attention(
-        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
+      q, k = constrain(rotary(q, offset=pos), HEADS), constrain(rotary(k, offset=pos), HEADS)
+    return q, k, v
 
 
 class Block(nnx.Module):
@@ -298,7 +334,15 @@ class Block(nnx.Module):
     return nnx.remat(Block.forward, policy=self.remat.policy())(self, x)
 
   def forward(self, x: jax.Array) -> jax.Array:
-    x = constrain(x + self.attn(self.attn_norm(x)), RESIDUAL)
+    return self._mlp(constrain(x + self.attn(self.attn_norm(x)), RESIDUAL))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`forward` for positions ``pos …`` with a key/value cache (`Attention.decode`)."""
+    mixed, cache = self.attn.decode(self.attn_norm(x), cache, pos)
+    return self._mlp(constrain(x + mixed, RESIDUAL)), cache
+
+  def _mlp(self, x: jax.Array) -> jax.Array:
     h = constrain(jax.nn.gelu(self.up(self.mlp_norm(x))), ('batch', 'seq', 'mlp'))
     return constrain(x + self.down(h), RESIDUAL)
 

@@ -33,7 +33,14 @@ from flax import nnx
 
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
-from hetjax.models._lm import Decoder, decoder_loss, stdlib_splits, token_splits
+from hetjax.models._lm import (
+  Decoder,
+  KVCache,
+  cached_attention,
+  decoder_loss,
+  stdlib_splits,
+  token_splits,
+)
 from hetjax.models.gpt import (
   BYTES,
   CUDNN_DTYPES,
@@ -205,14 +212,22 @@ def rope_frequencies(config: LlamaConfig) -> np.ndarray:
                   np.where(wavelength < high_wavelength, inv_freq, blended))
 
 
-def rope(x: jax.Array, inv_freq) -> jax.Array:
+def rope(x: jax.Array, inv_freq, offset: jax.Array | int = 0) -> jax.Array:
   """``x: [B, T, heads, head_dim]`` with the pair ``(x[i], x[i + head_dim/2])`` at position t
   rotated by ``t · inv_freq[i]`` (angles in float32): q·k then depends on positions only through
-  their difference."""
-  angles = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None] * jnp.asarray(inv_freq, jnp.float32)
+  their difference. ``x[:, j]`` is at position ``offset + j`` (``offset`` may be traced: the
+  decoding path, `Attention.decode`)."""
+  angles = _positions(x.shape[1], offset)[:, None] * jnp.asarray(inv_freq, jnp.float32)
   cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def _positions(length: int, offset: jax.Array | int) -> jax.Array:
+  """float32 ``offset … offset + length - 1``; with the default offset 0 the plain ``arange``
+  (the training forward's program, unchanged)."""
+  t = jnp.arange(length, dtype=jnp.float32)
+  return t if isinstance(offset, int) and offset == 0 else t + jnp.asarray(offset, jnp.float32)
 
 
 def _param(config: LlamaConfig, init, shape: tuple[int, ...], names: tuple[str, ...],
@@ -238,6 +253,14 @@ class Embed(nnx.Module):
   def __call__(self, tokens: jax.Array) -> jax.Array:
     return constrain(jnp.take(self.tokens[...], tokens, axis=0).astype(self.dtype), RESIDUAL)
 
+  #: Rotary positions: no table bounds the length (`hetjax.models._lm.Decoder.max_positions`).
+  max_positions = None
+
+  def decode(self, tokens: jax.Array, pos: jax.Array | int) -> jax.Array:
+    """``tokens`` at positions from ``pos``: the same lookup (positions enter in attention)."""
+    del pos
+    return self(tokens)
+
 
 class Attention(nnx.Module):
   """Causal grouped-query self-attention with rotary positions (module docstring); q, k, v and
@@ -260,16 +283,28 @@ class Attention(nnx.Module):
         bias(h, 'heads'), bias(k, 'kv_heads'), bias(k, 'kv_heads'))
 
   def __call__(self, x: jax.Array) -> jax.Array:
+    q, k, v = self._qkv(x, 0)
+    mixed = constrain(jax.nn.dot_product_attention(
+        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`__call__` for positions ``pos …`` over the earlier positions' keys and values in
+    ``cache`` (`hetjax.models._lm.cached_attention`): ``(output, updated cache)``."""
+    q, k, v = self._qkv(x, pos)
+    mixed, cache = cached_attention(q, k, v, cache, pos)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype)), cache
+
+  def _qkv(self, x: jax.Array, pos: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
     def project(w: nnx.Param, b: nnx.Param | None, names: tuple[str, ...]) -> jax.Array:
       y = jnp.einsum('bte,ehd->bthd', x, w[...].astype(self.dtype))
       return constrain(y if b is None else y + b[...].astype(self.dtype), names)
 
-    q = constrain(rope(project(self.query, self.query_bias, HEADS), self.inv_freq), HEADS)
-    k = constrain(rope(project(self.key, self.key_bias, KV_HEADS), self.inv_freq), KV_HEADS)
-    v = project(self.value, self.value_bias, KV_HEADS)
-    mixed = constrain(jax.nn.dot_product_attention(
-        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
+    q = constrain(rope(project(self.query, self.query_bias, HEADS), self.inv_freq, pos), HEADS)
+    k = constrain(rope(project(self.key, self.key_bias, KV_HEADS), self.inv_freq, pos),
+                  KV_HEADS)
+    return q, k, project(self.value, self.value_bias, KV_HEADS)
 
 
 class Block(nnx.Module):
@@ -292,7 +327,15 @@ class Block(nnx.Module):
     return nnx.remat(Block.forward, policy=self.remat.policy())(self, x)
 
   def forward(self, x: jax.Array) -> jax.Array:
-    x = constrain(x + self.attn(self.attn_norm(x)), RESIDUAL)
+    return self._mlp(constrain(x + self.attn(self.attn_norm(x)), RESIDUAL))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`forward` for positions ``pos …`` with a key/value cache (`Attention.decode`)."""
+    mixed, cache = self.attn.decode(self.attn_norm(x), cache, pos)
+    return self._mlp(constrain(x + mixed, RESIDUAL)), cache
+
+  def _mlp(self, x: jax.Array) -> jax.Array:
     h = self.mlp_norm(x)
     gate = jnp.einsum('bte,em->btm', h, self.gate[...].astype(self.dtype))
     up = jnp.einsum('bte,em->btm', h, self.up[...].astype(self.dtype))

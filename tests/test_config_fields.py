@@ -28,7 +28,7 @@ ENUMERATED = [(f'{name}.{field.name}', field.metadata['choices']) for name, fiel
 #: file, a SchMP app's scheduler (each app has its own), a slowdown trace and links (each parsed
 #: by its own grammar), a run directory whose hosts to reuse. A new text field must be a
 #: `choice` or be added here.
-FREE_TEXT = {'model.name', 'parallelism.mesh', 'parallelism.plan', 'schmp.scheduler',
+FREE_TEXT = {'model.name', 'model.init', 'parallelism.mesh', 'parallelism.plan', 'schmp.scheduler',
              'emulation.slowdown', 'emulation.network', 'emulation.hosts'}
 
 

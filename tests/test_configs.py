@@ -10,8 +10,8 @@ def test_every_shipped_config_loads_with_a_known_model():
   from hetjax import models, schmp
 
   assert run.config_names() == ['cdmf', 'gpt', 'gpt2_small', 'lasso', 'lda', 'llama_1b',
-                                'llama_tiny', 'logreg', 'mf', 'mlp', 'svm', 'transformer',
-                                'wide_deep']
+                                'llama_finetune', 'llama_tiny', 'logreg', 'mf', 'mlp', 'svm',
+                                'transformer', 'wide_deep']
   for name in run.config_names():
     model = run.load_config(name).model.name
     assert model in models.NAMES or model in schmp.APPS

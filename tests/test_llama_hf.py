@@ -1,4 +1,4 @@
-"""Hugging Face's Llama layout (`hetjax.models._hf`): a checkpoint's tensors, loaded into hetjax's
+"""Hugging Face's Llama layout (`hetjax.models.hf`): a checkpoint's tensors, loaded into hetjax's
 `llama`, give the logits of Hugging Face's Llama forward pass written here in numpy from its
 modelling code (names, ``[out, in]`` weights, rotate-half RoPE, repeated key/value heads, RMSNorm
 weights after the normalisation); export then import is bit-identical; the config round-trips;
@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from hetjax._errors import ConfigError
-from hetjax.models import _hf, llama
+from hetjax.models import hf, llama
 from hetjax.sharding import abstract_model
 
 pytestmark = pytest.mark.gpu
@@ -29,8 +29,8 @@ def _hf_tensors(args, seed=0) -> dict[str, np.ndarray]:
   """A random checkpoint in Hugging Face's names and shapes (float32)."""
   rng = np.random.default_rng(seed)
   shapes = abstract_model(llama.make_task(**args).make_model)[1]
-  return {name: rng.normal(0, 0.2, _hf._hf_shape(_shape(shapes, path), how)).astype(np.float32)
-          for name, (path, how) in _hf._names(args).items()}
+  return {name: rng.normal(0, 0.2, hf._hf_shape(_shape(shapes, path), how)).astype(np.float32)
+          for name, (path, how) in hf._names(args).items()}
 
 
 def _shape(tree, path):
@@ -109,7 +109,7 @@ def _loaded(args, tensors) -> llama.Llama:
     model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
   shapes = abstract_model(task.make_model)[1]
   state = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(state, jax.tree.map(np.asarray, _hf.from_hf(args, tensors, shapes)))
+  nnx.replace_by_pure_dict(state, jax.tree.map(np.asarray, hf.from_hf(args, tensors, shapes)))
   nnx.update(model, state)
   return model
 
@@ -130,29 +130,32 @@ def test_export_then_import_is_bit_identical_and_the_config_round_trips():
   args = {**ARGS, 'qkv_bias': True}
   tensors = _hf_tensors(args, seed=3)
   shapes = abstract_model(llama.make_task(**args).make_model)[1]
-  again = _hf.to_hf(args, _hf.from_hf(args, tensors, shapes))
+  again = hf.to_hf(args, hf.from_hf(args, tensors, shapes))
   assert set(again) == set(tensors)
   for name, array in tensors.items():
     np.testing.assert_array_equal(again[name], array)
     assert again[name].flags.c_contiguous
-  config = _hf.hf_config(args)
+  config = hf.hf_config(args)
   assert config['model_type'] == 'qwen2'
-  assert _hf.llama_args(config, seq_len=16) == {k: v for k, v in llama.LlamaConfig.of(
-      args).__dict__.items() if k in _hf.llama_args(config, seq_len=16)}
+  assert hf.llama_args(config, seq_len=16) == {k: v for k, v in llama.LlamaConfig.of(
+      args).__dict__.items() if k in hf.llama_args(config, seq_len=16)}
 
 
 @pytest.mark.parametrize('change, message', [
     ({'model_type': 'qwen3'}, "model_type 'qwen3' is not read"),
-    ({'rope_scaling': {'rope_type': 'yarn', 'factor': 4.0}}, "rope_scaling type 'yarn'"),
+    ({'rope_scaling': {'rope_type': 'yarn', 'factor': 4.0}}, "rope type 'yarn' is not read"),
+    ({'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 1e4}}, "rope type 'yarn' is not"),
+    ({'rope_scaling': {'rope_type': 'llama3', 'factor': 8.0}}, "llama3 rope settings lack "
+                                                                "'low_freq_factor'"),
     ({'head_dim': 16}, 'head_dim 16 is not hidden_size / num_attention_heads = 8'),
     ({'hidden_act': 'gelu'}, "hidden_act 'gelu' is not read"),
     ({'attention_bias': True}, 'attention_bias=true is not read'),
     ({'model_type': 'mistral', 'sliding_window': 8}, 'sliding_window 8 is shorter than seq_len'),
 ])
 def test_what_is_not_read_is_one_line(change, message):
-  config = {**_hf.hf_config(ARGS), **change}
+  config = {**hf.hf_config(ARGS), **change}
   with pytest.raises(ConfigError, match=message) as raised:
-    _hf.llama_args(config, seq_len=16)
+    hf.llama_args(config, seq_len=16)
   assert '\n' not in str(raised.value)
 
 
@@ -161,8 +164,8 @@ def test_a_missing_extra_or_misshapen_tensor_is_one_line():
   shapes = abstract_model(llama.make_task(**ARGS).make_model)[1]
   name = 'model.layers.1.self_attn.k_proj.weight'
   with pytest.raises(ConfigError, match=f"tensor '{name}' is missing"):
-    _hf.from_hf(ARGS, {k: v for k, v in tensors.items() if k != name}, shapes)
+    hf.from_hf(ARGS, {k: v for k, v in tensors.items() if k != name}, shapes)
   with pytest.raises(ConfigError, match=r"1 tensor\(s\) the model does not have, e.g. 'x'"):
-    _hf.from_hf(ARGS, {**tensors, 'x': np.zeros(1)}, shapes)
+    hf.from_hf(ARGS, {**tensors, 'x': np.zeros(1)}, shapes)
   with pytest.raises(ConfigError, match=r"has shape \(8, 32\), the model needs \(16, 32\)"):
-    _hf.from_hf(ARGS, {**tensors, name: np.zeros((8, 32))}, shapes)
+    hf.from_hf(ARGS, {**tensors, name: np.zeros((8, 32))}, shapes)

@@ -13,7 +13,7 @@ import optax
 import pytest
 from flax import nnx
 
-from hetjax import ConfigError, models, ps
+from hetjax import ConfigError, models, ps, sharding
 from hetjax.emulation import parse_links
 from hetjax.runtime import LocalChannel
 from hetjax.sharding import abstract_model
@@ -70,7 +70,7 @@ def _run(config: ps.PsConfig, workers: int = 2, servers: int = 2, steps: int = 4
 def _reference(steps: int, global_batch: int = 32, lr: float = 0.1):
   """Plain single-device SGD on the same global batches."""
   task = _task()
-  params = ps.initial_params(task, 0)
+  params = sharding.initial_params(task.make_model, 0)
   graphdef = abstract_model(task.make_model, 0)[0]
   opt = optax.sgd(lr)
   opt_state = opt.init(params)

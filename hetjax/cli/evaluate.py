@@ -8,6 +8,16 @@ Prints the step, ``eval_loss`` and ``eval_perplexity`` and writes them to ``WORK
 The batches are the run's own evaluation batches (the first ``--batches`` of them), so at the
 last step and the run's ``eval.batches`` it repeats the run's final ``eval_loss``. No run, no
 checkpoint or no held-out split prints one line and exits 2.
+
+With ``--sample`` it samples text instead (a gpt or llama run; `hetjax.run.generate`):
+
+  hetjax-evaluate --workdir=runs/llama_tiny --sample --prompt='def main(' --temperature=0.8
+
+The prompt is ``--prompt``, else the start of the first held-out example (half the context,
+less where a learned position table must also hold the new tokens); text becomes ids as the
+run's data does (`hetjax.data.text_codec`: UTF-8 bytes, or a ``bpe`` dataset's
+``tokenizer.json``). Prints the prompt and the ``--max_new_tokens`` tokens that follow it, on
+one device.
 """
 
 from __future__ import annotations
@@ -15,26 +25,78 @@ from __future__ import annotations
 import json
 import pathlib
 
+import jax
 from absl import flags
 
-from hetjax import ConfigError, run
+from hetjax import ConfigError, data, run
 from hetjax.cli._main import program_name, run_main
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory to evaluate (required)')
 _STEP = flags.DEFINE_integer('step', None, 'checkpoint step (default: the latest)')
 _BATCHES = flags.DEFINE_integer('batches', 8, 'held-out batches to average over')
 _BATCH = flags.DEFINE_integer('batch', None, 'rows per batch (default: the run\'s eval batch)')
+_SAMPLE = flags.DEFINE_bool('sample', False, 'sample text from the model instead of evaluating')
+_PROMPT = flags.DEFINE_string('prompt', None, 'text to continue (default: the start of the '
+                              'first held-out example)')
+_MAX_NEW_TOKENS = flags.DEFINE_integer('max_new_tokens', 64, 'tokens to sample')
+_TEMPERATURE = flags.DEFINE_float('temperature', 0.8, 'sampling temperature (0: greedy)')
+_TOP_K = flags.DEFINE_integer('top_k', None, 'sample from the k most likely tokens')
+_TOP_P = flags.DEFINE_float('top_p', None, 'sample from the most likely tokens holding this '
+                            'probability, in (0, 1]')
+_SEED = flags.DEFINE_integer('seed', 0, 'sampling seed')
 
 
 def evaluate_from_flags() -> dict:
   if not _WORKDIR.value:
     raise ConfigError('--workdir is required: the run directory to evaluate')
   workdir = pathlib.Path(_WORKDIR.value).expanduser()
+  if _SAMPLE.value:
+    return sample(workdir)
   result = run.evaluate(workdir, step=_STEP.value, batches=_BATCHES.value, batch=_BATCH.value)
   (workdir / 'eval.json').write_text(json.dumps(result, indent=2) + '\n')
   print(f'step {result["step"]}: eval_loss {result["eval_loss"]:.4f}, eval_perplexity '
         f'{result["eval_perplexity"]:.2f} ({result["batches"]} batches of {result["batch"]} rows)')
   return result
+
+
+def sample(workdir: pathlib.Path) -> dict:
+  """Prints ``--prompt`` (or the default prompt) and the model's continuation of it.
+
+  Returns:
+    ``{'prompt': text, 'continuation': text, 'ids': the prompt's and the new token ids}``.
+  """
+  model = run.load_model(workdir, step=_STEP.value, devices=jax.local_devices()[:1])
+  config = run.Config.from_json(json.loads((workdir / 'config.json').read_text()),
+                                str(workdir / 'config.json'))
+  codec = data.text_codec(config.model.args.get('data'))
+  if _PROMPT.value is not None:
+    prompt = codec.encode(_PROMPT.value)
+    if not prompt:
+      raise ConfigError('--prompt is empty: give some text to continue')
+  else:
+    prompt = _held_out_start(config, model.max_positions)
+  ids = run.generate(model, prompt, _MAX_NEW_TOKENS.value, temperature=_TEMPERATURE.value,
+                 top_k=_TOP_K.value, top_p=_TOP_P.value, seed=_SEED.value)
+  result = {'prompt': codec.decode(prompt), 'continuation': codec.decode(ids[len(prompt):]),
+            'ids': ids.tolist()}
+  print(f'--- prompt ({len(prompt)} tokens) ---\n{result["prompt"]}')
+  print(f'--- continuation ({len(ids) - len(prompt)} tokens, temperature '
+        f'{_TEMPERATURE.value:g}) ---\n{result["continuation"]}')
+  return result
+
+
+def _held_out_start(config: run.Config, max_positions: int | None) -> list[int]:
+  """The first tokens of the run's first held-out example: half its context, fewer where a
+  position table of ``max_positions`` must also hold ``--max_new_tokens``."""
+  task = run.make_task(config, weights=False)
+  if task.eval_data is None:
+    raise ConfigError(f'model {config.model.name} has no held-out split to take a prompt from: '
+                      'give --prompt')
+  example = task.eval_data.global_batch(config.data.seed, 0, 1)['tokens'][0]
+  length = len(example) // 2
+  if max_positions is not None:
+    length = min(length, max_positions - max(_MAX_NEW_TOKENS.value, 0))
+  return [int(i) for i in example[:max(length, 1)]]
 
 
 def main() -> None:

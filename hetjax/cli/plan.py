@@ -173,7 +173,7 @@ def plan_from_flags() -> planner.Plan:
   if not _CONFIG.value:
     raise ConfigError(f'--config is required: one of {", ".join(run.config_names())}')
   config = run.override(run.load_config(_CONFIG.value), _SET.value)
-  task = run.make_task(config)
+  task = run.make_task(config, weights=False)  # the architecture only
   batch = _BATCH.value or config.data.global_batch
   if batch < 1:
     raise ConfigError(f'--batch {batch} must be positive')

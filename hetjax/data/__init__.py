@@ -29,6 +29,7 @@ from hetjax.data._sparse_design import bundled_design as bundled_design
 from hetjax.data._sparse_design import correlated_design as correlated_design
 from hetjax.data._stdlib_text import StdlibText as StdlibText
 from hetjax.data._stdlib_text import stdlib_text as stdlib_text
+from hetjax.data._text_codec import text_codec as text_codec
 from hetjax.data._token_file import TokenDataset as TokenDataset
 from hetjax.data._token_file import Tokenizer as Tokenizer
 from hetjax.data._token_file import check_vocab as check_vocab
@@ -71,6 +72,7 @@ __all__ = [
     'stdlib_text',
     'step_rng',
     'take_rows',
+    'text_codec',
     'write_token_split',
     'zipf_clicks',
     'zipf_ratings',

@@ -67,7 +67,7 @@ from hetjax.pipeline._stage_args import checked_schedule, stage_ranges
 from hetjax.pipeline._stage_programs import StageProgramsMixin, dispatch_order
 from hetjax.pipeline._stages import StageLayout, check_layouts, equal_stages
 from hetjax.pipeline._transfer import CarrySpecs, StepTransfers, move
-from hetjax.sharding import abstract_model, param_shardings
+from hetjax.sharding import abstract_model, param_shardings, read_weights
 from hetjax.train import Task, split_trainable
 
 PyTree = Any
@@ -230,11 +230,19 @@ class PipelineTrainer(StageProgramsMixin):
     Args:
       params: the model's parameters as its nested pure dict (``nnx.to_pure_dict`` layout, e.g.
         a `hetjax.train.Trainer` state's ``params``); they are copied, never aliased. Only the
-        local stages' links are read, so it may hold just those. Default: initialised from the
-        seed, equal to the unpipelined model's (each process computes its own stages' only).
+        local stages' links are read, so it may hold just those. Default: read from the task's
+        ``weights`` where it has them, each parameter onto its stage's devices
+        (`hetjax.sharding.initial_params`), else initialised from the seed, equal to the
+        unpipelined model's (each process computes its own stages' only).
     """
+    weights = self.task.weights
     if params is not None:
       parts = self.split_tree(params, self.local_stages)
+    elif weights is not None:  # each link's parameters, read at its path in the whole model
+      parts = tuple({name: read_weights(weights, self._abstract[s][name],
+                                        self._shardings[s][0][name], tuple(self.paths[name]))
+                     for name in self.stage_links[s]} if s in self.local_stages else None
+                    for s in range(self.stages))
     else:  # one program per stage: XLA drops the initialisers of the other stages' parameters
       parts = tuple(jax.jit(lambda s=s: self.split_tree(self._init_params())[s],
                             out_shardings=self._shardings[s][0])()
@@ -247,7 +255,7 @@ class PipelineTrainer(StageProgramsMixin):
     return PipelineState(0, *zip(*started, strict=True))
 
   def _init_params(self) -> PyTree:
-    with nnx.use_eager_sharding(False):
+    with nnx.use_eager_sharding(False):  # traced within the stage's program
       return nnx.to_pure_dict(nnx.state(self.task.make_model(nnx.Rngs(self.seed))))
 
   def _start(self, params: PyTree) -> tuple[PyTree, PyTree]:

@@ -68,10 +68,24 @@ class WholeModel(nnx.Module):
 def whole_model_task(task: Task) -> Task:
   """``task`` with its model wrapped in `WholeModel`: a chain of one link that trains as one
   pipeline stage (`hetjax.pipeline.PipelineTrainer`), equal to the plain model's step. Its
-  parameters are initialised from the same seed as ``task``'s (the wrapper draws nothing)."""
+  parameters are initialised from the same seed as ``task``'s (the wrapper draws nothing), or
+  read from the same ``weights`` (their paths under ``model``)."""
   make_model, loss = task.make_model, task.loss
   metrics = task.metrics
   return dataclasses.replace(
       task, make_model=lambda rngs: WholeModel(make_model(rngs), loss),
       loss=lambda whole, batch: whole(batch),
-      metrics=None if metrics is None else lambda whole, batch: metrics(whole.model, batch))
+      metrics=None if metrics is None else lambda whole, batch: metrics(whole.model, batch),
+      weights=None if task.weights is None else _Unwrapped(task.weights))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unwrapped:
+  """`hetjax.sharding.Weights` of the wrapped model, read at the wrapper's paths."""
+
+  weights: Any
+
+  def read(self, path: tuple[Any, ...]) -> Any:
+    if not path or path[0] != WHOLE_MODEL:
+      raise ValueError(f'{"/".join(map(str, path))} is not a path of the wrapped model')
+    return self.weights.read(tuple(path[1:]))

@@ -18,7 +18,6 @@ from hetjax.ps._config import PsConfig as PsConfig
 from hetjax.ps._config import parse_ps as parse_ps
 from hetjax.ps._job import ENV_NUM_SERVERS as ENV_NUM_SERVERS
 from hetjax.ps._job import PsRole as PsRole
-from hetjax.ps._job import initial_params as initial_params
 from hetjax.ps._job import make_server as make_server
 from hetjax.ps._job import make_worker as make_worker
 from hetjax.ps._job import ps_role as ps_role
@@ -54,7 +53,6 @@ __all__ = [
     'ShardUpdate',
     'Transport',
     'UpdateRecord',
-    'initial_params',
     'make_server',
     'make_worker',
     'parse_ps',

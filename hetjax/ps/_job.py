@@ -30,8 +30,8 @@ from typing import Any
 
 import jax
 import optax
-from flax import nnx
 
+from hetjax import sharding
 from hetjax._errors import ConfigError
 from hetjax.core import Pace
 from hetjax.emulation import Links
@@ -96,14 +96,6 @@ def ps_role(process: int | None = None, processes: int | None = None,
   return PsRole(False, process, workers, servers)
 
 
-def initial_params(task: Task, seed: int) -> Any:
-  """The parameters a single-device run starts from (the same jitted initialisation)."""
-  def init():
-    with nnx.use_eager_sharding(False):
-      return nnx.to_pure_dict(nnx.state(task.make_model(nnx.Rngs(seed))))
-  return jax.jit(init)()
-
-
 def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsConfig,
                 role: PsRole, channel: Any, *, seed: int = 0, transport: Transport | None = None,
                 checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int = 0,
@@ -116,7 +108,8 @@ def make_server(task: Task, optimizer: optax.GradientTransformation, config: PsC
   # The servers hold the float parameters; other state (a dropout stream) stays on the workers.
   layout = ServerLayout.of(split_trainable(abstract_model(task.make_model, seed)[1])[0],
                            role.servers)
-  params = layout.split(split_trainable(initial_params(task, seed))[0])[role.index]
+  params = layout.split(split_trainable(
+      sharding.initial_params(task.make_model, seed, weights=task.weights))[0])[role.index]
   checkpointer = (None if checkpoint_dir is None else
                   ServerCheckpointer(checkpoint_dir, role.index))
   return ParameterServer(role.index, role.workers, layout, params,

@@ -35,7 +35,7 @@ from hetjax.core import Pace, ShareRules, StepStats, Work, host_load
 from hetjax.data import Batch, StepBatch, slice_batch
 from hetjax.ps._client import PsClient, PushResult
 from hetjax.ps._config import Consistency, PsConfig
-from hetjax.sharding import abstract_model
+from hetjax.sharding import abstract_model, initial_params
 from hetjax.train import (
   Task,
   merge_trainable,
@@ -248,8 +248,6 @@ def _fixed_state(task: Task, seed: int, abstract: PyTree, device: jax.Device) ->
   if not jax.tree.leaves(fixed):
     return fixed
 
-  def init():
-    with nnx.use_eager_sharding(False):
-      return split_trainable(nnx.to_pure_dict(nnx.state(task.make_model(nnx.Rngs(seed)))))[1]
-  return jax.device_put(jax.jit(init)(), device)
+  params = initial_params(task.make_model, seed, weights=task.weights)
+  return jax.device_put(split_trainable(params)[1], device)
 

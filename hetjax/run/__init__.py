@@ -41,6 +41,9 @@ from hetjax.run._sections import SchmpConfig as SchmpConfig
 if TYPE_CHECKING:  # what type checkers and IDEs see
   from hetjax.run._built import Built as Built
   from hetjax.run._evaluate_run import evaluate as evaluate
+  from hetjax.run._generate import generate as generate
+  from hetjax.run._hf import load_hf as load_hf
+  from hetjax.run._hf import save_hf as save_hf
   from hetjax.run._hosts import emulated_host as emulated_host
   from hetjax.run._modes import MODES as MODES
   from hetjax.run._modes import ModeEntry as ModeEntry
@@ -57,6 +60,9 @@ _LAZY = {
     'Built': ('_built', 'Built'),
     'evaluate': ('_evaluate_run', 'evaluate'),
     'emulated_host': ('_hosts', 'emulated_host'),
+    'generate': ('_generate', 'generate'),
+    'load_hf': ('_hf', 'load_hf'),
+    'save_hf': ('_hf', 'save_hf'),
     'MODES': ('_modes', 'MODES'),
     'ModeEntry': ('_modes', 'ModeEntry'),
     'build': ('_modes', 'build'),
@@ -106,12 +112,15 @@ __all__ = [
     'describe_modes',
     'emulated_host',
     'evaluate',
+    'generate',
     'import_function',
     'load_config',
+    'load_hf',
     'load_model',
     'make_task',
     'mode_of',
     'optimizer_of',
     'override',
+    'save_hf',
     'train',
 ]

@@ -3,7 +3,6 @@ fact (the run's own periodic evaluation is `hetjax.train.Evaluation`, a hook of 
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 from collections.abc import Sequence
@@ -14,9 +13,8 @@ from flax import nnx
 
 from hetjax import ConfigError, checkpoint, sharding, train
 from hetjax._checks import at_least
-from hetjax.run._config import Config
 from hetjax.run._task import make_task, trains_app
-from hetjax.run._trained import load_model
+from hetjax.run._trained import load_model, read_run_config
 
 
 def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: int = 8,
@@ -56,13 +54,10 @@ def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: i
       checkpoints hold the model in pieces (`load_model`), or a bad ``batches`` or ``batch``.
   """
   run_dir = pathlib.Path(run_dir)
-  config_path = run_dir / 'config.json'
-  if not config_path.is_file():
-    raise ConfigError(f'{run_dir} holds no run (no config.json)')
-  config = Config.from_json(json.loads(config_path.read_text()), str(config_path))
+  config = read_run_config(run_dir)
   at_least(batches, 1, 'batches')
   rows = at_least(batch or config.eval.batch or config.data.global_batch, 1, 'batch')
-  task = None if trains_app(config) else make_task(config)
+  task = None if trains_app(config) else make_task(config, weights=False)
   if task is None or task.eval_data is None:
     raise ConfigError(f'{run_dir} is a run of model {config.model.name}, which has no held-out '
                       'split (Task.eval_data) to evaluate on')

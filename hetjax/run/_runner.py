@@ -16,7 +16,7 @@ from hetjax.run import _observe, _restarts, _rules
 from hetjax.run._built import Built
 from hetjax.run._config import Config
 from hetjax.run._modes import MODES, build
-from hetjax.run._task import trains_app
+from hetjax.run._task import resolved, trains_app
 
 
 def _prepare_workdir(workdir: pathlib.Path, resume: bool, overwrite: bool) -> None:
@@ -99,6 +99,7 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
       a batch that does not divide, a checkpoint of another model, an existing run).
   """
   called = time.time()  # goodput's wall time starts here: building the program is startup
+  config = resolved(config)  # model.init's architecture: config.json is read back without it
   ctx = runtime.initialize()
   if config.parallelism.compilation_cache:
     runtime.enable_compilation_cache()

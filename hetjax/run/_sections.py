@@ -68,6 +68,8 @@ class Mode(enum.Enum):
 
 #: What None means in the model's fields, said after their names in a message.
 _OR_DEFAULT = " (or None: the model's default)"
+#: ``model.init``'s prefix for a Hugging Face model directory.
+INIT_HF = 'hf:'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,13 @@ class ModelConfig:
     remat: rematerialisation of the model's blocks (``make_task``'s ``remat``): ``'none'``,
       ``'full'`` (recompute each block's activations in the backward pass) or ``'save_dots'``
       (keep the matmul outputs, recompute the rest); None: the model's default.
+    init: where a fresh run's parameters come from: None, drawn from ``data.seed``; or
+      ``'hf:PATH'``, a local Hugging Face model directory (``config.json`` and
+      ``*.safetensors``) of the Llama, Qwen 2 or Mistral layout, read into model ``llama``: the
+      checkpoint's ``config.json`` gives the architecture (``args`` may add ``seq_len``,
+      ``data`` and the precision; an architecture argument that disagrees is refused), and
+      each tensor is read onto its sharding in every mode. A resumed run restores its own
+      checkpoint instead. Nothing is downloaded.
   """
 
   NAME = 'model'
@@ -95,6 +104,7 @@ class ModelConfig:
   dtype: str | None = choice(None, DTYPES, note=_OR_DEFAULT)
   param_dtype: str | None = choice(None, DTYPES, note=_OR_DEFAULT)
   remat: str | None = choice(None, REMATS, note=_OR_DEFAULT)
+  init: str | None = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -103,6 +113,11 @@ class ModelConfig:
       raise ConfigError(f'model.args must be a mapping of keyword arguments, got '
                         f'{type(self.args).__name__}')
     check_choices(self)
+    if self.init is not None and (not isinstance(self.init, str)
+                                  or not self.init.startswith(INIT_HF)
+                                  or not self.init[len(INIT_HF):].strip()):
+      raise ConfigError(f'model.init must be hf:PATH (a Hugging Face model directory) or None, '
+                        f'got {self.init!r}')
     for field in PRECISION_FIELDS:
       if getattr(self, field) is not None and field in self.args:
         raise ConfigError(f'model.{field} and model.args.{field} are both set: keep one')

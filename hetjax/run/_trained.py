@@ -18,6 +18,18 @@ from hetjax.run._task import make_task, optimizer_of
 WHOLE_MODEL_MODES = tuple(m.value for m, entry in MODES.items() if entry.whole_model)
 
 
+def read_run_config(run_dir: str | pathlib.Path) -> Config:
+  """The `Config` a run directory's ``config.json`` holds.
+
+  Raises:
+    ConfigError: no run there (no ``config.json``), or a config this version does not read.
+  """
+  config_path = pathlib.Path(run_dir) / 'config.json'
+  if not config_path.is_file():
+    raise ConfigError(f'{run_dir} holds no run (no config.json)')
+  return Config.from_json(json.loads(config_path.read_text()), str(config_path))
+
+
 def load_model(run_dir: str | pathlib.Path, step: int | None = None,
                devices: Sequence[jax.Device] | None = None) -> nnx.Module:
   """The model a run trained, with its parameters at ``step`` (default: the latest checkpoint),
@@ -46,16 +58,13 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
       another model.
   """
   run_dir = pathlib.Path(run_dir)
-  config_path = run_dir / 'config.json'
-  if not config_path.is_file():
-    raise ConfigError(f'{run_dir} holds no run (no config.json)')
-  config = Config.from_json(json.loads(config_path.read_text()), str(config_path))
+  config = read_run_config(run_dir)
   info_path = run_dir / 'run.json'
   mode = json.loads(info_path.read_text()).get('mode') if info_path.is_file() else None
   if mode not in WHOLE_MODEL_MODES:
     raise ConfigError(f'{run_dir} is a run of mode {mode}: load_model reads the checkpoints of '
                       f'modes {", ".join(WHOLE_MODEL_MODES)}, which hold the whole model')
-  task = make_task(config)
+  task = make_task(config, weights=False)
   optimizer = optimizer_of(config)[0]
   devices = list(jax.local_devices() if devices is None else devices)
   mesh = sharding.make_mesh((len(devices), 1), devices=devices)

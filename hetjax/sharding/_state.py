@@ -149,35 +149,3 @@ def fallen_back(shapes: PyTree, names: PyTree, mesh: Mesh, rules: LogicalRules,
       out.append(f'{name} {tuple(shape.shape)} along dimension {", ".join(split)} instead of '
                  f'{was}')
   return tuple(out)
-
-
-def init_sharded(
-    make_model: Callable[[nnx.Rngs], nnx.Module],
-    mesh: Mesh,
-    rules: LogicalRules,
-    seed: int = 0,
-) -> tuple[nnx.GraphDef, PyTree, PyTree]:
-  """Creates a model's parameters directly in their sharded layout.
-
-  Abstract first: shapes and logical names come from `nnx.eval_shape`, shardings from
-  ``rules``, and the real initializer runs under ``jax.jit(..., out_shardings=…)`` so no device
-  ever holds a full copy of a parameter that is meant to be split.
-
-  Example::
-
-    graphdef, params, shardings = init_sharded(lambda r: MLP(rngs=r), mesh, rules)
-    model = nnx.merge(graphdef, params)
-
-  Returns:
-    ``(graphdef, params, shardings)``: params as a pure dict of arrays, and their shardings.
-  """
-  graphdef, shapes, names = abstract_model(make_model, seed)
-  prefixes = submodel_prefixes(make_model) if rules.scopes else None
-  shardings = param_shardings(shapes, names, mesh, rules, prefixes)
-
-  def init():
-    with nnx.use_eager_sharding(False):
-      return nnx.to_pure_dict(nnx.state(make_model(nnx.Rngs(seed))))
-
-  params = jax.jit(init, out_shardings=shardings)()
-  return graphdef, params, shardings

@@ -11,7 +11,13 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hetjax.sharding import LogicalRules, abstract_model, param_shardings, submodel_prefixes
+from hetjax.sharding import (
+  LogicalRules,
+  abstract_model,
+  initial_params,
+  param_shardings,
+  submodel_prefixes,
+)
 from hetjax.train._state import TrainState
 from hetjax.train._task import Task
 from hetjax.train._trainable import split_trainable
@@ -73,12 +79,19 @@ def state_layout(
 
 def init_state(task: Task, optimizer: optax.GradientTransformation, layout: StateLayout,
                seed: int = 0) -> TrainState:
-  """Fresh parameters and optimizer state, created directly in ``layout``'s shardings."""
+  """Fresh parameters and optimizer state, created directly in ``layout``'s shardings; the
+  parameters read from ``task.weights`` where it is set (`hetjax.sharding.initial_params`)."""
+  def start(params):
+    return TrainState(jnp.zeros((), jnp.int32), params,
+                      optimizer.init(split_trainable(params)[0]))
+
+  if task.weights is not None:
+    params = initial_params(task.make_model, seed, layout.shardings.params, task.weights)
+    return jax.jit(start, out_shardings=layout.shardings, donate_argnums=0)(params)
+
   def init():
     with nnx.use_eager_sharding(False):
       model = task.make_model(nnx.Rngs(seed))
-    params = nnx.to_pure_dict(nnx.state(model))
-    return TrainState(jnp.zeros((), jnp.int32), params,
-                      optimizer.init(split_trainable(params)[0]))
+    return start(nnx.to_pure_dict(nnx.state(model)))
 
   return jax.jit(init, out_shardings=layout.shardings)()

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hetjax.data import Batch, DataSource
+from hetjax.sharding import Weights
 
 
 @runtime_checkable
@@ -41,6 +42,9 @@ class Task:
     metrics: ``metrics(model, batch) -> {name: float32[B]}``: per-example metrics evaluation
       reports beside the loss (a classifier's ``accuracy``: 1.0 where the prediction is right),
       or None.
+    weights: where a fresh run's parameters come from (`hetjax.sharding.Weights`: a pretrained
+      checkpoint, ``model.init=hf:PATH``), read onto their shardings in every mode; None: drawn
+      from the seed by ``make_model``. A resumed run restores its checkpoint instead.
   """
 
   name: str
@@ -51,6 +55,7 @@ class Task:
   config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   tokens_per_example: int = 0
   metrics: Callable[[nnx.Module, Batch], Mapping[str, jax.Array]] | None = None
+  weights: Weights | None = None
 
   def eval_means(self, model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
     """``{'loss': mean loss, **mean of each of `metrics`}`` over ``batch``: what an

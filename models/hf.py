@@ -1,5 +1,6 @@
 """Hugging Face's Llama layout and hetjax's `llama`, both ways: the config (``config.json``) and
-the tensors, by name and shape. Arrays only; reading and writing ``*.safetensors`` is the caller's.
+the tensors, by name and shape. Arrays only; reading and writing ``*.safetensors`` is
+`hetjax.models.hf_files`'.
 
 Hugging Face stores a linear layer's weight as ``[out_features, in_features]``; hetjax keeps a
 projection as ``[in, …out]`` with the heads as a dimension of their own::
@@ -24,7 +25,7 @@ reshapes only), so import after export gives the same bits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,10 @@ from hetjax._errors import ConfigError
 
 #: ``model_type`` of the layouts read, and what each adds to Llama's.
 MODEL_TYPES = ('llama', 'qwen2', 'mistral')
+#: make_task's arguments that a checkpoint's ``config.json`` always gives (`llama_args`; the
+#: llama3 rope settings too, where its rope type is llama3).
+ARCHITECTURE = ('vocab_size', 'd_model', 'heads', 'kv_heads', 'layers', 'mlp', 'rope_base',
+                'norm_eps', 'tie_embeddings', 'qkv_bias', 'rope_scaling')
 
 
 def llama_args(config: Mapping[str, Any], seq_len: int | None = None) -> dict[str, Any]:
@@ -56,7 +61,7 @@ def llama_args(config: Mapping[str, Any], seq_len: int | None = None) -> dict[st
         'vocab_size': int(config['vocab_size']), 'd_model': d, 'heads': heads,
         'kv_heads': int(config.get('num_key_value_heads') or heads),
         'layers': int(config['num_hidden_layers']), 'mlp': int(config['intermediate_size']),
-        'rope_base': float(config.get('rope_theta', 10_000.0)),
+        'rope_base': float(_rope(config).get('rope_theta', 10_000.0)),
         'norm_eps': float(config.get('rms_norm_eps', 1e-6)),
         'tie_embeddings': bool(config.get('tie_word_embeddings', False)),
         'qkv_bias': kind == 'qwen2'}
@@ -74,42 +79,58 @@ def llama_args(config: Mapping[str, Any], seq_len: int | None = None) -> dict[st
                         'biases in the model)')
   context = int(config.get('max_position_embeddings', 2048))
   args['seq_len'] = seq_len or min(context, 2048)
-  window = config.get('sliding_window') if config.get('use_sliding_window', True) else None
-  if kind == 'mistral' and window and window < args['seq_len']:
-    raise ConfigError(f'hf config: mistral sliding_window {window} is shorter than seq_len '
+  window = config.get('sliding_window') if config.get(
+      'use_sliding_window', kind == 'mistral') else None
+  if window and window < args['seq_len']:
+    raise ConfigError(f'hf config: {kind} sliding_window {window} is shorter than seq_len '
                       f'{args["seq_len"]}, and the model attends to the whole context')
-  args.update(_rope_args(config.get('rope_scaling')))
+  args.update(_rope_args(_rope(config)))
   return args
 
 
-def _rope_args(scaling: Mapping[str, Any] | None) -> dict[str, Any]:
-  if not scaling:
-    return {'rope_scaling': 'none'}
-  kind = scaling.get('rope_type', scaling.get('type'))
-  if kind == 'default':
+def _rope(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The rotary settings: transformers 5's ``rope_parameters`` (``rope_theta`` inside it), or
+  the older top-level ``rope_theta`` and ``rope_scaling`` (None: none)."""
+  if isinstance(config.get('rope_parameters'), Mapping):
+    return dict(config['rope_parameters'])
+  scaling = config.get('rope_scaling') or {}
+  theta = {'rope_theta': config['rope_theta']} if 'rope_theta' in config else {}
+  return {**scaling, **theta}
+
+
+def _rope_args(rope: Mapping[str, Any]) -> dict[str, Any]:
+  kind = rope.get('rope_type', rope.get('type'))
+  if kind in (None, 'default'):
     return {'rope_scaling': 'none'}
   if kind != 'llama3':
-    raise ConfigError(f'hf config: rope_scaling type {kind!r} is not read; choose llama3 or none')
-  return {'rope_scaling': 'llama3', 'rope_factor': float(scaling['factor']),
-          'rope_low_freq_factor': float(scaling['low_freq_factor']),
-          'rope_high_freq_factor': float(scaling['high_freq_factor']),
-          'rope_original_seq_len': int(scaling['original_max_position_embeddings'])}
+    raise ConfigError(f'hf config: rope type {kind!r} is not read; choose llama3 or default')
+  try:
+    return {'rope_scaling': 'llama3', 'rope_factor': float(rope['factor']),
+            'rope_low_freq_factor': float(rope['low_freq_factor']),
+            'rope_high_freq_factor': float(rope['high_freq_factor']),
+            'rope_original_seq_len': int(rope['original_max_position_embeddings'])}
+  except KeyError as e:
+    raise ConfigError(f'hf config: llama3 rope settings lack {e.args[0]!r}') from None
 
 
-def hf_config(args: Mapping[str, Any]) -> dict[str, Any]:
+def hf_config(args: Mapping[str, Any], torch_dtype: str = 'float32') -> dict[str, Any]:
   """The ``config.json`` of a `llama` model of ``args`` (make_task's arguments): the Llama
-  layout, or Qwen 2's with ``qkv_bias``; float32 weights."""
+  layout, or Qwen 2's with ``qkv_bias``; its weights' dtype ``torch_dtype``."""
   from hetjax.models.llama import LlamaConfig
 
   c = LlamaConfig.of(args)
   qwen = c.qkv_bias
+  # Llama 3's scaling stretches rope_original_seq_len by rope_factor (transformers wants the
+  # maximum past the original).
+  context = (max(c.seq_len, round(c.rope_original_seq_len * c.rope_factor))
+             if c.rope_scaling == 'llama3' else c.seq_len)
   out = {'architectures': ['Qwen2ForCausalLM' if qwen else 'LlamaForCausalLM'],
          'model_type': 'qwen2' if qwen else 'llama', 'vocab_size': c.vocab_size,
          'hidden_size': c.d_model, 'num_attention_heads': c.heads,
          'num_key_value_heads': c.kv_heads, 'num_hidden_layers': c.layers,
          'intermediate_size': c.mlp, 'hidden_act': 'silu', 'rope_theta': c.rope_base,
          'rms_norm_eps': c.norm_eps, 'tie_word_embeddings': c.tie_embeddings,
-         'max_position_embeddings': c.seq_len, 'torch_dtype': 'float32'}
+         'max_position_embeddings': context, 'torch_dtype': torch_dtype}
   if not qwen:
     out |= {'attention_bias': False, 'mlp_bias': False}
   if c.rope_scaling == 'llama3':
@@ -185,46 +206,105 @@ def _hf_shape(shape: tuple[int, ...], how: str) -> tuple[int, ...]:
 def to_hf(args: Mapping[str, Any], params: Mapping[Any, Any]) -> dict[str, np.ndarray]:
   """``{hf name: array}`` of a `llama` model's parameters (``nnx.to_pure_dict`` layout, on the
   host), contiguous, in Hugging Face's layout (module docstring)."""
-  out = {}
-  for name, (path, how) in _names(args).items():
+  shapes, get = hf_tensors(args, params)
+  return {name: get(name) for name in shapes}
+
+
+def hf_tensors(args: Mapping[str, Any], params: Mapping[Any, Any]
+               ) -> tuple[dict[str, tuple[tuple[int, ...], np.dtype]],
+                          Callable[[str], np.ndarray]]:
+  """``({hf name: (shape, dtype)}, get)`` of a `llama` model's parameters (arrays anywhere,
+  on devices too): ``get(name)`` brings one tensor to the host in Hugging Face's layout, so a
+  writer (`hetjax.models.hf_files.write_safetensors_dir`) holds one shard at a time."""
+  names = _names(args)
+
+  def at(path: tuple[Any, ...]) -> Any:
     array = params
     for key in path:
       array = array[key]
-    out[name] = np.ascontiguousarray(_to_hf(np.asarray(array), how))
-  return out
+    return array
+
+  shapes = {name: (_hf_shape(tuple(at(path).shape), how), np.dtype(at(path).dtype))
+            for name, (path, how) in names.items()}
+
+  def get(name: str) -> np.ndarray:
+    path, how = names[name]
+    return np.ascontiguousarray(_to_hf(np.asarray(at(path)), how))
+
+  return shapes, get
 
 
-def from_hf(args: Mapping[str, Any], tensors: Mapping[str, Any],
-            shapes: Mapping[Any, Any]) -> dict[Any, Any]:
-  """A `llama` model's parameters (``nnx.to_pure_dict`` layout) from ``{hf name: array}``;
-  ``shapes`` is the model's own tree of shapes (`hetjax.sharding.abstract_model`), which every
-  tensor must fill exactly. ``tensors`` may be lazy: each value is read once, by
-  ``np.asarray``.
+class HfWeights:
+  """A Hugging Face checkpoint's tensors as a `llama` model's parameters
+  (`hetjax.sharding.Weights`): checked against the model when made, each parameter converted
+  when `read`, so a caller that places one parameter at a time holds one tensor at a time.
+
+  ``tensors`` is either a mapping ``{hf name: array}`` or a lazy source with ``keys()``,
+  ``shape(name)`` and ``get(name)`` (`hetjax.models.hf_files.SafetensorsDir`); ``shapes`` is
+  the model's own tree of shapes (`hetjax.sharding.abstract_model`), which every tensor must fill
+  exactly.
 
   Raises:
     ConfigError: one line naming a missing tensor, an extra one, or a shape that is not the
       model's.
   """
-  names = _names(args)
-  extra = sorted(set(tensors) - set(names))
-  if extra:
-    raise ConfigError(f'hf checkpoint: {len(extra)} tensor(s) the model does not have, e.g. '
-                      f'{extra[0]!r}')
+
+  def __init__(self, args: Mapping[str, Any], tensors: Any, shapes: Mapping[Any, Any]):
+    self._tensors = tensors
+    self._paths = {}
+    names = _names(args)
+    extra = sorted(set(tensors.keys()) - set(names))
+    if extra:
+      raise ConfigError(f'hf checkpoint: {len(extra)} tensor(s) the model does not have, e.g. '
+                        f'{extra[0]!r}')
+    for name, (path, how) in names.items():
+      if name not in tensors:
+        raise ConfigError(f'hf checkpoint: tensor {name!r} is missing')
+      shape = shapes
+      for key in path:
+        shape = shape[key]
+      shape = tuple(getattr(shape, 'shape', shape))
+      found = (tuple(tensors.shape(name)) if hasattr(tensors, 'shape') else
+               tuple(np.shape(tensors[name])))
+      expected = _hf_shape(shape, how)
+      if found != expected:
+        raise ConfigError(f'hf checkpoint: tensor {name!r} has shape {found}, the model '
+                          f'needs {expected}')
+      self._paths[path] = (name, how, shape)
+
+  def paths(self) -> list[tuple[Any, ...]]:
+    """The model's parameter paths, each filled by one tensor."""
+    return list(self._paths)
+
+  def read(self, path: tuple[Any, ...]) -> np.ndarray:
+    """The parameter at ``path`` (keys of the ``nnx.to_pure_dict`` layout), in hetjax's layout
+    and the checkpoint's dtype, read now.
+
+    Raises:
+      ConfigError: a path the checkpoint does not fill.
+    """
+    path = tuple(path)
+    if path not in self._paths:
+      raise ConfigError(f'hf checkpoint: nothing fills parameter {"/".join(map(str, path))}')
+    name, how, shape = self._paths[path]
+    array = (self._tensors.get(name) if hasattr(self._tensors, 'shape') else
+             np.asarray(self._tensors[name]))
+    return _to_ours(np.asarray(array), how, shape)
+
+
+def from_hf(args: Mapping[str, Any], tensors: Mapping[str, Any],
+            shapes: Mapping[Any, Any]) -> dict[Any, Any]:
+  """A `llama` model's parameters (``nnx.to_pure_dict`` layout) from ``{hf name: array}``, all
+  read at once (`HfWeights` reads them one at a time); ``shapes`` as `HfWeights` takes it.
+
+  Raises:
+    ConfigError: as `HfWeights`.
+  """
+  weights = HfWeights(args, tensors, shapes)
   out: dict[Any, Any] = {}
-  for name, (path, how) in names.items():
-    if name not in tensors:
-      raise ConfigError(f'hf checkpoint: tensor {name!r} is missing')
-    shape = shapes
-    for key in path:
-      shape = shape[key]
-    shape = tuple(getattr(shape, 'shape', shape))
-    array = np.asarray(tensors[name])
-    expected = _hf_shape(shape, how)
-    if array.shape != expected:
-      raise ConfigError(f'hf checkpoint: tensor {name!r} has shape {array.shape}, the model '
-                        f'needs {expected}')
+  for path in weights.paths():
     node = out
     for key in path[:-1]:
       node = node.setdefault(key, {})
-    node[path[-1]] = _to_ours(array, how, shape)
+    node[path[-1]] = weights.read(path)
   return out
