@@ -1,6 +1,8 @@
-r"""The `gpt` language model trained by hetjax's `Trainer` against a hand-written JAX + optax loop.
+r"""The `gpt` and `llama` language models trained by hetjax's `Trainer` against a hand-written JAX
++ optax loop.
 
-Both sides train the same model (`hetjax.models.gpt`, the stdlib bytes, ``seq_len`` 128) from the
+Both sides train the same model (`hetjax.models.gpt` or `hetjax.models.llama`, ``--models``; the
+stdlib bytes, ``seq_len`` 128) from the
 same initial parameters (``seed`` 0, checked equal) on the same global batches
 (``task.data.global_batch(seed, step, B)``, B = 8 rows of 129 tokens) with the same
 ``optax.adamw(1e-3)``, on the same 4 virtual CPU devices (mesh ``4x1`` over ``('data',
@@ -23,9 +25,10 @@ same initial parameters (``seed`` 0, checked equal) on the same global batches
   hand-written code without rules does (FSDP then contracts over the sharded embedding
   dimension and sums partial products across devices: another computation).
 
-Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M parameters) and ``25m`` (d_model 512,
+Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M gpt parameters) and ``25m`` (d_model 512,
 8 heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the
-test. Per size × strategy × dtype: both steps are compiled ahead of time (``compile_s``: lower +
+test. The llama of a size has the gpt's d_model, heads and layers, 2 key/value heads and the
+SwiGLU width 8·d/3 (3m: 3.33M parameters, 25m: 25.3M). Per size × strategy × dtype: both steps are compiled ahead of time (``compile_s``: lower +
 compile; their HLO collectives are counted with `hetjax.bench.collective_bytes`), each side
 runs one untimed warm-up step, then R rounds each time one block of N steps per side, the side
 that goes first alternating by round; a block ends at `jax.block_until_ready` of its state and
@@ -36,7 +39,9 @@ its compiled step (`hetjax.bench.compiled_flops`, one device's part, × 4 device
 time, over 4 × `hetjax.runtime.peak_flops` of one device measured once per dtype (a 1024² matmul).
 The 4 virtual devices share the machine's 2 cores, so this peak overstates what the 4 can do at
 once and the MFU is low by construction; it compares the two sides, not the machine.
-``analytic_flops_per_step`` is `gpt.flops_per_token` × tokens, beside it for a check.
+``analytic_flops_per_step`` is the model's ``flops_per_token`` × tokens, beside it for a check
+(``flops_ratio``: XLA's count over it), and ``params`` the model's ``num_params``, checked
+against the parameters the model holds.
 Losses: every step's loss on both sides, and the largest relative difference.
 
 Goals: float32 losses within 1e-6 relative (bit-identical expected for data parallel),
@@ -78,7 +83,7 @@ from experiments import _harness, _lm_launched
 from experiments._plain_lm import PlainLM, SideBySide
 from hetjax import ConfigError, models
 from hetjax.bench import collective_bytes, compiled_flops
-from hetjax.models import gpt
+from hetjax.models import gpt, llama
 from hetjax.runtime import enable_compilation_cache, peak_flops
 from hetjax.sharding import abstract_model, make_mesh, param_shardings
 from hetjax.train import Strategy, Trainer
@@ -90,6 +95,8 @@ SIZES = {
     '3m': ({'d_model': 256, 'heads': 8, 'layers': 4, 'seq_len': 128}, 8),
     '25m': ({'d_model': 512, 'heads': 8, 'layers': 8, 'seq_len': 128}, 8),
 }
+#: model → (its module, what it adds to a size's arguments)
+MODELS = {'gpt': (gpt, {}), 'llama': (llama, {'kv_heads': 2})}
 STRATEGIES = {'data_parallel': Strategy.DATA_PARALLEL, 'fsdp': Strategy.FSDP}
 DTYPES = ('float32', 'bfloat16')
 LR = 1e-3
@@ -106,6 +113,7 @@ GOAL_RATIO = 1.03
 # differently, by about 2^-8 relative per rounding rather than 2^-24, carried by the updates.
 LOSS_RTOL = {'float32': 1e-6, 'bfloat16': 1e-2}
 
+_MODELS = flags.DEFINE_list('models', list(MODELS), f'models, of {list(MODELS)}')
 _SIZES = flags.DEFINE_list('sizes', None, f'sizes, of {list(SIZES)} (default 3m,25m; quick 3m)')
 _STRATEGIES = flags.DEFINE_list('strategies', list(STRATEGIES), f'of {list(STRATEGIES)}')
 _DTYPES = flags.DEFINE_list('dtypes', list(DTYPES), f'compute dtypes, of {list(DTYPES)}')
@@ -125,12 +133,13 @@ def _fsdp_specs(task, mesh: Mesh):
   return jax.tree.map(lambda s: s.spec, shardings)
 
 
-def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
+def _bench(model: str, size: str, strategy: str, dtype: str, rounds: int, steps: int,
            peaks: dict[str, float]) -> list[dict]:
-  """Times one size × strategy × dtype; returns its hetjax row and its plain row."""
+  """Times one model × size × strategy × dtype; returns its hetjax row and its plain row."""
   kwargs, global_batch = SIZES[size]
-  args = {**kwargs, 'dtype': dtype, 'param_dtype': 'float32'}
-  task = models.make_task('gpt', **args)
+  module, extra = MODELS[model]
+  args = {**kwargs, **extra, 'dtype': dtype, 'param_dtype': 'float32'}
+  task = models.make_task(model, **args)
   mesh = make_mesh((DEVICES, 1), devices=jax.devices()[:DEVICES])
   optimizer = optax.adamw(LR)
   trainer = Trainer(task, optimizer, global_batch, mesh, STRATEGIES[strategy].rules(), SEED)
@@ -164,7 +173,11 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
   het_losses, plain_losses = sides.losses()
   rel, identical = sides.loss_difference()
   tokens = global_batch * args['seq_len']
-  analytic = float(gpt.flops_per_token(args) * tokens)
+  analytic = float(module.flops_per_token(args) * tokens)
+  params = module.num_params(args)
+  held = sum(x.size for x in jax.tree.leaves(sides.state.params))
+  if held != params:
+    raise AssertionError(f'{model} {size}: num_params says {params:,}, the model holds {held:,}')
   rows = []
   for side, compiled, compile_s, losses, diff in (
       ('hetjax', sides.hetjax_compiled, sides.hetjax_compile_s, het_losses, rel),
@@ -173,11 +186,12 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
     cpu_step_s = statistics.median(c for _, c in times[side]) / steps
     flops = compiled_flops(compiled) * DEVICES
     rows.append({
-        'size': size, 'params': gpt.num_params(args), 'strategy': strategy, 'dtype': dtype,
+        'model': model, 'size': size, 'params': params, 'strategy': strategy, 'dtype': dtype,
         'side': side, 'step_s': step_s, 'cpu_step_s': cpu_step_s,
         'tokens_per_s': tokens / step_s, 'mfu': flops / step_s / (DEVICES * peaks[dtype]),
         'loss_max_rel_diff_vs_plain': diff, 'losses_bit_identical': identical,
         'compile_s': compile_s, 'flops_per_step': flops, 'analytic_flops_per_step': analytic,
+        'flops_ratio': flops / analytic,
         'final_loss': float(losses[-1]), 'global_batch': global_batch,
         'seq_len': args['seq_len'], 'rounds': rounds, 'steps_per_block': steps,
         'collectives': collective_bytes(compiled).to_json(), 'source': 'measured',
@@ -189,21 +203,22 @@ def _bench(size: str, strategy: str, dtype: str, rounds: int, steps: int,
 
 
 def _table(rows: list[dict]) -> str:
-  head = (f'{"size":<5} {"params":>10} {"strategy":<13} {"dtype":<8} {"side":<6} '
+  head = (f'{"model":<6} {"size":<5} {"params":>10} {"strategy":<13} {"dtype":<8} {"side":<6} '
           f'{"ms/step":>8} {"cpu ms":>8} {"tok/s":>7} {"mfu":>6} {"loss diff":>9} '
-          f'{"compile s":>9} {"AG":>4} {"RS":>4} {"AR":>4} {"ratio w/cpu":>11}')
+          f'{"compile s":>9} {"AG":>4} {"RS":>4} {"AR":>4} {"flops":>5} {"ratio w/cpu":>11}')
   lines = [head, '-' * len(head)]
   for r in rows:
     counts = r['collectives']['counts']
     ratio = (f'{r["ratio_wall"]:.3f}/{r["ratio_cpu"]:.3f}' if r['side'] == 'hetjax' else '')
     lines.append(
-        f'{r["size"]:<5} {r["params"]:>10,} {r["strategy"]:<13} {r["dtype"]:<8} '
-        f'{r["side"]:<6} {1e3 * r["step_s"]:>8.1f} {1e3 * r["cpu_step_s"]:>8.1f} '
+        f'{r["model"]:<6} {r["size"]:<5} {r["params"]:>10,} {r["strategy"]:<13} '
+        f'{r["dtype"]:<8} {r["side"]:<6} {1e3 * r["step_s"]:>8.1f} {1e3 * r["cpu_step_s"]:>8.1f} '
         f'{r["tokens_per_s"]:>7.0f} {r["mfu"]:>6.3f} {r["loss_max_rel_diff_vs_plain"]:>9.1e} '
         f'{r["compile_s"]:>9.2f} {counts["all_gather"]:>4} {counts["reduce_scatter"]:>4} '
-        f'{counts["all_reduce"]:>4} {ratio:>11}')
+        f'{counts["all_reduce"]:>4} {r["flops_ratio"]:>5.2f} {ratio:>11}')
   lines.append('all measured (wall clock and process CPU time), none modelled; AG/RS/AR: '
-               'all-gathers, reduce-scatters, all-reduces in the compiled step; plain: ' + (
+               'all-gathers, reduce-scatters, all-reduces in the compiled step; flops: XLA\'s '
+               'count over flops_per_token × tokens; plain: ' + (
                    'with the model\'s activation constraints' if rows and
                    rows[0]['plain_constraints'] else 'no activation constraints'))
   return '\n'.join(lines)
@@ -222,8 +237,8 @@ def _goals(rows: list[dict]) -> list[str]:
                    f'{met}/{len(mine)} (worst {worst:.1e}; bit-identical {exact}/{len(mine)})')
   for kind in ('wall', 'cpu'):
     met = sum(r[f'ratio_{kind}'] <= GOAL_RATIO for r in het)
-    each = ', '.join(f'{r["size"]} {r["strategy"]} {r["dtype"]} {r[f"ratio_{kind}"]:.3f}'
-                     for r in het)
+    each = ', '.join(f'{r["model"]} {r["size"]} {r["strategy"]} {r["dtype"]} '
+                     f'{r[f"ratio_{kind}"]:.3f}' for r in het)
     lines.append(f'goal: hetjax / plain {kind} step time ≤ {GOAL_RATIO}: met by '
                  f'{met}/{len(het)} ({each})')
   return lines
@@ -251,7 +266,7 @@ def _choices(values: list[str], known, flag: str) -> list[str]:
   return values
 
 
-def _interleaved(sizes, strategies, dtypes, rounds: int, steps: int) -> list[dict]:
+def _interleaved(names, sizes, strategies, dtypes, rounds: int, steps: int) -> list[dict]:
   if jax.device_count() < DEVICES:
     raise ConfigError(f'needs {DEVICES} devices, found {jax.device_count()}')
   start = time.perf_counter()
@@ -263,10 +278,11 @@ def _interleaved(sizes, strategies, dtypes, rounds: int, steps: int) -> list[dic
   # size under another dtype) compiles once. Every step program differs, so compile_s is cold.
   with _harness.compilation_cache() as cache:
     enable_compilation_cache(cache)
-    for size in sizes:
-      for strategy in strategies:
-        for dtype in dtypes:
-          rows += _bench(size, strategy, dtype, rounds, steps, peaks)
+    for model in names:
+      for size in sizes:
+        for strategy in strategies:
+          for dtype in dtypes:
+            rows += _bench(model, size, strategy, dtype, rounds, steps, peaks)
   print(_table(rows))
   for line in _goals(rows):
     print(line)
@@ -276,6 +292,7 @@ def _interleaved(sizes, strategies, dtypes, rounds: int, steps: int) -> list[dic
 
 def main() -> None:
   quick = FLAGS.quick.value
+  names = _choices(_MODELS.value, MODELS, 'models')
   sizes = _choices(_SIZES.value or (['3m'] if quick else ['3m', '25m']), SIZES, 'sizes')
   strategies = _choices(_STRATEGIES.value, STRATEGIES, 'strategies')
   dtypes = _choices(_DTYPES.value, DTYPES, 'dtypes')
@@ -294,7 +311,8 @@ def main() -> None:
   rounds = _ROUNDS.value or (3 if quick else 5)
   steps = _STEPS.value or (2 if quick else 3)
   start = time.perf_counter()
-  rows = _interleaved(sizes, strategies, dtypes, rounds, steps) if _INTERLEAVED.value else []
+  rows = (_interleaved(names, sizes, strategies, dtypes, rounds, steps) if _INTERLEAVED.value
+          else [])
   if _LAUNCHED.value:
     launched_start = time.perf_counter()
     with _harness.run_directory(FLAGS.keep.value) as root:
