@@ -85,7 +85,7 @@ class Decoder(nnx.Module):
   @property
   def vocab_size(self) -> int:
     """Token ids lie in ``[0, vocab_size)``: the rows of the embedding's token table."""
-    return self.embed.tokens[...].shape[0]
+    return self.embed.tokens.shape[0]
 
   def init_cache(self, batch: int, max_len: int) -> tuple[KVCache, ...]:
     """An empty cache for `decode`: one zero `KVCache` per block, ``[batch, max_len, kv_heads,

@@ -243,7 +243,7 @@ class Embed(nnx.Module):
   @property
   def max_positions(self) -> int | None:
     """The position table's length (``seq_len``); None with rotary positions (no table)."""
-    return None if self.positions is None else self.positions[...].shape[0]
+    return None if self.positions is None else self.positions.shape[0]
 
   def decode(self, tokens: jax.Array, pos: jax.Array | int) -> jax.Array:
     """`__call__` for ``tokens`` at positions ``pos … pos + T - 1`` (``pos`` may be traced);

@@ -225,3 +225,28 @@ def test_evaluate_samples_a_continuation(llama_run):
                                 f'tokens, temperature 0) ---\n{greedy["continuation"]}\n')
   assert len(held_out['ids']) == 16 + 4  # half the context of 32, then 4 new tokens
   assert '--- prompt (16 tokens) ---\n' in done.stdout
+
+
+def test_a_run_prints_a_greedy_sample_at_each_evaluation(tmp_path, capsys):
+  """``eval.sample``: at each evaluation the chief prints the greedy continuation of the
+  held-out prompt; the last one is what the finished run's model generates."""
+  config = run.override(run.load_config('llama_tiny'), [
+      'steps=2', 'model.args.layers=1', 'model.args.d_model=32', 'model.args.heads=4',
+      'model.args.kv_heads=2', 'model.args.mlp=64', 'model.args.seq_len=32', 'global_batch=8',
+      'mesh=8x1', 'strategy=data_parallel', 'eval.every=1', 'eval.batches=1', 'eval.sample=6',
+      'logging.mfu=False', 'logging.tensorboard=False', 'checkpoint_every=2'])
+  run.train(config, tmp_path / 'run')
+  lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith('sample')]
+  assert [line.split(':')[0] for line in lines] == ['sample at step 1', 'sample at step 2']
+  model = run.load_model(tmp_path / 'run', devices=jax.devices()[:1])
+  prompt = _generate.held_out_prompt(run.make_task(config), 0, 6, None)
+  codec = text_codec(None)
+  continuation = codec.decode(generate(model, prompt, 6, temperature=0)[len(prompt):])
+  assert lines[-1] == f'sample at step 2: {codec.decode(prompt)!r} → {continuation!r}'
+
+
+def test_a_sample_of_a_model_that_cannot_generate_is_refused(tmp_path):
+  config = run.override(run.load_config('mlp'), ['steps=1', 'mesh=8x1', 'eval.sample=4'])
+  with pytest.raises(ConfigError, match=r'eval\.sample: model mlp cannot generate text'):
+    run.train(config, tmp_path / 'run')
+  assert not (tmp_path / 'run').exists()  # refused before the run directory is made

@@ -98,12 +98,16 @@ def test_spmd_starts_from_the_checkpoint_in_every_strategy(checkpoint, reference
   assert losses[1] < losses[0]
 
 
-def test_a_pipeline_and_a_plan_start_from_the_checkpoint(checkpoint, reference, tmp_path):
+def test_a_pipeline_and_a_plan_start_from_the_checkpoint(checkpoint, reference, tmp_path,
+                                                         capsys):
   """Two pipeline stages on one process read each link's tensors at its path in the whole
-  model; a plan's one SPMD step reads them onto its layout."""
+  model (and give it whole for a sample at the end); a plan's one SPMD step reads them onto its
+  layout."""
   require_devices(8)
-  pipe = _config(checkpoint, 'mode=pipeline', 'stages=2', 'micro_batches=2', 'mesh=4x1')
+  pipe = _config(checkpoint, 'mode=pipeline', 'stages=2', 'micro_batches=2', 'mesh=4x1',
+                 'eval.sample=4')
   run.train(pipe, tmp_path / 'pipeline')
+  assert 'sample at step 2: ' in capsys.readouterr().out
   plan = tmp_path / 'plan.json'
   plan.write_text(json.dumps({'name': 'dp4-tp2', 'devices': 8,
                               'submodels': {'*': {'data': 4, 'tensor': 2}}}))

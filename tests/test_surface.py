@@ -25,9 +25,9 @@ PACKAGES = SUBPACKAGES   # hetjax.models' files included (they live in models/)
 HOOKS = 'bench'   # hetjax.bench: the benchmarks' and tests' hooks, outside the surface
 
 #: At most this many names in all packages' ``__all__`` (`hetjax.bench` aside).
-MAX_SURFACE = 390   # issue 41: Hugging Face checkpoints (run.load_hf, run.save_hf, sharding.Weights,
+MAX_SURFACE = 392   # issue 41: Hugging Face checkpoints (run.load_hf, run.save_hf, sharding.Weights,
 #   sharding.initial_params, sharding.read_weights: every mode starts from one seam),
-#   run.generate and data.text_codec; ps.initial_params left (sharding's is its one home)
+#   run.generate, run.sample, data.text_codec and core.HasModel (a sample during training); ps.initial_params left (sharding's is its one home)
 
 #: ``hetjax.__all__``: the packages a user writes code against, and the library's errors
 #: (``cli``, ``configs`` and ``bench`` are imported by name when needed).
@@ -107,6 +107,7 @@ SURFACE = [
     'configs.PLANS',
     'core.Batch',
     'core.Collective',
+    'core.HasModel',
     'core.LinkCost',
     'core.Pace',
     'core.Policy',
@@ -342,6 +343,7 @@ SURFACE = [
     'run.mode_of',
     'run.optimizer_of',
     'run.override',
+    'run.sample',
     'run.save_hf',
     'run.train',
     'runtime.AllReduceFit',

@@ -9,7 +9,7 @@ The batches are the run's own evaluation batches (the first ``--batches`` of the
 last step and the run's ``eval.batches`` it repeats the run's final ``eval_loss``. No run, no
 checkpoint or no held-out split prints one line and exits 2.
 
-With ``--sample`` it samples text instead (a gpt or llama run; `hetjax.run.generate`):
+With ``--sample`` it samples text instead (a gpt or llama run; `hetjax.run.sample`):
 
   hetjax-evaluate --workdir=runs/llama_tiny --sample --prompt='def main(' --temperature=0.8
 
@@ -25,10 +25,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-import jax
 from absl import flags
 
-from hetjax import ConfigError, data, run
+from hetjax import ConfigError, run
 from hetjax.cli._main import program_name, run_main
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'run directory to evaluate (required)')
@@ -60,43 +59,16 @@ def evaluate_from_flags() -> dict:
 
 
 def sample(workdir: pathlib.Path) -> dict:
-  """Prints ``--prompt`` (or the default prompt) and the model's continuation of it.
-
-  Returns:
-    ``{'prompt': text, 'continuation': text, 'ids': the prompt's and the new token ids}``.
-  """
-  model = run.load_model(workdir, step=_STEP.value, devices=jax.local_devices()[:1])
-  config = run.Config.from_json(json.loads((workdir / 'config.json').read_text()),
-                                str(workdir / 'config.json'))
-  codec = data.text_codec(config.model.args.get('data'))
-  if _PROMPT.value is not None:
-    prompt = codec.encode(_PROMPT.value)
-    if not prompt:
-      raise ConfigError('--prompt is empty: give some text to continue')
-  else:
-    prompt = _held_out_start(config, model.max_positions)
-  ids = run.generate(model, prompt, _MAX_NEW_TOKENS.value, temperature=_TEMPERATURE.value,
-                 top_k=_TOP_K.value, top_p=_TOP_P.value, seed=_SEED.value)
-  result = {'prompt': codec.decode(prompt), 'continuation': codec.decode(ids[len(prompt):]),
-            'ids': ids.tolist()}
-  print(f'--- prompt ({len(prompt)} tokens) ---\n{result["prompt"]}')
-  print(f'--- continuation ({len(ids) - len(prompt)} tokens, temperature '
+  """Prints ``--prompt`` (or the default prompt) and the model's continuation of it
+  (`hetjax.run.sample`); its record."""
+  result = run.sample(workdir, _PROMPT.value, _MAX_NEW_TOKENS.value,
+                      temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
+                      seed=_SEED.value, step=_STEP.value)
+  prompt_tokens = len(result['ids']) - _MAX_NEW_TOKENS.value
+  print(f'--- prompt ({prompt_tokens} tokens) ---\n{result["prompt"]}')
+  print(f'--- continuation ({_MAX_NEW_TOKENS.value} tokens, temperature '
         f'{_TEMPERATURE.value:g}) ---\n{result["continuation"]}')
   return result
-
-
-def _held_out_start(config: run.Config, max_positions: int | None) -> list[int]:
-  """The first tokens of the run's first held-out example: half its context, fewer where a
-  position table of ``max_positions`` must also hold ``--max_new_tokens``."""
-  task = run.make_task(config, weights=False)
-  if task.eval_data is None:
-    raise ConfigError(f'model {config.model.name} has no held-out split to take a prompt from: '
-                      'give --prompt')
-  example = task.eval_data.global_batch(config.data.seed, 0, 1)['tokens'][0]
-  length = len(example) // 2
-  if max_positions is not None:
-    length = min(length, max_positions - max(_MAX_NEW_TOKENS.value, 0))
-  return [int(i) for i in example[:max(length, 1)]]
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from hetjax.core._pace import Pace as Pace
 from hetjax.core._pace import host_load as host_load
 from hetjax.core._policy import Policy as Policy
 from hetjax.core._program import Batch as Batch
+from hetjax.core._program import HasModel as HasModel
 from hetjax.core._program import StepProgram as StepProgram
 from hetjax.core._program import Work as Work
 from hetjax.core._shares import ShareRules as ShareRules
@@ -26,6 +27,7 @@ from hetjax.core._stats import WorkerTiming as WorkerTiming
 __all__ = [
     'Batch',
     'Collective',
+    'HasModel',
     'LinkCost',
     'Pace',
     'Policy',

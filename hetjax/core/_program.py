@@ -80,3 +80,14 @@ class StepProgram(Protocol):
     step); a program that cannot be paced (one SPMD program over every device) refuses any
     host in one line."""
     ...
+
+
+@runtime_checkable
+class HasModel(Protocol):
+  """A program that can give its model whole to this process: what a sample of a language
+  model during training is drawn from (``eval.sample``)."""
+
+  def whole_model(self, state: Any) -> Any | None:
+    """The task's model (an ``nnx.Module``) with ``state``'s parameters, every one of them on
+    this process's devices; None where they are not (split over processes). Changes nothing."""
+    ...

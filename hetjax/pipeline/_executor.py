@@ -274,6 +274,14 @@ class PipelineTrainer(StageProgramsMixin):
                  if stages is None or s in stages else None
                  for s, names in enumerate(self.stage_links))
 
+  def whole_model(self, state: PipelineState) -> nnx.Module | None:
+    """The model with ``state``'s parameters, gathered onto this process's first device
+    (`hetjax.core.HasModel`); None when some stage lives on another process."""
+    if set().union(*self.processes) != {jax.process_index()}:
+      return None
+    params = jax.device_put(self.merge_tree(state.params), jax.local_devices()[0])
+    return nnx.merge(abstract_model(self.task.make_model, self.seed)[0], params)
+
   def merge_tree(self, per_stage: Sequence[PyTree | None]) -> dict:
     """The model's nested pure dict (``nnx.to_pure_dict(nnx.state(model))`` layout) from
     per-stage trees of parameters or gradients; arrays stay on their stages' devices. ``None``

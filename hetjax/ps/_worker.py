@@ -166,6 +166,10 @@ class PsWorker:
       times.append(time.perf_counter() - start)
     return tuple(times)
 
+  def whole_model(self, state: PsWorkerState) -> nnx.Module:
+    """The model with the parameters this worker last pulled (`hetjax.core.HasModel`)."""
+    return nnx.merge(self.graphdef, state.params)
+
   def abstract_state(self) -> PsWorkerState:
     return PsWorkerState(0, self._abstract, (0,) * self.client.layout.servers)
 

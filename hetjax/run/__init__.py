@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
   from hetjax.run._built import Built as Built
   from hetjax.run._evaluate_run import evaluate as evaluate
   from hetjax.run._generate import generate as generate
+  from hetjax.run._generate import sample as sample
   from hetjax.run._hf import load_hf as load_hf
   from hetjax.run._hf import save_hf as save_hf
   from hetjax.run._hosts import emulated_host as emulated_host
@@ -68,6 +69,7 @@ _LAZY = {
     'build': ('_modes', 'build'),
     'describe_modes': ('_modes', 'describe_modes'),
     'mode_of': ('_modes', 'mode_of'),
+    'sample': ('_generate', 'sample'),
     'train': ('_runner', 'train'),
     'make_task': ('_task', 'make_task'),
     'optimizer_of': ('_task', 'optimizer_of'),
@@ -121,6 +123,7 @@ __all__ = [
     'mode_of',
     'optimizer_of',
     'override',
+    'sample',
     'save_hf',
     'train',
 ]

@@ -11,10 +11,10 @@ from typing import Any
 import jax
 from flax import nnx
 
-from hetjax import ConfigError, checkpoint, sharding, train
+from hetjax import ConfigError, sharding, train
 from hetjax._checks import at_least
 from hetjax.run._task import make_task, trains_app
-from hetjax.run._trained import load_model, read_run_config
+from hetjax.run._trained import checkpoint_step, load_model, read_run_config
 
 
 def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: int = 8,
@@ -61,7 +61,7 @@ def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: i
   if task is None or task.eval_data is None:
     raise ConfigError(f'{run_dir} is a run of model {config.model.name}, which has no held-out '
                       'split (Task.eval_data) to evaluate on')
-  step = _checkpoint_step(run_dir) if step is None else step
+  step = checkpoint_step(run_dir) if step is None else step
   devices = list(jax.local_devices() if devices is None else devices)
   devices = devices[:max(k for k in range(1, len(devices) + 1) if rows % k == 0)]
   model = load_model(run_dir, step, devices)
@@ -83,16 +83,3 @@ def evaluate(run_dir: str | pathlib.Path, *, step: int | None = None, batches: i
           'eval_perplexity': math.exp(loss) if loss < 700 else math.inf,
           **{f'eval_{k}': v for k, v in averaged.items()},
           'batches': batches, 'batch': rows, 'devices': len(devices)}
-
-
-def _checkpoint_step(run_dir: pathlib.Path) -> int | None:
-  """The latest checkpoint's step of a whole-model run, or None (then `load_model` says why
-  there is nothing to load: no checkpoint, or a mode whose checkpoints are in pieces)."""
-  directory = run_dir / 'checkpoints'
-  if not directory.is_dir():
-    return None
-  ckpt = checkpoint.Checkpointer(directory)
-  try:
-    return ckpt.latest_step()
-  finally:
-    ckpt.close()

@@ -13,9 +13,12 @@ sweep over sampling options compiles once.
 Example::
 
   model = hetjax.run.load_model('runs/llama_tiny')
-  codec = text_codec(None)                                   # the stdlib bytes
+  codec = hetjax.data.text_codec(None)                       # the stdlib bytes
   ids = generate(model, codec.encode('def main('), 64, temperature=0.8, top_k=40)
   print(codec.decode(ids))
+
+`sample` does the same for a run directory (``hetjax-evaluate --sample``), and `sample_hook` at
+each periodic evaluation of a run (``eval.sample``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from hetjax import ConfigError
+from hetjax import ConfigError, core, data, train
 from hetjax._checks import fraction, integer, number, positive_int
 
 #: What `generate` reads of a model (`hetjax.models._lm.Decoder`'s).
@@ -128,6 +131,107 @@ def generate(model: nnx.Module, prompt_ids, max_new_tokens: int, *, temperature:
     tokens.append(token)
   out = np.concatenate([prompt, np.stack(jax.device_get(tokens), axis=1)], axis=1)
   return out if np.ndim(prompt_ids) == 2 else out[0]
+
+
+def held_out_prompt(task: train.Task, seed: int, new_tokens: int,
+                    max_positions: int | None) -> list[int]:
+  """The first tokens of the task's first held-out example (its ``eval_data`` batch 0 under
+  ``seed``): half its context, fewer where a learned position table of ``max_positions`` must
+  also hold ``new_tokens``; at least one.
+
+  Raises:
+    ConfigError: the task has no held-out split.
+  """
+  if task.eval_data is None:
+    raise ConfigError(f'model {task.name} has no held-out split to take a prompt from: give one')
+  example = task.eval_data.global_batch(seed, 0, 1)['tokens'][0]
+  length = len(example) // 2
+  if max_positions is not None:
+    length = min(length, max_positions - max(new_tokens, 0))
+  return [int(i) for i in example[:max(length, 1)]]
+
+
+def sample(run_dir, prompt: str | None = None, max_new_tokens: int = 64, *,
+           temperature: float = 0.8, top_k: int | None = None, top_p: float | None = None,
+           seed: int = 0, step: int | None = None) -> dict:
+  """A continuation of ``prompt`` by a finished run's model (`hetjax.run.load_model`, on one
+  device), text in and out as the run's data encodes it (`hetjax.data.text_codec`).
+
+  Example::
+
+    hetjax.run.sample('runs/finetune', 'def main(', 32, temperature=0)['continuation']
+
+  Args:
+    run_dir: a run directory of a gpt or llama run (a mode `load_model` reads).
+    prompt: the text to continue; None: the start of the first held-out example
+      (`held_out_prompt`).
+    max_new_tokens, temperature, top_k, top_p, seed: as `generate` takes them.
+    step: the checkpoint step; None: the latest.
+
+  Returns:
+    ``{'step', 'prompt', 'continuation', 'ids'}``: the prompt's and the new tokens' text and
+    every id.
+
+  Raises:
+    ConfigError: what `load_model` and `generate` refuse, or an empty ``prompt``.
+  """
+  from hetjax.run._task import make_task
+  from hetjax.run._trained import checkpoint_step, load_model, read_run_config
+
+  config = read_run_config(run_dir)
+  step = checkpoint_step(run_dir) if step is None else step
+  model = load_model(run_dir, step=step, devices=jax.local_devices()[:1])
+  codec = data.text_codec(config.model.args.get('data'))
+  if prompt is not None:
+    ids = codec.encode(prompt)
+    if not ids:
+      raise ConfigError('the prompt is empty: give some text to continue')
+  else:
+    ids = held_out_prompt(make_task(config, weights=False), config.data.seed, max_new_tokens,
+                          getattr(model, 'max_positions', None))
+  out = generate(model, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                 seed=seed)
+  return {'step': step, 'prompt': codec.decode(ids), 'continuation': codec.decode(out[len(ids):]),
+          'ids': out.tolist()}
+
+
+def sample_hook(program: core.StepProgram, task: train.Task, tokens: int, seed: int,
+                every: int, until: int, is_chief: bool) -> train.Hook:
+  """A loop hook that prints a greedy continuation of ``tokens`` tokens of the held-out prompt
+  (`held_out_prompt`) every ``every`` steps (0: only after the last, ``until``), on the chief:
+  ``sample at step 100: 'def f(' → 'x):'``. The program gives its model whole
+  (`hetjax.core.HasModel`).
+
+  Raises:
+    ConfigError: a model without key/value decoding (gpt and llama have it), or a program
+      that cannot give its model whole to a process.
+  """
+  with nnx.use_eager_sharding(False):
+    abstract = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
+  if not all(hasattr(abstract, name) for name in _DECODER):
+    raise ConfigError(f'eval.sample: model {task.name} cannot generate text (gpt and llama '
+                      'can): set eval.sample=0')
+  if not isinstance(program, core.HasModel):
+    raise ConfigError(f'eval.sample: {type(program).__name__} does not hold the model whole on '
+                      'a process (SPMD, shares, tokens, ps, and pipelines on one process do)')
+  prompt = held_out_prompt(task, seed, tokens, abstract.max_positions)
+  codec = data.text_codec(task.config.get('data'))
+  said = []
+
+  def run(info: train.StepInfo) -> None:
+    if not is_chief or not ((every and info.step % every == 0) or info.step == until):
+      return
+    model = program.whole_model(info.state)
+    if model is None:
+      if not said:
+        print('eval.sample: the parameters span processes here; no samples', flush=True)
+        said.append(True)
+      return
+    ids = generate(model, prompt, tokens, temperature=0)
+    print(f'sample at step {info.step}: {codec.decode(prompt)!r} → '
+          f'{codec.decode(ids[len(prompt):])!r}', flush=True)
+
+  return train.Hook(run)
 
 
 def _prompt(prompt_ids, vocab: int) -> np.ndarray:

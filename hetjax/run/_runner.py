@@ -15,6 +15,7 @@ from hetjax.report import summary_fields
 from hetjax.run import _observe, _restarts, _rules
 from hetjax.run._built import Built
 from hetjax.run._config import Config
+from hetjax.run._generate import sample_hook
 from hetjax.run._modes import MODES, build
 from hetjax.run._task import resolved, trains_app
 
@@ -108,6 +109,9 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
   channel = runtime.Channel(f'train/{workdir}') if ctx.workers > 1 else None
   resume = _restarts.auto_resume(resume, workdir)
   built = build(config, ctx, channel)  # every refusal before the run directory is touched
+  sampler = None if built.serve is not None or not config.eval.sample else sample_hook(
+      built.program, built.program.task, config.eval.sample, config.data.seed,
+      config.eval.every, config.optimizer.steps, ctx.is_chief)
   if ctx.is_chief:
     _prepare_workdir(workdir, resume, overwrite)
   if channel:
@@ -115,11 +119,11 @@ def train(config: Config, workdir: str | pathlib.Path | None = None, *, resume: 
   if built.serve is not None:  # a parameter server's process
     built.serve(workdir)
     return None
-  return _drive(built, config, ctx, channel, workdir, resume, called)
+  return _drive(built, config, ctx, channel, workdir, resume, called, sampler)
 
 
 def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, workdir, resume,
-           called: float):
+           called: float, sampler: train_lib.Hook | None = None):
   """The one loop of every mode over ``built``, with its checkpoints, resume, metrics,
   telemetry and watchdog; worker 0's summary."""
   program, policy = built.program, built.policy
@@ -170,6 +174,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
     # Evaluation first: the logger's line of the step carries its result.
     hooks = ([] if evaluation is None else [_observe.eval_hook(evaluation, program, config,
                                                                timed)])
+    if sampler is not None:
+      hooks.append(timed(sampler, 'sample'))
     hooks += [timed(ckpt.hook(meta, every=config.checkpoint.every), 'checkpoint'),
               train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
               train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]

@@ -218,6 +218,10 @@ class EvalConfig:
     batches: held-out batches each evaluation averages over (the same batches every time).
     batch: rows of each held-out batch; 0: ``data.global_batch``.
     enabled: False: no evaluation (a task without ``eval_data`` has none either).
+    sample: a language model's greedy continuation of this many tokens of the start of the
+      first held-out example, printed by the chief at each evaluation (every ``every`` steps
+      and at the end; `hetjax.run.generate`), in modes that hold the model whole on a process;
+      0: none.
   """
 
   NAME = 'eval'
@@ -225,11 +229,13 @@ class EvalConfig:
   batches: int = 4
   batch: int = 0
   enabled: bool = True
+  sample: int = 0
 
   def __post_init__(self):
     at_least(self.every, 0, f'{self.NAME}.every', note=' (0: only at the end)')
     at_least(self.batches, 1, f'{self.NAME}.batches')
     at_least(self.batch, 0, f'{self.NAME}.batch', note=' (0: data.global_batch)')
+    at_least(self.sample, 0, f'{self.NAME}.sample', note=' (0: no samples)')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,3 +78,16 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
   finally:
     ckpt.close()
   return nnx.merge(trainer.graphdef, state.params)
+
+
+def checkpoint_step(run_dir: str | pathlib.Path) -> int | None:
+  """The latest checkpoint's step of a whole-model run, or None (then `load_model` says why
+  there is nothing to load: no checkpoint, or a mode whose checkpoints are in pieces)."""
+  directory = pathlib.Path(run_dir) / 'checkpoints'
+  if not directory.is_dir():
+    return None
+  ckpt = checkpoint.Checkpointer(directory)
+  try:
+    return ckpt.latest_step()
+  finally:
+    ckpt.close()

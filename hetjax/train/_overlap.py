@@ -255,6 +255,10 @@ class OverlapTrainer:
 
   # -- state -------------------------------------------------------------------------------------
 
+  def whole_model(self, state: OverlapState) -> Any:
+    """`WorkerTrainer.whole_model` of the synchronous state (`hetjax.core.HasModel`)."""
+    return self.sync.whole_model(state.train)
+
   def init_state(self) -> OverlapState:
     """`WorkerTrainer.init_state`, nothing pending."""
     return OverlapState(self.sync.init_state(), self._zeros, self._ahead[0])

@@ -133,6 +133,11 @@ class Trainer:
       raise ConfigError('an SPMD step runs every device in one program and has no emulated '
                         'host: slowed hosts need mode shares, tokens, plan, replicas or ps')
 
+  def whole_model(self, state: TrainState) -> nnx.Module | None:
+    """The model with ``state``'s parameters (`hetjax.core.HasModel`); None when the mesh
+    spans processes."""
+    return None if self.mesh.is_multi_process else nnx.merge(self.graphdef, state.params)
+
   def init_state(self) -> TrainState:
     """Fresh parameters and optimizer state, created directly in their sharded layout."""
     return init_state(self.task, self.optimizer, self.layout, self.seed)

@@ -254,6 +254,10 @@ class WorkerTrainer:
   def abstract_state(self) -> TrainState:
     return self.layout.abstract_state()
 
+  def whole_model(self, state: TrainState) -> nnx.Module:
+    """The model with this worker's copy of ``state``'s parameters (`hetjax.core.HasModel`)."""
+    return nnx.merge(self.graphdef, self.local_view(state.params))
+
   def local_view(self, tree: PyTree) -> PyTree:
     """This worker's copy of a tree of global arrays, as arrays on the local mesh (no copy)."""
     def one(x):
