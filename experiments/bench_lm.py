@@ -25,24 +25,24 @@ same initial parameters (``seed`` 0, checked equal) on the same global batches
   hand-written code without rules does (FSDP then contracts over the sharded embedding
   dimension and sums partial products across devices: another computation).
 
-Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M gpt parameters) and ``25m`` (d_model 512,
-8 heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the
-test. The llama of a size has the gpt's d_model, heads and layers, 2 key/value heads and the
-SwiGLU width 8·d/3 (3m: 3.33M parameters, 25m: 25.3M). Per size × strategy × dtype: both steps are compiled ahead of time (``compile_s``: lower +
-compile; their HLO collectives are counted with `hetjax.bench.collective_bytes`), each side
-runs one untimed warm-up step, then R rounds each time one block of N steps per side, the side
-that goes first alternating by round; a block ends at `jax.block_until_ready` of its state and
-losses. ``step_s`` is the median block time / N, ``cpu_step_s`` the same with
-`time.process_time` (all of the process's threads: on a shared 2-core machine it swings less
-with others' load than the wall clock). ``mfu``: each side's model FLOPs per step as XLA counts
-its compiled step (`hetjax.bench.compiled_flops`, one device's part, × 4 devices), over the step
-time, over 4 × `hetjax.runtime.peak_flops` of one device measured once per dtype (a 1024² matmul).
-The 4 virtual devices share the machine's 2 cores, so this peak overstates what the 4 can do at
-once and the MFU is low by construction; it compares the two sides, not the machine.
-``analytic_flops_per_step`` is the model's ``flops_per_token`` × tokens, beside it for a check
-(``flops_ratio``: XLA's count over it), and ``params`` the model's ``num_params``, checked
-against the parameters the model holds.
-Losses: every step's loss on both sides, and the largest relative difference.
+Sizes: ``3m`` (d_model 256, 8 heads, 4 layers: 3.32M gpt parameters) and ``25m`` (d_model 512, 8
+heads, 8 layers: 25.5M), float32 and bfloat16 compute over float32 weights; ``tiny`` for the test.
+The llama of a size has the gpt's d_model, heads and layers, 2 key/value heads and the SwiGLU width
+8·d/3 (3m: 2.90M parameters, 25m: 22.3M). Per model × size × strategy × dtype: both steps are
+compiled ahead of time (``compile_s``: lower + compile; their HLO collectives are counted with
+`hetjax.bench.collective_bytes`), each side runs one untimed warm-up step, then R rounds each time
+one block of N steps per side, the side that goes first alternating by round; a block ends at
+`jax.block_until_ready` of its state and losses. ``step_s`` is the median block time / N,
+``cpu_step_s`` the same with `time.process_time` (all of the process's threads: on a shared 2-core
+machine it swings less with others' load than the wall clock). ``mfu``: each side's model FLOPs per
+step as XLA counts its compiled step (`hetjax.bench.compiled_flops`, one device's part, × 4
+devices), over the step time, over 4 × `hetjax.runtime.peak_flops` of one device measured once per
+dtype (a 1024² matmul). The 4 virtual devices share the machine's 2 cores, so this peak overstates
+what the 4 can do at once and the MFU is low by construction; it compares the two sides, not the
+machine. ``analytic_flops_per_step`` is the model's ``flops_per_token`` × tokens, beside it for a
+check (``flops_ratio``: XLA's count over it), and ``params`` the model's ``num_params``, checked
+against the parameters the model holds. Losses: every step's loss on both sides, and the largest
+relative difference.
 
 Goals: float32 losses within 1e-6 relative (bit-identical expected for data parallel),
 bfloat16 within 1e-2, hetjax / plain step time ≤ 1.03 (wall and CPU).

@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from hetjax import ConfigError, sharding, train
+from hetjax.models import hf, hf_files
 from hetjax.run._config import Config
 from hetjax.run._sections import INIT_HF, ModelConfig
 from hetjax.run._task import HF_MODEL, init_path, make_task
@@ -79,9 +80,6 @@ def save_hf(run_dir: str | os.PathLike, path: str | os.PathLike, *, step: int | 
     ConfigError: one line: no run or checkpoint there, a run of another model or of a mode
       whose checkpoints hold the model in pieces, a non-empty ``path`` without ``overwrite``.
   """
-  from hetjax.models.hf import hf_config, hf_tensors
-  from hetjax.models.hf_files import MAX_SHARD_BYTES, write_safetensors_dir
-
   config = read_run_config(run_dir)
   if config.model.name != HF_MODEL:
     raise ConfigError(f'{run_dir} trained model {config.model.name!r}: save_hf writes '
@@ -89,13 +87,13 @@ def save_hf(run_dir: str | os.PathLike, path: str | os.PathLike, *, step: int | 
   model = load_model(run_dir, step, devices=jax.local_devices()[:1])
   args = make_task(config, weights=False).config
   params = nnx.to_pure_dict(nnx.state(model))
-  shapes, get = hf_tensors(args, params)
+  shapes, get = hf.hf_tensors(args, params)
   dtypes = {np.dtype(dtype).name for _, dtype in shapes.values()}
   torch_dtype = dtypes.pop() if len(dtypes) == 1 else 'float32'
   sources = [init_path(config)] if config.model.init is not None else []
   if args.get('data'):
     sources.append(os.fspath(args['data']))
-  return write_safetensors_dir(
-      path, hf_config(args, torch_dtype), shapes, get,
-      max_shard_bytes=MAX_SHARD_BYTES if max_shard_bytes is None else max_shard_bytes,
+  return hf_files.write_safetensors_dir(
+      path, hf.hf_config(args, torch_dtype), shapes, get,
+      max_shard_bytes=hf_files.MAX_SHARD_BYTES if max_shard_bytes is None else max_shard_bytes,
       copy_from=sources, overwrite=overwrite)

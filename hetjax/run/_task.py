@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hetjax import ConfigError, models, schmp, sharding, train
+from hetjax.models import hf, hf_files
 from hetjax.run._config import Config
 from hetjax.run._config_files import import_function
 from hetjax.run._sections import INIT_HF, PRECISION_FIELDS
@@ -43,19 +44,14 @@ def make_task(config: Config, *, weights: bool = True) -> train.Task:
       `hetjax.models.hf.HfWeights` refuse.
   """
   if config.model.init is not None:
-    from hetjax.models.hf import ARCHITECTURE
-
-    if weights or not all(config.model.args.get(k) is not None for k in ARCHITECTURE):
+    if weights or not all(config.model.args.get(k) is not None for k in hf.ARCHITECTURE):
       config = resolved(config)
     task = models.make_task(HF_MODEL, **config.model.task_args())
     if not weights:
       return task
-    from hetjax.models.hf import HfWeights
-    from hetjax.models.hf_files import SafetensorsDir
-
     shapes = sharding.abstract_model(task.make_model)[1]
-    tensors = SafetensorsDir(init_path(config))
-    return dataclasses.replace(task, weights=HfWeights(task.config, tensors, shapes))
+    tensors = hf_files.SafetensorsDir(init_path(config))
+    return dataclasses.replace(task, weights=hf.HfWeights(task.config, tensors, shapes))
   args = config.model.task_args()
   if ':' in config.model.name:
     make = import_function(config.model.name, 'model')
@@ -101,12 +97,9 @@ def resolved(config: Config) -> Config:
     raise ConfigError(f'model.init={config.model.init}: a Hugging Face checkpoint is read into '
                       f'model {HF_MODEL!r}, not {config.model.name!r} (--set model.name=llama, '
                       'or --config=llama_finetune)')
-  from hetjax.models.hf import llama_args
-  from hetjax.models.hf_files import read_config
-
   path = init_path(config)
   args = dict(config.model.args)
-  found = llama_args(read_config(path), seq_len=args.get('seq_len'))
+  found = hf.llama_args(hf_files.read_config(path), seq_len=args.get('seq_len'))
   for key, value in args.items():
     if key in found and key != 'seq_len' and value is not None and not _same(value, found[key]):
       raise ConfigError(f'model.args.{key}={value!r}, but {path}/config.json gives '
