@@ -23,7 +23,7 @@ from flax import nnx
 from hetjax import data as hdata
 from hetjax._errors import ConfigError
 from hetjax.pipeline import Link
-from hetjax.sharding import scope
+from hetjax.sharding import constrain, scope
 
 
 class KVCache(NamedTuple):
@@ -56,6 +56,59 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, cache: KVCache,
   mixed = jax.nn.dot_product_attention(q, cache.k, cache.v, mask=mask[None, None],
                                        implementation='xla')
   return mixed, cache
+
+
+#: The logical names of the query heads' activations ``[batch, seq, heads, head_dim]``.
+HEADS = ('batch', 'seq', 'heads', 'head_dim')
+#: The logical names of the residual stream ``[batch, seq, d_model]``.
+RESIDUAL = ('batch', 'seq', 'embed')
+
+
+class CausalAttention(nnx.Module):
+  """What gpt's and llama's attention share: causal attention of the projections a subclass
+  makes (``_qkv(x, pos) -> (q, k, v)``, positions from ``pos``), then the output projection
+  ``out`` (``[heads, head_dim, d_model]``) in ``dtype``; over the whole sequence with the
+  ``implementation`` kernel (`__call__`), or piece by piece over a `KVCache` (`decode`)."""
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    q, k, v = self._qkv(x, 0)
+    mixed = constrain(jax.nn.dot_product_attention(
+        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`__call__` for positions ``pos …`` over the earlier positions' keys and values in
+    ``cache`` (`cached_attention`): ``(output, updated cache)``."""
+    q, k, v = self._qkv(x, pos)
+    mixed, cache = cached_attention(q, k, v, cache, pos)
+    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype)), cache
+
+  def _qkv(self, x: jax.Array, pos: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    raise NotImplementedError
+
+
+class DecoderBlock(nnx.Module):
+  """What gpt's and llama's blocks share: ``x + attn(attn_norm(x))``, then the subclass's
+  ``_mlp`` (its own residual), rematerialised as ``remat`` (a `hetjax.models.gpt.Remat`) says;
+  `decode` runs the same over a `KVCache`."""
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    if self.remat.value == 'none':  # Remat.NONE (hetjax.models.gpt's, which imports this module)
+      return self.forward(x)
+    return nnx.remat(DecoderBlock.forward, policy=self.remat.policy())(self, x)
+
+  def forward(self, x: jax.Array) -> jax.Array:
+    return self._mlp(constrain(x + self.attn(self.attn_norm(x)), RESIDUAL))
+
+  def decode(self, x: jax.Array, cache: KVCache,
+             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
+    """`forward` for positions ``pos …`` with a key/value cache (`CausalAttention.decode`)."""
+    mixed, cache = self.attn.decode(self.attn_norm(x), cache, pos)
+    return self._mlp(constrain(x + mixed, RESIDUAL)), cache
+
+  def _mlp(self, x: jax.Array) -> jax.Array:
+    raise NotImplementedError
 
 
 class Decoder(nnx.Module):

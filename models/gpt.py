@@ -46,9 +46,11 @@ from flax import nnx
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.models._lm import (
+  HEADS,
+  RESIDUAL,
+  CausalAttention,
   Decoder,
-  KVCache,
-  cached_attention,
+  DecoderBlock,
   decoder_loss,
   stdlib_splits,
   token_splits,
@@ -59,8 +61,6 @@ from hetjax.train import Task
 BYTES = 256  # the stdlib corpus' vocabulary: one token per byte value
 EVAL_FRACTION = 0.1  # the stdlib corpus' last tenth is the held-out split
 
-RESIDUAL = ('batch', 'seq', 'embed')
-HEADS = ('batch', 'seq', 'heads', 'head_dim')
 
 #: Compute and parameter dtypes by name (`hetjax.run.ModelConfig` names the same ones).
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16, 'float16': jnp.float16}
@@ -276,7 +276,7 @@ def rotary(x: jax.Array, base: float = 10_000.0, offset: jax.Array | int = 0) ->
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-class Attention(nnx.Module):
+class Attention(CausalAttention):
   """Causal multi-head self-attention; heads are a weight dimension so tensor parallelism can
   split them (``'heads'``) without reshapes. No biases on the projections (nanoGPT's
   ``bias=False``)."""
@@ -292,20 +292,6 @@ class Attention(nnx.Module):
     self.out = _param(config, out_init, shape[1:] + shape[:1], ('heads', 'head_dim', 'embed'),
                       rngs)
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    q, k, v = self._qkv(x, 0)
-    mixed = constrain(jax.nn.dot_product_attention(
-        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
-
-  def decode(self, x: jax.Array, cache: KVCache,
-             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
-    """`__call__` for positions ``pos …`` over the earlier positions' keys and values in
-    ``cache`` (`hetjax.models._lm.cached_attention`): ``(output, updated cache)``."""
-    q, k, v = self._qkv(x, pos)
-    mixed, cache = cached_attention(q, k, v, cache, pos)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype)), cache
-
   def _qkv(self, x: jax.Array, pos: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
     def project(w: nnx.Param) -> jax.Array:
       return constrain(jnp.einsum('bte,ehd->bthd', x, w[...].astype(self.dtype)), HEADS)
@@ -316,7 +302,7 @@ class Attention(nnx.Module):
     return q, k, v
 
 
-class Block(nnx.Module):
+class Block(DecoderBlock):
   """Pre-LayerNorm residual block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``, its forward
   rematerialised as ``remat`` says."""
 
@@ -327,20 +313,6 @@ class Block(nnx.Module):
     self.mlp_norm = _norm(config, rngs)
     self.up = _dense(config, config.d_model, config.mlp, ('embed', 'mlp'), _init, rngs)
     self.down = _dense(config, config.mlp, config.d_model, ('mlp', 'embed'), out_init, rngs)
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    if self.remat is Remat.NONE:
-      return self.forward(x)
-    return nnx.remat(Block.forward, policy=self.remat.policy())(self, x)
-
-  def forward(self, x: jax.Array) -> jax.Array:
-    return self._mlp(constrain(x + self.attn(self.attn_norm(x)), RESIDUAL))
-
-  def decode(self, x: jax.Array, cache: KVCache,
-             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
-    """`forward` for positions ``pos …`` with a key/value cache (`Attention.decode`)."""
-    mixed, cache = self.attn.decode(self.attn_norm(x), cache, pos)
-    return self._mlp(constrain(x + mixed, RESIDUAL)), cache
 
   def _mlp(self, x: jax.Array) -> jax.Array:
     h = constrain(jax.nn.gelu(self.up(self.mlp_norm(x))), ('batch', 'seq', 'mlp'))

@@ -34,9 +34,11 @@ from flax import nnx
 from hetjax import data as hdata
 from hetjax._errors import ConfigError, parse_choice
 from hetjax.models._lm import (
+  HEADS,
+  RESIDUAL,
+  CausalAttention,
   Decoder,
-  KVCache,
-  cached_attention,
+  DecoderBlock,
   decoder_loss,
   stdlib_splits,
   token_splits,
@@ -47,7 +49,6 @@ from hetjax.models.gpt import (
   CUDNN_MAX_HEAD_DIM,
   DTYPES,
   EVAL_FRACTION,
-  RESIDUAL,
   AttentionImpl,
   Remat,
   float32_logits,
@@ -55,7 +56,6 @@ from hetjax.models.gpt import (
 from hetjax.sharding import constrain
 from hetjax.train import Task
 
-HEADS = ('batch', 'seq', 'heads', 'head_dim')
 KV_HEADS = ('batch', 'seq', 'kv_heads', 'head_dim')
 ROPE_SCALINGS = ('none', 'llama3')
 
@@ -262,7 +262,7 @@ class Embed(nnx.Module):
     return self(tokens)
 
 
-class Attention(nnx.Module):
+class Attention(CausalAttention):
   """Causal grouped-query self-attention with rotary positions (module docstring); q, k, v and
   out are weights with a head dimension, so layouts split heads without reshapes."""
 
@@ -282,20 +282,6 @@ class Attention(nnx.Module):
     self.query_bias, self.key_bias, self.value_bias = (
         bias(h, 'heads'), bias(k, 'kv_heads'), bias(k, 'kv_heads'))
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    q, k, v = self._qkv(x, 0)
-    mixed = constrain(jax.nn.dot_product_attention(
-        q, k, v, is_causal=True, implementation=self.implementation), HEADS)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype))
-
-  def decode(self, x: jax.Array, cache: KVCache,
-             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
-    """`__call__` for positions ``pos …`` over the earlier positions' keys and values in
-    ``cache`` (`hetjax.models._lm.cached_attention`): ``(output, updated cache)``."""
-    q, k, v = self._qkv(x, pos)
-    mixed, cache = cached_attention(q, k, v, cache, pos)
-    return jnp.einsum('bqhd,hde->bqe', mixed, self.out[...].astype(self.dtype)), cache
-
   def _qkv(self, x: jax.Array, pos: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
     def project(w: nnx.Param, b: nnx.Param | None, names: tuple[str, ...]) -> jax.Array:
       y = jnp.einsum('bte,ehd->bthd', x, w[...].astype(self.dtype))
@@ -307,7 +293,7 @@ class Attention(nnx.Module):
     return q, k, project(self.value, self.value_bias, KV_HEADS)
 
 
-class Block(nnx.Module):
+class Block(DecoderBlock):
   """``x + attn(rms_norm(x))``, then ``x + down(silu(gate(h)) · up(h))``, ``h = rms_norm(x)``;
   its forward rematerialised as ``remat`` says."""
 
@@ -320,20 +306,6 @@ class Block(nnx.Module):
     self.gate = _param(config, _init, (d, m), ('embed', 'mlp'), rngs)
     self.up = _param(config, _init, (d, m), ('embed', 'mlp'), rngs)
     self.down = _param(config, _init, (m, d), ('mlp', 'embed'), rngs)
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    if self.remat is Remat.NONE:
-      return self.forward(x)
-    return nnx.remat(Block.forward, policy=self.remat.policy())(self, x)
-
-  def forward(self, x: jax.Array) -> jax.Array:
-    return self._mlp(constrain(x + self.attn(self.attn_norm(x)), RESIDUAL))
-
-  def decode(self, x: jax.Array, cache: KVCache,
-             pos: jax.Array | int) -> tuple[jax.Array, KVCache]:
-    """`forward` for positions ``pos …`` with a key/value cache (`Attention.decode`)."""
-    mixed, cache = self.attn.decode(self.attn_norm(x), cache, pos)
-    return self._mlp(constrain(x + mixed, RESIDUAL)), cache
 
   def _mlp(self, x: jax.Array) -> jax.Array:
     h = self.mlp_norm(x)
