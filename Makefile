@@ -32,8 +32,9 @@ bench: $(STAMP)
 
 # The GPU check (issue 27, experiments/gpu_check.py) on a lent GPU machine, whose Python already
 # has JAX with CUDA and most of hetjax's dependencies: nothing is installed from the network.
-# What it lacks (pytest and pytest-timeout for its exactness tests, tokenizers, tensorboardX)
-# travels as wheels: `make gpu-wheels` where a package registry is reachable, then carry wheels/.
+# What it lacks (pytest and pytest-timeout for its exactness tests, tokenizers, tensorboardX,
+# safetensors) travels as wheels: `make gpu-wheels` where a package registry is reachable, then
+# carry wheels/.
 GPU_WHEELS := 'pytest<9.2' pytest-timeout tokenizers tensorboardX safetensors
 
 gpu-check:
