@@ -76,7 +76,11 @@ def one_step_runs(tmp_path_factory):
   # of the time (27 s of the fixture's CPU), and a block more or less is not what is checked.
   extra = {'gpt2_small': [*GPT2_SMALL_ON_CPU, '--set', f'model.args.data={data}'],
            'llama_1b': [*LLAMA_1B_ON_CPU, '--set', f'model.args.data={data}'],
-           'gpt': ['--set', 'model.args.layers=2']}
+           'gpt': ['--set', 'model.args.layers=2'],
+           # Fine-tuning transformers' tiny Llama (tests/fixtures/hf): the config's purpose.
+           'llama_finetune': ['--mesh=8x1', '--set',
+                              f'model.init=hf:{ROOT / "tests/fixtures/hf/llama"}', '--set',
+                              'model.args.seq_len=32']}
   results = train_forked(scratch, *[[f'--config={name}', '--steps=1',
                                      f'--workdir={scratch / name}', *extra.get(name, [])]
                                     for name in names])
