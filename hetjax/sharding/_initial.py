@@ -88,7 +88,7 @@ def initial_params(make_model: Callable[[nnx.Rngs], nnx.Module], seed: int = 0,
 
 
 def read_weights(weights: Weights, shapes: PyTree, shardings: PyTree | None = None,
-          prefix: tuple[Any, ...] = ()) -> PyTree:
+                 prefix: tuple[Any, ...] = ()) -> PyTree:
   """Every leaf of ``shapes`` (`jax.ShapeDtypeStruct`s) read from ``weights`` at ``prefix`` +
   its path and placed onto its sharding in ``shardings`` (the same structure; None: the default
   device), one at a time: `jax.make_array_from_callback` hands each device (each process, its
