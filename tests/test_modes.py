@@ -24,6 +24,7 @@ SETS = {
     'overlap': 'overlap=True',
     'rules': 'parallelism.rules.kv=model',
     'sync': 'pipeline.sync=all-reduce',
+    'local': 'local.inner_steps=1',
 }
 
 

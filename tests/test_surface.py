@@ -25,9 +25,11 @@ PACKAGES = SUBPACKAGES   # hetjax.models' files included (they live in models/)
 HOOKS = 'bench'   # hetjax.bench: the benchmarks' and tests' hooks, outside the surface
 
 #: At most this many names in all packages' ``__all__`` (`hetjax.bench` aside).
-MAX_SURFACE = 392   # issue 41: Hugging Face checkpoints (run.load_hf, run.save_hf, sharding.Weights,
-#   sharding.initial_params, sharding.read_weights: every mode starts from one seam),
-#   run.generate, run.sample, data.text_codec and core.HasModel (a sample during training); ps.initial_params left (sharding's is its one home)
+MAX_SURFACE = 399   # issue 43: local SGD (train.LocalTrainer, LocalState, outer_optimizer,
+#   run.LocalConfig, balance.RoundPolicy: a share policy held for a round, and its virtual clock
+#   simulation.simulate_local, LocalRun); issue 41: Hugging Face checkpoints (run.load_hf,
+#   run.save_hf, sharding.Weights, sharding.initial_params, sharding.read_weights), run.generate,
+#   run.sample, data.text_codec, core.HasModel
 
 #: ``hetjax.__all__``: the packages a user writes code against, and the library's errors
 #: (``cli``, ``configs`` and ``bench`` are imported by name when needed).
@@ -84,6 +86,7 @@ SURFACE = [
     'balance.ProportionalState',
     'balance.Regime',
     'balance.RegimeState',
+    'balance.RoundPolicy',
     'balance.SharesState',
     'balance.ShiftDetector',
     'balance.ShiftState',
@@ -318,6 +321,7 @@ SURFACE = [
     'run.DataConfig',
     'run.EmulationConfig',
     'run.EvalConfig',
+    'run.LocalConfig',
     'run.LoggingConfig',
     'run.MODES',
     'run.Mode',
@@ -416,12 +420,14 @@ SURFACE = [
     'simulation.CommProblem',
     'simulation.CommRun',
     'simulation.LeastSquares',
+    'simulation.LocalRun',
     'simulation.Scheme',
     'simulation.SyncRun',
     'simulation.TaskProblem',
     'simulation.VirtualRun',
     'simulation.iteration_s',
     'simulation.simulate_comm',
+    'simulation.simulate_local',
     'simulation.simulate_shares',
     'simulation.simulate_sync',
     'simulation.simulate_tokens',
@@ -429,6 +435,8 @@ SURFACE = [
     'train.Granularity',
     'train.HasSubmodels',
     'train.Hook',
+    'train.LocalState',
+    'train.LocalTrainer',
     'train.MetricsLogger',
     'train.Optimizer',
     'train.OverlapEstimate',
@@ -448,6 +456,7 @@ SURFACE = [
     'train.local_batch_degree',
     'train.merge_trainable',
     'train.micro_rows_of',
+    'train.outer_optimizer',
     'train.program_flops',
     'train.split_trainable',
     'train.summed_value_and_grad',

@@ -31,6 +31,7 @@ from hetjax.balance._regime import expected_makespan as expected_makespan
 from hetjax.balance._registry import PolicyName as PolicyName
 from hetjax.balance._registry import describe_policy as describe_policy
 from hetjax.balance._registry import make_policy as make_policy
+from hetjax.balance._rounds import RoundPolicy as RoundPolicy
 from hetjax.balance._simple import Fixed as Fixed
 from hetjax.balance._simple import Oracle as Oracle
 from hetjax.balance._simple import Proportional as Proportional
@@ -60,6 +61,7 @@ __all__ = [
     'ProportionalState',
     'Regime',
     'RegimeState',
+    'RoundPolicy',
     'SharesState',
     'ShiftDetector',
     'ShiftState',

@@ -29,6 +29,7 @@ from hetjax.run._sections import CheckpointConfig as CheckpointConfig
 from hetjax.run._sections import DataConfig as DataConfig
 from hetjax.run._sections import EmulationConfig as EmulationConfig
 from hetjax.run._sections import EvalConfig as EvalConfig
+from hetjax.run._sections import LocalConfig as LocalConfig
 from hetjax.run._sections import LoggingConfig as LoggingConfig
 from hetjax.run._sections import Mode as Mode
 from hetjax.run._sections import ModelConfig as ModelConfig
@@ -99,6 +100,7 @@ __all__ = [
     'DataConfig',
     'EmulationConfig',
     'EvalConfig',
+    'LocalConfig',
     'LoggingConfig',
     'Mode',
     'ModeEntry',

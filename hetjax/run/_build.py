@@ -326,10 +326,28 @@ def build_tokens(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
       run_info={_hosts.RETRIES: retries}))
 
 
+def _local_trainer(config: Config, task, optimizer, mesh_shape, axis_rules, bucket):
+  """`hetjax.train.LocalTrainer` from ``config.local`` (mode shares under local SGD)."""
+  every, h = config.checkpoint.every, config.local.inner_steps
+  if config.parallelism.overlap:
+    raise ConfigError('local.inner_steps and parallelism.overlap both schedule the exchange: '
+                      'local SGD exchanges once a round, with nothing to overlap; drop one')
+  if config.optimizer.steps % h or (every and every % h):
+    raise ConfigError(f'local SGD ends and checkpoints at a round\'s end: optimizer.steps '
+                      f'({config.optimizer.steps}) and checkpoint.every ({every}) must be '
+                      f'multiples of local.inner_steps ({h})')
+  outer = train.outer_optimizer(config.local.outer, config.local.outer_lr,
+                                config.local.outer_momentum)
+  return train.LocalTrainer(task, optimizer, config.data.global_batch, mesh_shape, axis_rules,
+                            config.data.seed, bucket=bucket, steps_per_round=h, outer=outer,
+                            cutoff=config.local.cutoff, accumulate=config.optimizer.accumulate,
+                            granularity=config.balance.granularity)
+
+
 def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   """Mode shares: each worker computes its share of the batch, re-sized by a policy or
-  fixed; the gradients summed (`hetjax.train.WorkerTrainer`, or `OverlapTrainer` under
-  ``overlap``)."""
+  fixed; the gradients summed (`hetjax.train.WorkerTrainer`, `OverlapTrainer` under
+  ``overlap``, or every ``local.inner_steps`` by `LocalTrainer`)."""
   task, optimizer, mesh_shape = _model(config)
   trace = _trace(config, ctx)
   axis_rules = _rules.rules_of(config)  # the strategy's tables with parallelism.rules on top
@@ -344,7 +362,11 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
               f'{jax.devices()[0].platform} devices'
   policy, bucket = _share_policy(config, ctx, degree, trace, counts)
   links = _comm_options.links_of(config, ctx, ctx.workers)
-  if config.parallelism.overlap:
+  if config.local.inner_steps:
+    trainer = _local_trainer(config, task, optimizer, mesh_shape, axis_rules, bucket)
+    policy = balance.RoundPolicy(policy, config.local.inner_steps)
+    devices += f', local SGD every {config.local.inner_steps} steps'
+  elif config.parallelism.overlap:
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
                                    axis_rules, seed=config.data.seed, bucket=bucket,
                                    bucket_bytes=config.parallelism.bucket_bytes or None,
@@ -368,11 +390,14 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
     trainer.use_host(emulation.LinkedHost(links, ctx.worker, host))
   if host is not None or links is not None:  # the policy knows the hosts and links as built
     # A synchronous step is compute plus the worker's own exchange; an overlapped one hides it.
-    transfer = () if links is None or config.parallelism.overlap else \
-        links.exchange_s(trainer.all_reduce_bytes)
+    # Local SGD's exchange is once a round: a step's part of it.
+    transfer = () if links is None or config.parallelism.overlap else tuple(
+        t / max(config.local.inner_steps, 1) for t in links.exchange_s(trainer.all_reduce_bytes))
     known = balance.KnownCosts(None if host is None else host.row_s,
                                0.0 if host is None else host.fixed_s, counts, transfer)
     policy = _share_policy(config, ctx, degree, trace, counts, known)[0]
+    if config.local.inner_steps:
+      policy = balance.RoundPolicy(policy, config.local.inner_steps)
   return _complete(config, ctx, Built(
       trainer, policy, devices, Mode.SHARES, host,
       measure_speed=lambda state, first: trainer.measure_speed(

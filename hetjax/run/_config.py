@@ -34,6 +34,7 @@ from hetjax.run._sections import (
   DataConfig,
   EmulationConfig,
   EvalConfig,
+  LocalConfig,
   LoggingConfig,
   Mode,
   ModelConfig,
@@ -75,6 +76,7 @@ class Config:
     checkpoint: checkpoints (`CheckpointConfig`).
     logging: progress lines, TensorBoard, MFU's peak (`LoggingConfig`).
     eval: periodic evaluation on the held-out split (`EvalConfig`).
+    local: local SGD (DiLoCo) under mode shares (`LocalConfig`).
   """
 
   model: ModelConfig
@@ -89,6 +91,7 @@ class Config:
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+  local: LocalConfig = dataclasses.field(default_factory=LocalConfig)
 
   def __post_init__(self):
     if isinstance(self.model, str):

@@ -71,6 +71,8 @@ OPTIONS: Mapping[str, Option] = {
                       lambda c, ctx: bool(c.parallelism.overlap or c.parallelism.bucket_bytes)),
     'rules': Option('parallelism.rules', 'maps logical names onto the strategy mesh',
                     lambda c, ctx: bool(c.parallelism.rules)),
+    'local': Option('local.inner_steps', 'trains each worker alone between outer steps (local '
+                    'SGD)', lambda c, ctx: c.local.inner_steps > 0),
     'sync': Option('pipeline.sync', 'groups pipeline replicas',
                    lambda c, ctx: c.pipeline.sync != PipelineConfig.sync),
 }
@@ -125,7 +127,7 @@ MODES: Mapping[Mode, ModeEntry] = {entry.mode: entry for entry in (
     ModeEntry(Mode.SHARES, "each worker computes its share of the batch (re-sized by a policy such "
               'as LB-BSP, or fixed), the gradients summed', _build.build_shares,
               frozenset({'policy', 'shares', 'slowdown', 'host_fixed_s', 'network', 'overlap',
-                         'rules'}), whole_model=True, hosts='rows and fixed'),
+                         'rules', 'local'}), whole_model=True, hosts='rows and fixed'),
     ModeEntry(Mode.TOKENS, "Fela's tokens: workers pull fixed-size pieces of the batch, fast "
               'ones more', _build.build_tokens, frozenset({'slowdown', 'host_fixed_s', 'rules'}),
               whole_model=True, hosts='rows and fixed'),
@@ -148,7 +150,8 @@ MODES: Mapping[Mode, ModeEntry] = {entry.mode: entry for entry in (
 
 #: ``auto``'s rule, as `mode_of` applies it.
 AUTO_RULE = ('auto is schmp for a SchMP app, ps in a job with parameter servers, plan given a '
-             'plan; shares for per-worker options (a policy, fixed shares, a slowdown) and for '
+             'plan; shares for per-worker options (a policy, fixed shares, a slowdown, local '
+             'SGD) and for '
              'several workers that differ (device counts, a network, the all-reduce scheduler, '
              "a mesh of one worker's devices); else spmd")
 
@@ -162,7 +165,8 @@ def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
   """The mode ``config`` runs in here; ``auto`` picks (`AUTO_RULE`):
 
   - ``schmp`` for a SchMP app, ``ps`` in a job with parameter servers, ``plan`` given a plan;
-  - ``shares`` for anything only shares use (fixed shares, a policy, a slowdown), and under
+  - ``shares`` for anything only shares use (fixed shares, a policy, a slowdown, local SGD),
+    and under
     several workers with an emulated network or the all-reduce scheduler, whose device counts
     differ, or whose mesh is each worker's own (``parallelism.mesh`` the size of one worker's
     devices);
@@ -179,7 +183,7 @@ def mode_of(config: Config, ctx: runtime.WorkerContext) -> Mode:
   if config.parallelism.plan:
     return Mode.PLAN
   if (config.balance.shares or config.emulation.slowdown or ctx.slowdown
-      or config.balance.policy != 'uniform'):
+      or config.balance.policy != 'uniform' or config.local.inner_steps):
     return Mode.SHARES
   if ctx.workers == 1:
     return Mode.SPMD

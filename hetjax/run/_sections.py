@@ -386,6 +386,45 @@ class PipelineConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LocalConfig:
+  """Local SGD (DiLoCo) under mode shares: workers train alone between outer steps
+  (`hetjax.train.LocalTrainer`).
+
+  Attributes:
+    inner_steps: inner steps a round (H): each worker takes this many optimizer steps on its
+      share of each step's batch, exchanging nothing, then the round's pseudo-gradients are
+      averaged (weighted by the rows each worker trained on) and the outer optimizer applies
+      them. 0: off (every step synchronous). The run's steps, its checkpoints and a resume fall
+      on its multiples. The share policy (``balance.policy``) sizes the rows once a round.
+    outer: the outer optimizer, ``'nesterov'`` (SGD with Nesterov momentum, DiLoCo's) or
+      ``'sgd'``.
+    outer_lr: the outer learning rate (DiLoCo's 0.7; ``sgd`` at 1.0 takes the average).
+    outer_momentum: Nesterov's momentum.
+    cutoff: a worker starts no inner step that would end past ``cutoff`` × the round's budget
+      (the previous round's median busy time a step × inner_steps) and joins the exchange
+      with the rows it has (0: never cut; else >= 1).
+  """
+
+  NAME = 'local'
+  inner_steps: int = 0
+  outer: str = choice('nesterov', ('nesterov', 'sgd'))
+  outer_lr: float = 0.7
+  outer_momentum: float = 0.9
+  cutoff: float = 0.0
+
+  def __post_init__(self):
+    check_choices(self)
+    at_least(self.inner_steps, 0, f'{self.NAME}.inner_steps', note=' (0: off)')
+    if not self.outer_lr > 0:
+      raise ConfigError(f'{self.NAME}.outer_lr must be > 0, got {self.outer_lr}')
+    if not 0 <= self.outer_momentum < 1:
+      raise ConfigError(f'{self.NAME}.outer_momentum must be in [0, 1), got '
+                        f'{self.outer_momentum}')
+    if not (self.cutoff == 0 or self.cutoff >= 1):
+      raise ConfigError(f'{self.NAME}.cutoff must be 0 (never cut) or >= 1, got {self.cutoff}')
+
+
+@dataclasses.dataclass(frozen=True)
 class SchmpConfig:
   """Scheduled model parallelism (mode schmp).
 
@@ -520,7 +559,7 @@ class LoggingConfig:
 SECTIONS = {s.NAME: s for s in (
     ModelConfig, DataConfig, OptimizerConfig, ParallelismConfig, BalanceConfig, PipelineConfig,
     SchmpConfig, ParameterServerConfig, EmulationConfig, CheckpointConfig, LoggingConfig,
-    EvalConfig)}
+    EvalConfig, LocalConfig)}
 
 #: The flat form of the options before they had sections, as older run directories'
 #: ``config.json`` holds them (`Config.from_json`): each name → its dotted key. ``schedule`` was

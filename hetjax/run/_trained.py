@@ -66,15 +66,24 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
                       f'modes {", ".join(WHOLE_MODEL_MODES)}, which hold the whole model')
   task = make_task(config, weights=False)
   optimizer = optimizer_of(config)[0]
+  local = config.local.inner_steps > 0  # local SGD: the outer state and every worker's inner
+  if local:
+    optimizer, inner = train.outer_optimizer(config.local.outer, config.local.outer_lr,
+                                             config.local.outer_momentum), optimizer
   devices = list(jax.local_devices() if devices is None else devices)
   mesh = sharding.make_mesh((len(devices), 1), devices=devices)
   trainer = train.Trainer(task, optimizer, len(devices), mesh,
                           train.Strategy.DATA_PARALLEL.rules(), config.data.seed)
+  target = trainer.abstract_state()
+  if local:
+    workers = json.loads(info_path.read_text()).get('workers', 1)
+    target = train.LocalState.target(target, inner, workers,
+                                     jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
   ckpt = checkpoint.Checkpointer(run_dir / 'checkpoints')
   try:
     if ckpt.latest_step() is None:
       raise ConfigError(f'{run_dir} holds no checkpoint')
-    state, _ = ckpt.restore(trainer.abstract_state(), step)
+    state, _ = ckpt.restore(target, step)
   finally:
     ckpt.close()
   return nnx.merge(trainer.graphdef, state.params)

@@ -1,4 +1,4 @@
-"""Step programs (SPMD, per-worker shares, tokens), built-in strategies, and the one loop."""
+"""Step programs (SPMD, per-worker shares, local SGD, tokens), built-in strategies, and the one loop."""
 
 from hetjax.train._accumulate import micro_rows_of as micro_rows_of
 from hetjax.train._accumulate import summed_value_and_grad as summed_value_and_grad
@@ -6,6 +6,9 @@ from hetjax.train._endgame import SURE_TAKE as SURE_TAKE
 from hetjax.train._endgame import takes_token as takes_token
 from hetjax.train._evaluate import Evaluation as Evaluation
 from hetjax.train._flops import program_flops as program_flops
+from hetjax.train._local import LocalState as LocalState
+from hetjax.train._local import LocalTrainer as LocalTrainer
+from hetjax.train._local import outer_optimizer as outer_optimizer
 from hetjax.train._loop import Hook as Hook
 from hetjax.train._loop import StepInfo as StepInfo
 from hetjax.train._loop import training_steps as training_steps
@@ -37,6 +40,8 @@ __all__ = [
     'Granularity',
     'HasSubmodels',
     'Hook',
+    'LocalState',
+    'LocalTrainer',
     'MetricsLogger',
     'Optimizer',
     'OverlapEstimate',
@@ -55,6 +60,7 @@ __all__ = [
     'local_batch_degree',
     'merge_trainable',
     'micro_rows_of',
+    'outer_optimizer',
     'program_flops',
     'split_trainable',
     'summed_value_and_grad',

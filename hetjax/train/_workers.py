@@ -187,8 +187,14 @@ class WorkerTrainer:
     self._zero = jax.jit(self._zero_grad, out_shardings=local_out)
     slots = np.asarray(self._layout_head.slots(self.worker))
     self._stamp = jax.jit(lambda fused, values: fused.at[slots].set(values), donate_argnums=0)
-    self._update = jax.jit(
-        self._combine_and_update,
+    self._local_out = local_out
+    self._update = self._combine_program(self._combine_and_update)
+
+  def _combine_program(self, update):
+    """``update(state, fused, separate) -> (state, head)`` jitted over the job mesh, the state
+    donated: the combine's program (`LocalTrainer`'s outer step is another)."""
+    return jax.jit(
+        update,
         in_shardings=(self.layout.shardings, self._fused_stacked, self._separate_stacked),
         out_shardings=(self.layout.shardings, NamedSharding(self.mesh, PartitionSpec())),
         donate_argnums=0)
@@ -282,6 +288,11 @@ class WorkerTrainer:
     return self.fused_layout.pack(jnp.zeros((), jnp.float32), zeros)
 
   def _combine_and_update(self, state: TrainState, fused: jax.Array, separate: list[jax.Array]):
+    head, grads = self._summed(fused, separate)
+    return state.apply_gradients(self.optimizer, grads), head
+
+  def _summed(self, fused: jax.Array, separate: list[jax.Array]) -> tuple[jax.Array, PyTree]:
+    """(the head, the gradients) summed over every worker's stacked buffers (collective)."""
     def total(fused_parts, separate_parts):
       return (lax.psum(fused_parts, self._axis),
               [lax.psum(x, PROC) if x.ndim == len(shape) else lax.psum(x, PROC)[0]
@@ -293,8 +304,7 @@ class WorkerTrainer:
     fused, separate = jax.shard_map(
         total, mesh=self.mesh, in_specs=(PartitionSpec(self._axis), stacked_specs),
         out_specs=(PartitionSpec(), self._separate_specs))(fused, separate)
-    head, grads = self.fused_layout.unpack(fused, separate)
-    return state.apply_gradients(self.optimizer, grads), head
+    return self.fused_layout.unpack(fused, separate)
 
   def _stack(self, local: jax.Array, sharding: NamedSharding) -> jax.Array:
     """Every worker's ``local`` concatenated along dimension 0, as one global array."""

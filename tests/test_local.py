@@ -1,0 +1,154 @@
+"""Local SGD (DiLoCo, `hetjax.train.LocalTrainer`): exact against the plain steps it stands for.
+
+- One inner step a round, outer SGD at rate 1: the rows-weighted average of the workers'
+  parameters is synchronous data parallelism's step (launched workers, unequal shares).
+- H inner steps on one worker: H plain steps, then the outer optimizer on θ_start − θ.
+- `hetjax.balance.RoundPolicy` holds its shares for a round and learns at its end only.
+- The config: a run of mode shares under ``local.inner_steps``, its resume and `load_model`;
+  refusals in one line.
+"""
+
+import json
+import pathlib
+import sys
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from hetjax import balance, models, run, train
+from hetjax._errors import ConfigError
+from hetjax.core import ShareRules, StepStats, Work
+from hetjax.runtime import launch_local
+from hetjax.sharding import make_mesh
+from tests.conftest import require_devices
+from tests.workers.common import MODELS, OPTIMIZER, STEPS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH_TIMEOUT = 180
+
+
+def _task():
+  kwargs, batch = MODELS['mlp']
+  return models.make_task('mlp', **kwargs), batch
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 60)
+def test_one_inner_step_with_outer_sgd_at_one_is_synchronous_training(tmp_path):
+  task, batch = _task()
+  mesh = make_mesh((1, 1), devices=require_devices(1))
+  reference = train.Trainer(task, OPTIMIZER, batch, mesh, train.Strategy.DATA_PARALLEL.rules())
+  infos = list(train.training_steps(reference, reference.init_state(), STEPS))
+  want_losses = [float(i.metrics['loss']) for i in infos]
+  want = jax.tree.leaves(jax.device_get(infos[-1].state.params))
+  out = tmp_path / 'out.json'
+  command = [sys.executable, str(ROOT / 'tests' / 'workers' / 'train_local.py'), str(out), '1',
+             json.dumps([[40, 24]]), 'sgd1']
+  result = launch_local(command, workers=2, devices_per_worker=1, timeout=LAUNCH_TIMEOUT,
+                        init_timeout=60)
+  assert result.returncode == 0, result
+  got = json.loads(out.read_text())
+  # Momentum SGD inside each worker, constant shares: Σ wᵢ mᵢ follows the synchronous momentum.
+  np.testing.assert_allclose(got['losses'], want_losses, rtol=2e-6)
+  for a, b in zip(got['params'], want, strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=2e-7)
+
+
+def test_rounds_on_one_worker_are_plain_steps_then_the_outer_update():
+  task, batch = _task()
+  inner, outer, h = optax.adam(1e-2), optax.sgd(0.7, momentum=0.9, nesterov=True), 3
+  local = train.LocalTrainer(task, inner, batch, steps_per_round=h, outer=outer)  # 8 devices
+  state = local.init_state()
+  for s in range(2 * h):
+    state, stats = local.step(state, Work(s, local.global_batch_at(s)), (batch,))
+  assert int(state.step) == 2 * h and stats.rows == (batch,)
+
+  plain = train.WorkerTrainer(task, inner, batch)
+  ref = plain.init_state()
+  start = jax.device_get(plain.local_view(ref.params))
+  outer_state = outer.init(start)
+  for r in range(2):
+    for s in range(r * h, (r + 1) * h):
+      ref, _ = plain.step(ref, Work(s, plain.global_batch_at(s)), (batch,))
+    end = jax.device_get(plain.local_view(ref.params))
+    updates, outer_state = outer.update(jax.tree.map(np.subtract, start, end), outer_state,
+                                        start)
+    start = optax.apply_updates(start, updates)
+    ref = train.TrainState(ref.step, jax.tree.map(
+        lambda x, v: jax.device_put(np.asarray(v), x.sharding), ref.params, start),
+        ref.opt_state)
+  got = jax.tree.leaves(jax.device_get(local.local_view(state.params)))
+  for a, b in zip(got, jax.tree.leaves(start), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  # The inner state carried over the round: the stacked row is worker 0's Adam state after 2h.
+  assert int(jax.tree.leaves(state.inner)[0][0]) == 2 * h
+
+
+def test_round_policy_holds_shares_and_learns_at_a_rounds_end():
+  rules = ShareRules(64, 2, 8)
+  policy = balance.RoundPolicy(balance.make_policy('proportional', rules), steps_per_round=4)
+  shares, state = policy.update(policy.init(), None)
+  assert tuple(shares) == (32, 32)
+  slow = StepStats(0, rows=(32, 32), compute_s=(1.0, 3.0))
+  for step in range(3):  # inside the round: held, whatever the stats say
+    held, state = policy.update(state, StepStats(step, (32, 32), (1.0, 3.0)))
+    assert tuple(held) == (32, 32)
+  moved, state = policy.update(state, StepStats(3, slow.rows, slow.compute_s))
+  assert moved[0] > moved[1] and sum(moved) == 64
+  assert tuple(policy.update(state, StepStats(4, (32, 32), (1.0, 1.0)))[0]) == tuple(moved)
+
+
+def _config(**local):
+  return run.Config(model=run.ModelConfig('mlp', {'hidden': 32, 'width': 16}),
+                    data=run.DataConfig(global_batch=32),
+                    optimizer=run.OptimizerConfig('sgd', 0.1, steps=8),
+                    parallelism=run.ParallelismConfig(mode='shares', mesh='8x1'),
+                    local=run.LocalConfig(**local))
+
+
+@pytest.mark.parametrize('local, checkpoint, message', [
+    ({'inner_steps': 3}, 6, 'optimizer.steps (8) and checkpoint.every (6) must be multiples of '
+                            'local.inner_steps (3)'),
+    ({'inner_steps': 4}, 6, 'checkpoint.every (6) must be multiples'),
+])
+def test_rounds_must_hold_the_runs_steps_and_checkpoints(tmp_path, local, checkpoint, message):
+  config = _config(**local)
+  config = run.override(config, [f'checkpoint.every={checkpoint}'])
+  with pytest.raises(ConfigError, match=message.replace('(', r'\(').replace(')', r'\)')):
+    run.train(config, tmp_path / 'run')
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('inner_steps', -1, 'local.inner_steps must be >= 0'),
+    ('cutoff', 0.5, 'local.cutoff must be 0'),
+    ('outer', 'adam', "unknown local.outer 'adam'"),
+    ('outer_momentum', 1.0, r'local.outer_momentum must be in \[0, 1\)'),
+    ('outer_lr', 0.0, 'local.outer_lr must be > 0'),
+])
+def test_bad_local_fields_are_one_line_errors(field, value, message):
+  with pytest.raises(ConfigError, match=message):
+    run.LocalConfig(**{field: value})
+
+
+def test_local_sgd_is_refused_outside_mode_shares_and_with_the_scheduler(tmp_path):
+  spmd = run.override(_config(inner_steps=4), ['parallelism.mode=spmd'])
+  with pytest.raises(ConfigError, match=r'mode spmd takes no local\.inner_steps'):
+    run.train(spmd, tmp_path / 'a')
+  both = run.override(_config(inner_steps=4), ['parallelism.overlap=true'])
+  with pytest.raises(ConfigError, match='local SGD exchanges once a round'):
+    run.train(both, tmp_path / 'b')
+
+
+def test_a_local_run_trains_resumes_and_loads(tmp_path):
+  workdir = tmp_path / 'run'
+  config = run.override(_config(inner_steps=4), ['checkpoint.every=4'])
+  first = run.train(config, workdir)
+  assert first['final_step'] == 8
+  more = run.override(config, ['optimizer.steps=12'])
+  again = run.train(more, workdir, resume=True)
+  assert again['final_step'] == 12 and again['checkpoint_steps'][-1] == 12
+  model = run.load_model(workdir)
+  batch = models.make_task('mlp', hidden=32, width=16).data.global_batch(0, 0, 8)
+  assert model(batch['x']).shape == (8, 10)
