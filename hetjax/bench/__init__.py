@@ -29,11 +29,11 @@ from hetjax.train._flops import flops_ratio as flops_ratio
 from hetjax.train._flops import matmul_equations as matmul_equations
 from hetjax.train._flops import matmul_flops as matmul_flops
 from hetjax.train._flops import step_flops as step_flops
+from hetjax.train._int8 import QUANT_BLOCK as QUANT_BLOCK
+from hetjax.train._int8 import quantize_int8 as quantize_int8
 from hetjax.train._matmul_time import MatmulTime as MatmulTime
 from hetjax.train._matmul_time import TimedMatmul as TimedMatmul
 from hetjax.train._matmul_time import time_matmuls as time_matmuls
-from hetjax.train._overlap import QUANT_BLOCK as QUANT_BLOCK
-from hetjax.train._overlap import quantize_int8 as quantize_int8
 
 __all__ = [
     'ENV_LAUNCHER_PID',

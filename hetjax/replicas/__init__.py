@@ -11,7 +11,9 @@ policy `hetjax.train.training_steps` runs for a replica: worker 0 runs the polic
 Each replica's `ReplicaDriver` trains its `hetjax.pipeline.PipelineTrainer`, reports each step
 with its `SyncClient` and averages within the groups it is given (`GroupAverager`), padding its
 steps to its emulated host (``use_host``, a `hetjax.core.Pace`; ``--slowdown``'s trace), and
-`ReplicaCheckpointer` saves each replica on its own.
+`ReplicaCheckpointer` saves each replica on its own. Given an outer optimizer, a driver runs
+local SGD (DiLoCo) over the replicas: under ``'periodic-average'`` every round's mean makes an
+outer step, whose state the replica's checkpoints hold.
 """
 
 from hetjax.replicas._averaging import GroupAverager as GroupAverager

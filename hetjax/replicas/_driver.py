@@ -22,6 +22,11 @@ x_t), then reports step t + 1. Every replica still averages in its groups, in th
 order, once per step; the averages are one step late, and the group wait and the collective
 run during the next step's compute instead of after it.
 
+Local SGD (``outer=``, ``steps_per_round=`` H; our option): the replicas sync on the
+periodic-average schedule every H steps, and each stage's group mean makes the round's outer
+step from the stage's parameters at the round's start (`hetjax.replicas._outer`: DiLoCo's outer
+optimizer, whose state the replica's state carries and its checkpoints save).
+
 Data: replica r's step t (t = 0, 1, …) trains on position ``t × replicas + r`` of the task's data
 stream, so replicas see disjoint batches while their step counts stay close.
 
@@ -46,6 +51,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._checks import positive_int
@@ -53,6 +59,7 @@ from hetjax._errors import ConfigError
 from hetjax.core import Pace, StepStats, Work
 from hetjax.pipeline import PipelineState, PipelineTrainer
 from hetjax.replicas._averaging import GroupAverager
+from hetjax.replicas._outer import OuterSteps
 from hetjax.replicas._policy import SyncPolicy
 from hetjax.replicas._service import Board, ServiceReport, SyncClient, SyncService
 from hetjax.train import training_steps
@@ -69,7 +76,8 @@ class ReplicaStep:
     compute_s: forward, backward and update, until the parameters were ready.
     pause_s: emulated slowness slept after the compute (the replica's host).
     wait_s: from reporting to the scheduler until the group was known.
-    sync_s: averaging with the group (0 for a group of one).
+    sync_s: averaging with the group (0 for a group of one), and under local SGD the outer
+      step at a round's end.
     members: the group, in increasing order (this replica included).
     global_sync: whether the group was a global synchronisation.
     seq: the group's number in the scheduler's order (`SyncGroup.seq`).
@@ -111,15 +119,26 @@ class ReplicaDriver:
       own speed (`use_host`).
     group_timeout_s: the longest wait for a group before giving up with a `TimeoutError`.
     overlap: average one step late, overlapped with the next step (module docstring).
+    outer: local SGD's outer optimizer (`hetjax.train.outer_optimizer`): at every
+      ``steps_per_round``-th step the group's mean makes an outer step (module docstring); the
+      sync policy must group every replica at those steps (``'periodic-average'`` with
+      ``every`` = ``steps_per_round``). None: the group's mean is taken as it is.
+    steps_per_round: the steps of a round under ``outer``.
 
   Raises:
-    ConfigError: a stage on another process, or a worker id that is not this process's.
+    ConfigError: a stage on another process, a worker id that is not this process's, or
+      ``outer`` with ``overlap``.
   """
 
   def __init__(self, trainer: PipelineTrainer, client: SyncClient, replicas: int,
                host: Pace | None = None, group_timeout_s: float = 120.0,
-               overlap: bool = False):
+               overlap: bool = False, outer: optax.GradientTransformation | None = None,
+               steps_per_round: int = 1):
     self.trainer, self.client, self.pace, self.overlap = trainer, client, host, overlap
+    if outer is not None and overlap:
+      raise ConfigError('local SGD\'s outer step takes the round\'s mean before the next round '
+                        'starts from it: a replica with an outer optimizer does not overlap')
+    self.rounds = None if outer is None else OuterSteps(trainer, outer, steps_per_round)
     self.replicas = positive_int(replicas, 'replicas')
     self.group_timeout_s = group_timeout_s
     remote = [s for s in range(trainer.stages) if s not in trainer.local_stages]
@@ -159,6 +178,8 @@ class ReplicaDriver:
     copy = jax.tree.map(jnp.copy, (state.params, state.opt_state))  # train_step donates
     jax.block_until_ready(self.trainer.train_step(
         dataclasses.replace(state, params=copy[0], opt_state=copy[1]), self.batch_at(state.step)))
+    if self.rounds is not None:
+      self.rounds.warm_up(state)
     groups = [g for k in range(2, self.replicas + 1)
               for g in itertools.combinations(range(self.replicas), k)]
     if sum(self.replica in g for g in groups) <= max_groups:
@@ -194,10 +215,13 @@ class ReplicaDriver:
     return self.trainer.task
 
   def init_state(self) -> PipelineState:
-    return self.trainer.init_state()
+    """The pipeline's fresh state; under local SGD with a fresh outer state too."""
+    state = self.trainer.init_state()
+    return state if self.rounds is None else self.rounds.init(state)
 
   def abstract_state(self, step: int = 0) -> PipelineState:
-    return self.trainer.abstract_state(step)
+    abstract = self.trainer.abstract_state(step)
+    return abstract if self.rounds is None else self.rounds.abstract(abstract)
 
   def global_batch_at(self, step: int):
     """This replica's batch of its step ``step`` (`batch_at`)."""
@@ -207,7 +231,8 @@ class ReplicaDriver:
            ) -> tuple[PipelineState, StepStats]:
     """One replica step: compute, pause (emulated slowness), then report to the scheduler and
     average within the group it forms (or, with ``overlap``, catch up with the previous step's
-    group and hand this one off). ``stats.local`` is the step's `ReplicaStep`."""
+    group and hand this one off); under local SGD, a round's last step then takes the outer
+    step. ``stats.local`` is the step's `ReplicaStep`."""
     if decision is not None:
       raise ConfigError(f'a replica step takes no decision (the scheduler forms the groups), '
                         f'got {decision!r}')
@@ -216,7 +241,11 @@ class ReplicaDriver:
     t0 = time.monotonic()
     if self._stop_at is not None and t0 >= self._stop_at:
       raise _PastDeadline   # `run`'s until_s passed since its last check: start nothing
-    state, loss = self.trainer.train_step(state, work.batch)
+    if self.rounds is not None:
+      self.rounds.begin(state)
+    stepped, loss = self.trainer.train_step(state, work.batch)
+    state = dataclasses.replace(state, step=stepped.step, params=stepped.params,
+                                opt_state=stepped.opt_state)  # what else it carries, kept
     jax.block_until_ready(state.params)
     loss = float(loss)
     t1 = time.monotonic()
@@ -227,8 +256,12 @@ class ReplicaDriver:
       self.client.arrive(state.step)
       group = self.client.group(state.step, self.group_timeout_s)
       t3 = time.monotonic()
-      if len(group.members) > 1:
+      synced = len(group.members) > 1
+      if synced:
         state = self.average(state, tuple(sorted(group.members)))
+      if self.rounds is not None and self.rounds.ends(state.step):
+        state, synced = self.rounds.apply(state), True
+      if synced:
         jax.block_until_ready(state.params)
       else:
         t3 = None  # no sync: sync_s is 0

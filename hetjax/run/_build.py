@@ -33,6 +33,7 @@ from hetjax.pipeline import PipelineTrainer
 from hetjax.run import _comm_options, _hosts, _replicas, _restarts, _rules
 from hetjax.run._built import Built, default_checkpoints
 from hetjax.run._config import Config, Mode
+from hetjax.run._sections import check_rounds
 from hetjax.run._task import make_task, optimizer_of
 
 
@@ -193,7 +194,10 @@ def build_plan(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
 
 def build_pipeline(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   """Mode pipeline: stages on groups of this process's devices; under several workers each is
-  one SDPipe replica of the whole pipeline, grouped by the sync policy (`_replicas`)."""
+  one SDPipe replica of the whole pipeline, grouped by the sync policy, or under local SGD
+  (``local.inner_steps``) an outer step from the replicas' mean every round (`_replicas`)."""
+  if ctx.workers > 1:
+    _replicas.check_local(config)  # before anything is built
   task, optimizer, _ = _model(config)
   trainer = PipelineTrainer(task, optimizer, config.data.global_batch, config.pipeline.stages,
                             config.pipeline.micro_batches * config.optimizer.accumulate,
@@ -203,10 +207,12 @@ def build_pipeline(config: Config, ctx: runtime.WorkerContext, channel) -> Built
   if ctx.workers == 1:  # a pipeline's step is a host int: its restore target carries the saved one
     return _complete(config, ctx, Built(trainer, None, devices, Mode.PIPELINE,
                                         restore_target=trainer.abstract_state))
+  sync = f'sync {config.pipeline.sync}'
+  if config.local.inner_steps:
+    sync += f', local SGD every {config.local.inner_steps} steps (outer {config.local.outer})'
   return _complete(config, ctx, _replicas.build(
       config, ctx, channel, trainer, _trace(config, ctx),
-      Built(trainer, None, f'{ctx.workers} replicas of {devices}, sync {config.pipeline.sync}',
-            Mode.PIPELINE)))
+      Built(trainer, None, f'{ctx.workers} replicas of {devices}, {sync}', Mode.PIPELINE)))
 
 
 def build_schmp(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
@@ -328,19 +334,17 @@ def build_tokens(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
 
 def _local_trainer(config: Config, task, optimizer, mesh_shape, axis_rules, bucket):
   """`hetjax.train.LocalTrainer` from ``config.local`` (mode shares under local SGD)."""
-  every, h = config.checkpoint.every, config.local.inner_steps
+  h = config.local.inner_steps
   if config.parallelism.overlap:
     raise ConfigError('local.inner_steps and parallelism.overlap both schedule the exchange: '
                       'local SGD exchanges once a round, with nothing to overlap; drop one')
-  if config.optimizer.steps % h or (every and every % h):
-    raise ConfigError(f'local SGD ends and checkpoints at a round\'s end: optimizer.steps '
-                      f'({config.optimizer.steps}) and checkpoint.every ({every}) must be '
-                      f'multiples of local.inner_steps ({h})')
+  check_rounds(config)
   outer = train.outer_optimizer(config.local.outer, config.local.outer_lr,
                                 config.local.outer_momentum)
   return train.LocalTrainer(task, optimizer, config.data.global_batch, mesh_shape, axis_rules,
                             config.data.seed, bucket=bucket, steps_per_round=h, outer=outer,
-                            cutoff=config.local.cutoff, accumulate=config.optimizer.accumulate,
+                            cutoff=config.local.cutoff, int8=config.local.exchange == 'int8',
+                            accumulate=config.optimizer.accumulate,
                             granularity=config.balance.granularity)
 
 

@@ -133,7 +133,7 @@ MODES: Mapping[Mode, ModeEntry] = {entry.mode: entry for entry in (
               whole_model=True, hosts='rows and fixed'),
     ModeEntry(Mode.PIPELINE, 'stages on device groups (GPipe, 1F1B), under several workers one '
               'SDPipe replica each, grouped by a sync policy', _build.build_pipeline,
-              launched=frozenset({'slowdown', 'sync'}),
+              launched=frozenset({'slowdown', 'sync', 'local'}),
               layout="replicates each stage's parameters on the stage's devices"),
     ModeEntry(Mode.PLAN, 'a Fela plan: each sub-model with its own layout on its group of '
               'workers (one SPMD step, or stages on the groups)', _build.build_plan,

@@ -4,6 +4,10 @@ Every worker runs the whole pipeline on its own devices (`PipelineTrainer`) as o
 `ReplicaDriver` is the step program, and after each step the replica reports to the group
 scheduler (worker 0 runs it, `ReplicaPolicy` is the loop's policy) and averages each stage with
 its group (``Config.sync``: 'sdpipe', 'all-reduce', 'random-pairs', 'periodic-average').
+Under local SGD (``local.inner_steps`` H, with ``pipeline.sync=periodic-average``) the replicas
+average every H steps and the mean makes the round's outer step (``local.outer``, its state in
+each replica's checkpoints: `hetjax.replicas.ReplicaDriver`'s ``outer``); `check_local` refuses
+what does not go with it.
 
 Slowdown (``--slowdown``, the one trace grammar): each replica is a host of known speed. A
 replica's step always trains on the same rows (its batch), so the host has one cost per step:
@@ -25,15 +29,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax import ConfigError, emulation, runtime
+from hetjax import ConfigError, emulation, runtime, train
 from hetjax.pipeline import PipelineTrainer
 from hetjax.replicas import (
   ReplicaCheckpointer,
   ReplicaDriver,
   ReplicaPolicy,
   SyncClient,
+  SyncName,
   SyncPolicy,
 )
+from hetjax.run._sections import check_rounds
 
 #: The scheduler's key namespace on the run's channel (a new coordination service per launch).
 PREFIX = 'sync'
@@ -58,13 +64,17 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
     raise ConfigError(f'pipeline replicas cannot go on with {ctx.workers} of their '
                       f'{runtime.original_workers(ctx.workers)} workers (each replica checkpoints '
                       'its own parameters): run them with --min-workers equal to --workers')
+  h = config.local.inner_steps
+  outer = train.outer_optimizer(config.local.outer, config.local.outer_lr,
+                                config.local.outer_momentum) if h else None
   driver = ReplicaDriver(trainer, SyncClient(channel, PREFIX, ctx.worker), ctx.workers,
-                         overlap=config.pipeline.sync_overlap)
+                         overlap=config.pipeline.sync_overlap, outer=outer,
+                         steps_per_round=h or 1)
   host = None
   if trace is not None:
     host = replica_host(ctx, driver, trace, channel, config.emulation.host_row_s)
     driver.use_host(host)
-  options = {}
+  options = {'every': h} if h else {}  # local SGD: everyone at a round's end
   if ctx.is_chief and config.pipeline.sync in WINDOWED:  # windows on the scale of a step
     step_s = host.nominal_s(trainer.global_batch) if host else time_step(driver)
     options = window_options(config.pipeline.sync, step_s)
@@ -81,6 +91,36 @@ def build(config, ctx: runtime.WorkerContext, channel: runtime.Channel, trainer:
       checkpoints=lambda workdir, resume: checkpoints(workdir, ctx, channel, resume),
       restore_target=driver.abstract_state, warm_up=driver.warm_up, finish=finish,
       run_info={'policy': None, 'sync': config.pipeline.sync})
+
+
+def check_local(config) -> None:
+  """Refuses, in one line naming the fields, what local SGD over replicas does not take:
+  another sync policy than periodic averaging (whose schedule, every ``local.inner_steps``
+  steps, makes the rounds), the overlapped sync, a cutoff (a replica trains its whole batch), a
+  packed exchange (replicas average in float32), or a run whose steps or checkpoints fall inside
+  a round."""
+  h = config.local.inner_steps
+  if not h:
+    return
+  sync = config.pipeline.sync
+  if sync != SyncName.PERIODIC_AVERAGE.value:
+    raise ConfigError(f'local.inner_steps ({h}) syncs the replicas on '
+                      f'pipeline.sync={SyncName.PERIODIC_AVERAGE.value} (everyone every '
+                      f'{h} steps, an outer step from the mean), not pipeline.sync {sync!r}: set '
+                      f'pipeline.sync={SyncName.PERIODIC_AVERAGE.value} or drop local.inner_steps')
+  if config.pipeline.sync_overlap:
+    raise ConfigError('local.inner_steps and pipeline.sync_overlap do not go together: a '
+                      'round\'s outer step takes its mean before the next round starts from it; '
+                      'drop one')
+  if config.local.cutoff:
+    raise ConfigError(f'local.cutoff ({config.local.cutoff}) cuts a worker\'s rows in mode '
+                      'shares; a pipeline replica under local.inner_steps trains its whole batch '
+                      'every step: drop local.cutoff')
+  if config.local.exchange != 'float32':
+    raise ConfigError(f'local.exchange {config.local.exchange!r} packs mode shares\' outer '
+                      'exchange; pipeline replicas under local.inner_steps average each stage in '
+                      'float32: drop local.exchange')
+  check_rounds(config)
 
 
 def checkpoints(workdir: pathlib.Path, ctx: runtime.WorkerContext, channel: runtime.Channel,

@@ -367,7 +367,9 @@ class PipelineConfig:
     schedule: ``'1f1b'`` or ``'gpipe'``.
     sync: mode pipeline under several workers (one replica each): the sync policy that groups
       the replicas, ``'sdpipe'``, ``'all-reduce'``, ``'random-pairs'`` or
-      ``'periodic-average'`` (`hetjax.replicas.SyncPolicy`).
+      ``'periodic-average'`` (`hetjax.replicas.SyncPolicy`; everyone every 10 steps). Local SGD
+      over the replicas (`LocalConfig`) takes ``'periodic-average'``: everyone every
+      ``local.inner_steps`` steps, the mean making an outer step.
     sync_overlap: replicas average one step late, overlapped with the next step's compute
       (`hetjax.replicas.ReplicaDriver`'s ``overlap``); False syncs before the next step.
   """
@@ -387,8 +389,9 @@ class PipelineConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LocalConfig:
-  """Local SGD (DiLoCo) under mode shares: workers train alone between outer steps
-  (`hetjax.train.LocalTrainer`).
+  """Local SGD (DiLoCo) under mode shares, and over mode pipeline's replicas under several
+  workers: workers train alone between outer steps (`hetjax.train.LocalTrainer`; a replica's
+  `hetjax.replicas.ReplicaDriver` with ``outer``).
 
   Attributes:
     inner_steps: inner steps a round (H): each worker takes this many optimizer steps on its
@@ -396,6 +399,10 @@ class LocalConfig:
       averaged (weighted by the rows each worker trained on) and the outer optimizer applies
       them. 0: off (every step synchronous). The run's steps, its checkpoints and a resume fall
       on its multiples. The share policy (``balance.policy``) sizes the rows once a round.
+      Pipeline replicas each train their whole batch a step and take it with
+      ``pipeline.sync=periodic-average`` (every H steps; no ``sync_overlap``, no ``cutoff``):
+      each stage's mean over the replicas makes the outer step from the stage's parameters at
+      the round's start, and the outer state goes into each replica's checkpoints.
     outer: the outer optimizer, ``'nesterov'`` (SGD with Nesterov momentum, DiLoCo's) or
       ``'sgd'``.
     outer_lr: the outer learning rate (DiLoCo's 0.7; ``sgd`` at 1.0 takes the average).
@@ -403,6 +410,9 @@ class LocalConfig:
     cutoff: a worker starts no inner step that would end past ``cutoff`` × the round's budget
       (the previous round's median busy time a step × inner_steps) and joins the exchange
       with the rows it has (0: never cut; else >= 1).
+    exchange: the outer exchange's precision: ``'float32'`` (an all-reduce) or ``'int8'`` (8
+      bits, a scale a block of 256, all-gathered: a quarter of the bytes; data parallel inside
+      each worker).
   """
 
   NAME = 'local'
@@ -411,6 +421,7 @@ class LocalConfig:
   outer_lr: float = 0.7
   outer_momentum: float = 0.9
   cutoff: float = 0.0
+  exchange: str = choice('float32', ('float32', 'int8'))
 
   def __post_init__(self):
     check_choices(self)
@@ -422,6 +433,16 @@ class LocalConfig:
                         f'{self.outer_momentum}')
     if not (self.cutoff == 0 or self.cutoff >= 1):
       raise ConfigError(f'{self.NAME}.cutoff must be 0 (never cut) or >= 1, got {self.cutoff}')
+
+
+def check_rounds(config) -> None:
+  """Local SGD's rounds hold the run: its steps and checkpoints fall on multiples of
+  ``local.inner_steps`` (a resume starts a round), else one line naming the three."""
+  h, every = config.local.inner_steps, config.checkpoint.every
+  if h and (config.optimizer.steps % h or (every and every % h)):
+    raise ConfigError(f'local SGD ends and checkpoints at a round\'s end: optimizer.steps '
+                      f'({config.optimizer.steps}) and checkpoint.every ({every}) must be '
+                      f'multiples of local.inner_steps ({h})')
 
 
 @dataclasses.dataclass(frozen=True)

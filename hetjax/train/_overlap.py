@@ -78,6 +78,7 @@ from hetjax.data import Batch
 from hetjax.sharding import ShardingRules
 from hetjax.train._background import Background
 from hetjax.train._head import FIELDS, StepHead
+from hetjax.train._int8 import gathered_int8_sum, int8_bytes
 from hetjax.train._partial import partial_gradient, prepare_upcoming
 from hetjax.train._share_programs import Granularity
 from hetjax.train._state import TrainState
@@ -87,18 +88,6 @@ from hetjax.train._worker_mesh import PROC, device_counts
 from hetjax.train._workers import WorkerTrainer
 
 PyTree = Any
-
-#: Values a float32 scale covers in the 8-bit estimate (``estimate='int8'``).
-QUANT_BLOCK = 256
-
-
-def quantize_int8(blocks: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """float32[m, k] → (int8[m, k], float32[m, 1]): each row by its absmax / 127, rounded to
-  nearest even (a zero row: scale 0, values 0); ``q * scale`` dequantizes."""
-  scale = jnp.max(jnp.abs(blocks), axis=1, keepdims=True) / 127.0
-  q = jnp.round(blocks / jnp.where(scale > 0, scale, 1.0)).astype(jnp.int8)
-  return q, scale
-
 
 class OverlapEstimate(enum.Enum):
   """What w̃, the parameters the next gradient is taken at, is estimated from."""
@@ -221,7 +210,7 @@ class OverlapTrainer:
     self._coarse = jax.jit(self._coarse_sum(), in_shardings=stacked,
                            out_shardings=replicated)
     grads = sync.fused_size - sync.fused_layout.head
-    self.coarse_bytes = grads + 4 * -(-grads // QUANT_BLOCK)   # int8 values, a scale a block
+    self.coarse_bytes = int8_bytes(grads)   # int8 values, a scale a block
     self._rows_slot = StepHead(sync.workers).slots(sync.worker)[FIELDS.index('rows')]
     size = sync.workers * sync.fused_size
     self._zeros = jax.device_put(np.zeros((size,), np.float32), stacked)
@@ -305,14 +294,9 @@ class OverlapTrainer:
     `QUANT_BLOCK` values, gathered and summed dequantized: ĝ, the reduced gradients up to the
     rounding, behind a zero head."""
     head = self.sync.fused_layout.head
-    size = self.sync.fused_size - head
-    blocks = -(-size // QUANT_BLOCK)
 
     def quantize_gather_sum(fused):
-      grads = jnp.pad(fused[head:], (0, blocks * QUANT_BLOCK - size))
-      q, scale = quantize_int8(grads.reshape(blocks, QUANT_BLOCK))
-      qs, scales = lax.all_gather(q, PROC), lax.all_gather(scale, PROC)
-      total = jnp.sum(qs.astype(jnp.float32) * scales, axis=0).reshape(-1)[:size]
+      total = gathered_int8_sum(fused[head:], PROC)
       return jnp.concatenate([jnp.zeros((head,), jnp.float32), total])
 
     # Every worker sums the same gathered values in the same order, so the sum is replicated;
