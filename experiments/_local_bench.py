@@ -34,10 +34,13 @@ import jax
 import numpy as np
 
 from experiments import _comm_bench
-from hetjax import models, runtime, sharding
+from hetjax import balance, emulation, models, runtime, sharding, simulation
 from hetjax._links import ring_bytes
+from hetjax.core import ShareRules
+from hetjax.train._int8 import int8_bytes
 
 WORKERS = 4
+STALL_TIMEOUT_S = 120
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HOSTS = {'equal': 'static:1,1,1,1', 'slow': 'static:1,1,1,3'}
 #: method → its options (``--set``), beyond the mode (shares) and the hosts.
@@ -46,9 +49,11 @@ METHODS = {
     'lbbsp': {'balance.policy': 'lbbsp'},
     'allreduce-overlap': {'parallelism.overlap': 'true'},
     'diloco': {'balance.policy': 'uniform'},
+    'diloco-int8': {'balance.policy': 'uniform', 'local.exchange': 'int8'},
+    'diloco-stream': {'balance.policy': 'uniform', 'local.fragments': '4'},
     'diloco-hetero': {'balance.policy': 'lbbsp'},
 }
-LOCAL = ('diloco', 'diloco-hetero')
+LOCAL = ('diloco', 'diloco-int8', 'diloco-stream', 'diloco-hetero')
 #: The gpt config at a size 90 runs fit on two cores: 2 layers of d_model 64, sequence 64.
 MODEL_ARGS = {'layers': 2, 'd_model': 64, 'mlp': 256, 'heads': 4, 'seq_len': 64}
 
@@ -64,7 +69,9 @@ class Setup:
     inner_steps: H of local SGD.
     outer, outer_lr, outer_momentum, cutoff: local SGD's outer optimizer and cutoff.
     eval_every: steps between evaluations of a curve.
-    window, skip: a step-time run's steps, and the first ones it does not count.
+    window, skip: a step-time run's steps, and the first ones it does not count (local SGD
+      and LB-BSP: whole rounds, after LB-BSP's first moves; BSP and the all-reduce scheduler,
+      whose steps are all alike: half of each).
     model_bytes: float32 bytes of the model's parameters (read from the first curve run).
   """
 
@@ -81,6 +88,12 @@ class Setup:
   skip: int = 20
   global_batch: int = 32
 
+  def steps_timed(self, method: str) -> tuple[int, int]:
+    """(window, skip) of ``method``'s step-time runs."""
+    if method in ('bsp', 'allreduce-overlap'):
+      return self.window // 2, self.skip // 2
+    return self.window, self.skip
+
   def options(self, method: str) -> dict[str, str]:
     """``--set`` options of ``method``."""
     out = dict(METHODS[method])
@@ -90,6 +103,8 @@ class Setup:
                   'local.outer_momentum': str(self.outer_momentum)})
       if method == 'diloco-hetero':
         out['local.cutoff'] = str(self.cutoff)
+      if method == 'diloco-stream':   # half a round to land in
+        out['local.overlap_steps'] = str(self.inner_steps // 2)
     return out
 
   def network(self, ratio: float, model_bytes: int) -> str:
@@ -118,7 +133,7 @@ def curve_runs(setup: Setup, hosts: Sequence[str]) -> list[dict]:
   depend on the hosts), the heterogeneity-aware rounds on each of ``hosts``."""
   runs = [{'id': f'curve-{m}', 'method': m, 'hosts': 'equal',
            'steps': setup.local_steps if m in LOCAL else setup.steps}
-          for m in ('bsp', 'allreduce-overlap', 'diloco')]
+          for m in ('bsp', 'allreduce-overlap', 'diloco', 'diloco-int8', 'diloco-stream')]
   runs += [{'id': f'curve-diloco-hetero-{h}', 'method': 'diloco-hetero', 'hosts': h,
             'steps': setup.local_steps} for h in hosts]
   return runs
@@ -129,7 +144,7 @@ def timing_runs(setup: Setup, hosts: Sequence[str], ratios: Sequence[float],
   """The step-time runs: every method at every ratio on every hosts, repeated, methods
   interleaved within each (repeat, hosts, ratio)."""
   return [{'id': f'time-{h}-{r:g}-{m}-{k}', 'method': m, 'hosts': h, 'ratio': r, 'repeat': k,
-           'steps': setup.window}
+           'steps': setup.steps_timed(m)[0], 'skip': setup.steps_timed(m)[1]}
           for k in range(repeats) for h in hosts for r in ratios for m in METHODS]
 
 
@@ -149,7 +164,10 @@ def launch(setup: Setup, run: dict, root: pathlib.Path, network: str | None,
   """
   workdir = root / run['id']
   workdir.mkdir(parents=True, exist_ok=True)
-  env = dict(os.environ, **({'HETJAX_COMPILATION_CACHE': str(cache)} if cache else {}))
+  # A first overlapped step compiles its reductions: on two loaded cores past the watchdog's
+  # 10 s floor; the bench measures steps, not stalls.
+  env = dict(os.environ, HETJAX_STALL_TIMEOUT=str(STALL_TIMEOUT_S),
+             **({'HETJAX_COMPILATION_CACHE': str(cache)} if cache else {}))
   command = setup.command(run['method'], workdir, run['steps'], network,
                           evaluate=run['id'].startswith('curve'))
   with open(workdir / 'workers.log', 'w') as log:
@@ -199,7 +217,10 @@ def model_bytes() -> int:
 
 def wire_bytes(setup: Setup, method: str, nbytes: int) -> float:
   """Bytes each worker sends a step: a ring all-reduce of the model every step, or every
-  `Setup.inner_steps` under local SGD (the exchange's size, not a measurement)."""
+  `Setup.inner_steps` under local SGD, in 8 bits a ring all-gather of a byte a value and a
+  scale a block (the exchange's size, not a measurement)."""
+  if method == 'diloco-int8':
+    return (WORKERS - 1) * int8_bytes(nbytes // 4) / setup.inner_steps
   per = ring_bytes(nbytes, WORKERS)
   return per / setup.inner_steps if method in LOCAL else per
 
@@ -259,3 +280,40 @@ def goals(table: Sequence[dict]) -> list[str]:
     lines.append(f'{method} {hosts}: final eval loss {off:+.2%} of BSP\'s (goal within '
                  f'{FINAL_GOAL:.0%}): {"met" if off <= FINAL_GOAL else "NOT met"}')
   return lines
+
+
+# -- the virtual clock ---------------------------------------------------------------------------
+
+VIRTUAL_WORKERS = (64, 1024)
+VIRTUAL_METHODS = ('bsp', 'lbbsp', 'diloco', 'diloco-hetero')
+
+
+def virtual_rows(setup: Setup, workers: int, ratios: Sequence[float], nbytes: int,
+                 rounds: int = 12) -> list[dict]:
+  """The same methods (but the all-reduce scheduler) on the virtual clock
+  (`hetjax.simulation.simulate_local`): ``workers`` hosts of 8 rows a step, the last 3× slow,
+  links where the ring all-reduce of the model costs ``ratio`` × a step (α capped at a quarter
+  of the ring's time, `_comm_bench.Setup.allreduce_link`). BSP and LB-BSP are rounds of one
+  step. Rows carry each method's mean modelled seconds a step after two rounds and its ratio to
+  BSP's; no loss model, so no time to target."""
+  rows_per = setup.global_batch // WORKERS
+  batch = rows_per * workers
+  trace = emulation.StaticTrace((1,) * (workers - 1) + (3,))
+  out = []
+  for ratio in ratios:
+    link = _comm_bench.Setup(compute_s=setup.compute_s,
+                             model_bytes=nbytes).allreduce_link(ratio, workers)
+    cost = simulation.ClockCosts(per_sample_s=setup.compute_s / rows_per, alpha_s=link.alpha_s,
+                                 beta_bytes_per_s=link.beta_bytes_per_s, grad_bytes=nbytes)
+    step_s = {}
+    for method in VIRTUAL_METHODS:
+      h = setup.inner_steps if method in LOCAL else 1
+      name = 'uniform' if method in ('bsp', 'diloco') else 'lbbsp'
+      policy = balance.make_policy(name, ShareRules(batch, workers, 1))
+      run = simulation.simulate_local(policy, trace, cost, batch, rounds, h,
+                                      cutoff=setup.cutoff if method == 'diloco-hetero' else 0.0)
+      step_s[method] = run.mean_round_s(skip=2) / h
+    for method, s in step_s.items():
+      out.append({'hosts': 'slow', 'ratio': ratio, 'method': method, 'workers': workers,
+                  'source': 'virtual clock', 'step_s': s, 'step_vs_bsp': s / step_s['bsp']})
+  return out

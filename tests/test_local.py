@@ -173,3 +173,110 @@ def test_the_int8_exchange_is_the_float32_one_up_to_rounding():
   largest = max(float(np.abs(m).max()) for m in moves[False])
   off = max(float(np.abs(a - b).max()) for a, b in zip(moves[False], moves[True], strict=True))
   assert 0 < off <= largest / 254 * 1.01
+
+
+def _plain(task, batch, optimizer, steps):
+  plain = train.WorkerTrainer(task, optimizer, batch)
+  state, losses, params = plain.init_state(), [], []
+  for s in range(steps):
+    state, stats = plain.step(state, Work(s, plain.global_batch_at(s)), (batch,))
+    losses.append(float(stats.loss))
+    params.append(jax.tree.leaves(jax.device_get(plain.local_view(state.params))))
+  return losses, params
+
+
+def test_an_overlapped_exchange_lands_later_with_the_steps_taken_since():
+  """One worker, outer SGD at 1: the landed outer parameters are the ones sent, so rebasing
+  onto them keeps the steps taken since, and training is plain training step for step; the
+  state at a round's end holds the outer parameters before its exchange (one round behind)."""
+  task, batch = _task()
+  h, tau = 4, 2
+  want_losses, want_params = _plain(task, batch, OPTIMIZER, 3 * h)
+  local = train.LocalTrainer(task, OPTIMIZER, batch, steps_per_round=h, outer=optax.sgd(1.0),
+                             overlap_steps=tau)
+  state, losses, landed = local.init_state(), [], []
+  for s in range(3 * h):
+    state, stats = local.step(state, Work(s, local.global_batch_at(s)), (batch,))
+    losses.append(float(stats.loss))
+    if stats.bytes:
+      landed.append(s)
+  np.testing.assert_allclose(losses[:h - 1], want_losses[:h - 1], rtol=1e-6)
+  assert landed == [h + tau - 1, 2 * h + tau - 1]   # the first round's lands in the second
+  for a, b in zip(jax.tree.leaves(jax.device_get(local.local_view(state.params))),
+                  want_params[2 * h - 1], strict=True):   # round 2's start, sent at its end
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  carried = jax.tree.leaves(jax.device_get(local._carry[1]))
+  for a, b in zip(carried, want_params[-1], strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  local.close()
+
+
+def test_an_overlapped_run_resumes_from_a_rounds_end_exactly():
+  task, batch = _task()
+  kwargs = dict(steps_per_round=3, outer=optax.sgd(0.7, momentum=0.9, nesterov=True),
+                overlap_steps=1, fragments=3)
+  whole = train.LocalTrainer(task, optax.adam(1e-2), batch, **kwargs)
+  state = whole.init_state()
+  for s in range(9):
+    state, _ = whole.step(state, Work(s, whole.global_batch_at(s)), (batch,))
+    if s == 5:
+      saved = jax.device_get(state)
+  want = jax.tree.leaves(jax.device_get(state))
+  whole.close()
+  resumed = train.LocalTrainer(task, optax.adam(1e-2), batch, **kwargs)
+  state = jax.tree.map(lambda x, a: jax.device_put(x, a.sharding), saved,
+                       resumed.abstract_state())
+  for s in range(6, 9):
+    state, _ = resumed.step(state, Work(s, resumed.global_batch_at(s)), (batch,))
+  got = jax.tree.leaves(jax.device_get(state))
+  # The pending buffer's head holds the round's times and load (`StepHead`: loss, busy_s,
+  # load, sampled, rows, compile_s, ready for one worker): not the computation's; its loss,
+  # rows and every value after the head are.
+  timed = [1, 2, 3, 5, 6]
+  for a, b in zip(got, want, strict=True):
+    if a.shape == (resumed.fused_size,):
+      a, b = np.delete(a, timed), np.delete(b, timed)
+    np.testing.assert_array_equal(a, b)
+  resumed.close()
+
+
+def test_fragments_sum_what_one_exchange_sums():
+  task, batch = _task()
+  finals = []
+  for fragments in (1, 3):
+    local = train.LocalTrainer(task, optax.adam(1e-2), batch, steps_per_round=2,
+                               outer=optax.sgd(0.7, momentum=0.9, nesterov=True),
+                               fragments=fragments)
+    assert len(local._bounds) == fragments
+    state = local.init_state()
+    for s in range(4):
+      state, _ = local.step(state, Work(s, local.global_batch_at(s)), (batch,))
+    finals.append(jax.tree.leaves(jax.device_get(state)))
+  for a, b in zip(*finals, strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_a_streamed_run_of_two_workers_resumes_to_the_uninterrupted_one(tmp_path):
+  """Overlapped, in fragments, with 8-bit exchanges and unequal hosts (LB-BSP's rounds): a run
+  stopped at a round's end and resumed (its pending exchange sent again) ends where the
+  uninterrupted one does; `load_model` reads it."""
+  def launch(workdir, steps, *extra):
+    command = [sys.executable, str(ROOT / 'experiments' / 'train.py'), '--config=mlp',
+               '--mesh=1x1', f'--workdir={workdir}', f'--steps={steps}', '--policy=lbbsp',
+               '--set=local.inner_steps=4', '--set=local.overlap_steps=2',
+               '--set=local.fragments=2', '--set=local.exchange=int8', '--set=checkpoint.every=4',
+               '--set=checkpoint.asynchronous=false', '--set=eval.every=100', *extra]
+    result = launch_local(command, workers=2, devices_per_worker=1, slowdown='static:1,2',
+                          timeout=LAUNCH_TIMEOUT, init_timeout=60)
+    assert result.returncode == 0, result
+    return json.loads((workdir / 'summary.json').read_text())
+
+  whole = launch(tmp_path / 'whole', 12)
+  launch(tmp_path / 'part', 8)
+  resumed = launch(tmp_path / 'part', 12, '--resume')
+  assert resumed['final_step'] == whole['final_step'] == 12
+  a, b = run.load_model(tmp_path / 'whole'), run.load_model(tmp_path / 'part')
+  batch = models.make_task('mlp').data.global_batch(0, 0, 16)
+  np.testing.assert_array_equal(np.asarray(a(batch['x'])), np.asarray(b(batch['x'])))

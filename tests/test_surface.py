@@ -25,9 +25,10 @@ PACKAGES = SUBPACKAGES   # hetjax.models' files included (they live in models/)
 HOOKS = 'bench'   # hetjax.bench: the benchmarks' and tests' hooks, outside the surface
 
 #: At most this many names in all packages' ``__all__`` (`hetjax.bench` aside).
-MAX_SURFACE = 399   # issue 43: local SGD (train.LocalTrainer, LocalState, outer_optimizer,
+MAX_SURFACE = 401   # issue 43: local SGD (train.LocalTrainer, LocalState, outer_optimizer,
 #   run.LocalConfig, balance.RoundPolicy: a share policy held for a round, and its virtual clock
-#   simulation.simulate_local, LocalRun); issue 41: Hugging Face checkpoints (run.load_hf,
+#   simulation.simulate_local, LocalRun; planner.local_sgd_advice, LocalAdvice: when it pays,
+#   from the cluster); issue 41: Hugging Face checkpoints (run.load_hf,
 #   run.save_hf, sharding.Weights, sharding.initial_params, sharding.read_weights), run.generate,
 #   run.sample, data.text_codec, core.HasModel
 
@@ -215,6 +216,7 @@ SURFACE = [
     'planner.Cost',
     'planner.CostModel',
     'planner.Layout',
+    'planner.LocalAdvice',
     'planner.Plan',
     'planner.PricedBy',
     'planner.Pricing',
@@ -228,6 +230,7 @@ SURFACE = [
     'planner.evaluate',
     'planner.explain',
     'planner.feasible',
+    'planner.local_sgd_advice',
     'planner.measure_cluster',
     'planner.plan_stages',
     'planner.profile_split',

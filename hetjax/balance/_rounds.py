@@ -31,7 +31,8 @@ class RoundState:
 
 @dataclasses.dataclass(frozen=True)
 class RoundPolicy:
-  """Holds ``policy``'s shares for ``steps_per_round`` steps; it learns at each round's end.
+  """Holds ``policy``'s shares for ``steps_per_round`` steps; it learns at each round's end, or
+  ``offset`` steps later where the round's exchange lands then (``local.overlap_steps``).
 
   Example::
 
@@ -40,6 +41,7 @@ class RoundPolicy:
 
   policy: Policy
   steps_per_round: int
+  offset: int = 0
 
   @property
   def name(self) -> str:
@@ -53,7 +55,14 @@ class RoundPolicy:
     return RoundState(self.policy.init(), np.zeros(self.policy.rules.workers, np.int64))
 
   def update(self, state: RoundState, stats: StepStats | None):
-    if stats is not None and (stats.step + 1) % self.steps_per_round:
+    if stats is not None and not self._closes_a_round(stats.step):
       return shares_of(state.shares, self.policy.rules), state
     shares, inner = self.policy.update(state.inner, stats)
     return shares, RoundState(inner, shares_array(shares))
+
+  def _closes_a_round(self, step: int) -> bool:
+    """Whether step ``step``'s stats carry a round's exchange: its last step, or with
+    ``offset`` (an exchange that lands that many steps into the next round) the step it lands
+    at, from the second round on."""
+    done = step + 1 - self.offset
+    return done > 0 and done % self.steps_per_round == 0

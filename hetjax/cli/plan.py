@@ -218,6 +218,8 @@ def plan_from_flags() -> planner.Plan:
       if pricing.source is not planner.PricedBy.ANALYTIC:
         print(f'  {pricing.describe()}')
   if len(cluster.workers) > 1:
+    print(planner.local_sgd_advice(cluster, sum(p.param_bytes for p in profiles),
+                                   batch * sum(p.flops_per_example for p in profiles)).describe())
     print('why each sub-model went where it did (the rest of the plan as it is):')
     for line in planner.explain(plan, profiles, cluster, batch, cost, memory_cap=cap):
       print(f'  {line}')

@@ -18,6 +18,8 @@ from hetjax.planner._explain import alternatives as alternatives
 from hetjax.planner._explain import explain as explain
 from hetjax.planner._hlo import CollectiveBytes as CollectiveBytes
 from hetjax.planner._layout import Layout as Layout
+from hetjax.planner._local_advice import LocalAdvice as LocalAdvice
+from hetjax.planner._local_advice import local_sgd_advice as local_sgd_advice
 from hetjax.planner._measure import measure_cluster as measure_cluster
 from hetjax.planner._plan import Plan as Plan
 from hetjax.planner._plan import SubmodelPlan as SubmodelPlan
@@ -43,6 +45,7 @@ __all__ = [
     'Cost',
     'CostModel',
     'Layout',
+    'LocalAdvice',
     'Plan',
     'PricedBy',
     'Pricing',
@@ -54,6 +57,7 @@ __all__ = [
     'evaluate',
     'explain',
     'feasible',
+    'local_sgd_advice',
     'measure_cluster',
     'plan_stages',
     'profile_split',

@@ -344,6 +344,8 @@ def _local_trainer(config: Config, task, optimizer, mesh_shape, axis_rules, buck
   return train.LocalTrainer(task, optimizer, config.data.global_batch, mesh_shape, axis_rules,
                             config.data.seed, bucket=bucket, steps_per_round=h, outer=outer,
                             cutoff=config.local.cutoff, int8=config.local.exchange == 'int8',
+                            overlap_steps=config.local.overlap_steps,
+                            fragments=config.local.fragments,
                             accumulate=config.optimizer.accumulate,
                             granularity=config.balance.granularity)
 
@@ -368,7 +370,7 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
   links = _comm_options.links_of(config, ctx, ctx.workers)
   if config.local.inner_steps:
     trainer = _local_trainer(config, task, optimizer, mesh_shape, axis_rules, bucket)
-    policy = balance.RoundPolicy(policy, config.local.inner_steps)
+    policy = balance.RoundPolicy(policy, config.local.inner_steps, config.local.overlap_steps)
     devices += f', local SGD every {config.local.inner_steps} steps'
   elif config.parallelism.overlap:
     trainer = train.OverlapTrainer(task, optimizer, config.data.global_batch, mesh_shape,
@@ -401,7 +403,7 @@ def build_shares(config: Config, ctx: runtime.WorkerContext, channel) -> Built:
                                0.0 if host is None else host.fixed_s, counts, transfer)
     policy = _share_policy(config, ctx, degree, trace, counts, known)[0]
     if config.local.inner_steps:
-      policy = balance.RoundPolicy(policy, config.local.inner_steps)
+      policy = balance.RoundPolicy(policy, config.local.inner_steps, config.local.overlap_steps)
   return _complete(config, ctx, Built(
       trainer, policy, devices, Mode.SHARES, host,
       measure_speed=lambda state, first: trainer.measure_speed(

@@ -116,6 +116,10 @@ def check_local(config) -> None:
     raise ConfigError(f'local.cutoff ({config.local.cutoff}) cuts a worker\'s rows in mode '
                       'shares; a pipeline replica under local.inner_steps trains its whole batch '
                       'every step: drop local.cutoff')
+  if config.local.overlap_steps or config.local.fragments > 1:
+    raise ConfigError('local.overlap_steps and local.fragments stream mode shares\' outer '
+                      'exchange; pipeline replicas under local.inner_steps average each stage at '
+                      'the round\'s end: drop them')
   if config.local.exchange != 'float32':
     raise ConfigError(f'local.exchange {config.local.exchange!r} packs mode shares\' outer '
                       'exchange; pipeline replicas under local.inner_steps average each stage in '

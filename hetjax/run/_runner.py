@@ -176,7 +176,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                                                                timed)])
     if sampler is not None:
       hooks.append(timed(sampler, 'sample'))
-    hooks += [timed(ckpt.hook(meta, every=config.checkpoint.every), 'checkpoint'),
+    hooks += [timed(_settled(ckpt.hook(meta, every=config.checkpoint.every), program),
+                    'checkpoint'),
               train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
               train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
     if built.measure_speed is not None:
@@ -275,3 +276,15 @@ def _started(workdir: pathlib.Path, called: float) -> float:
     return float(json.loads((workdir / 'run.json').read_text())['started_unix_s'])
   except (OSError, ValueError, KeyError, TypeError):
     return called
+
+
+def _settled(hook: train_lib.Hook, program) -> train_lib.Hook:
+  """``hook`` after the program's collectives in flight have finished (``program.settle()``,
+  where it has one: local SGD's overlapped exchange), so that the checkpoint's own collectives
+  (its checksums) never run beside them: gloo pairs collectives in the order each process
+  issues them."""
+  settle = getattr(program, 'settle', None)
+  if settle is None:
+    return hook
+  return train_lib.Hook(lambda info: (settle(), hook.fn(info)), every=hook.every,
+                        at_end=hook.at_end)

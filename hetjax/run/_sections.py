@@ -413,6 +413,12 @@ class LocalConfig:
     exchange: the outer exchange's precision: ``'float32'`` (an all-reduce) or ``'int8'`` (8
       bits, a scale a block of 256, all-gathered: a quarter of the bytes; data parallel inside
       each worker).
+    overlap_steps: streaming: a round's exchange runs on a background thread while the next
+      round's first ``overlap_steps`` inner steps run from the workers' own parameters; it
+      lands then, each worker keeping the steps it took since (θ_new + θ − θ_sent). 0: the
+      exchange blocks. Below inner_steps; data parallel inside each worker.
+    fragments: the exchange in about this many pieces of the parameters, synced one after the
+      other (each its own collective, paced by the links).
   """
 
   NAME = 'local'
@@ -422,6 +428,8 @@ class LocalConfig:
   outer_momentum: float = 0.9
   cutoff: float = 0.0
   exchange: str = choice('float32', ('float32', 'int8'))
+  overlap_steps: int = 0
+  fragments: int = 1
 
   def __post_init__(self):
     check_choices(self)
@@ -433,6 +441,12 @@ class LocalConfig:
                         f'{self.outer_momentum}')
     if not (self.cutoff == 0 or self.cutoff >= 1):
       raise ConfigError(f'{self.NAME}.cutoff must be 0 (never cut) or >= 1, got {self.cutoff}')
+    at_least(self.overlap_steps, 0, f'{self.NAME}.overlap_steps', note=' (0: a blocking exchange)')
+    at_least(self.fragments, 1, f'{self.NAME}.fragments')
+    if self.inner_steps and self.overlap_steps >= self.inner_steps:
+      raise ConfigError(f'{self.NAME}.overlap_steps ({self.overlap_steps}) must be below '
+                        f'{self.NAME}.inner_steps ({self.inner_steps}): an exchange lands inside '
+                        'the next round')
 
 
 def check_rounds(config) -> None:

@@ -78,7 +78,8 @@ def load_model(run_dir: str | pathlib.Path, step: int | None = None,
   if local:
     workers = json.loads(info_path.read_text()).get('workers', 1)
     target = train.LocalState.target(target, inner, workers,
-                                     jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+                                     jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
+                                     overlap=config.local.overlap_steps > 0)
   ckpt = checkpoint.Checkpointer(run_dir / 'checkpoints')
   try:
     if ckpt.latest_step() is None:

@@ -48,6 +48,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from hetjax._errors import ConfigError
 from hetjax.core import Collective, StepStats, Work, WorkerTiming
+from hetjax.train._background import Background
+from hetjax.train._head import StepHead
 from hetjax.train._int8 import gathered_int8_sum, int8_bytes
 from hetjax.train._partial import partial_gradient, prepare_upcoming
 from hetjax.train._share_programs import Granularity
@@ -91,17 +93,40 @@ class LocalState:
   params: PyTree
   opt_state: PyTree
   inner: PyTree
+  pending: PyTree = None
 
   @classmethod
   def target(cls, outer: TrainState, inner_optimizer: optax.GradientTransformation,
-             workers: int, sharding: jax.sharding.Sharding) -> LocalState:
+             workers: int, sharding: jax.sharding.Sharding, overlap: bool = False
+             ) -> LocalState:
     """A restore target from ``outer`` (the abstract `TrainState` of the outer optimizer), the
     run's inner optimizer and its worker count, the inner state placed by ``sharding`` (e.g.
-    replicated on one process's devices, as `hetjax.run.load_model` reads a run)."""
-    abstract = jax.eval_shape(inner_optimizer.init, split_trainable(outer.params)[0])
-    inner = jax.tree.map(lambda a: jax.ShapeDtypeStruct((workers, *a.shape), a.dtype,
-                                                        sharding=sharding), abstract)
-    return cls(outer.step, outer.params, outer.opt_state, inner)
+    replicated on one process's devices, as `hetjax.run.load_model` reads a run); ``overlap``:
+    the run overlapped its exchanges (``local.overlap_steps``), so it saved them pending."""
+    trainable = split_trainable(outer.params)[0]
+    abstract = jax.eval_shape(inner_optimizer.init, trainable)
+
+    def stacked(a, rows=workers):
+      return jax.ShapeDtypeStruct((rows, *a.shape), a.dtype, sharding=sharding)
+
+    pending = None
+    if overlap:
+      size = StepHead(workers).size + sum(math.prod(a.shape) for a in jax.tree.leaves(trainable))
+      pending = {'fused': jax.ShapeDtypeStruct((workers * size,), jnp.float32,
+                                               sharding=sharding),
+                 'at_send': jax.tree.map(stacked, trainable)}
+    return cls(outer.step, outer.params, outer.opt_state, jax.tree.map(stacked, abstract),
+               pending)
+
+
+@dataclasses.dataclass
+class _Inflight:
+  """An outer exchange running on the background thread: its future, the step after which it
+  lands, and this worker's parameters when it was sent (local arrays)."""
+
+  future: Any
+  land: int
+  at_send: PyTree
 
 
 @dataclasses.dataclass
@@ -167,12 +192,19 @@ class LocalTrainer(WorkerTrainer):
       outer: optax.GradientTransformation | None = None,
       cutoff: float = 0.0,
       int8: bool = False,
+      overlap_steps: int = 0,
+      fragments: int = 1,
       accumulate: int = 1,
       granularity: Granularity | str = Granularity.COMPILE,
   ):
     if int(steps_per_round) != steps_per_round or steps_per_round < 1:
-      raise ConfigError(f'local.steps (inner steps a round) must be a positive integer, got '
-                        f'{steps_per_round!r}')
+      raise ConfigError(f'local.inner_steps (inner steps a round) must be a positive integer, '
+                        f'got {steps_per_round!r}')
+    if not 0 <= overlap_steps < steps_per_round:
+      raise ConfigError(f'local.overlap_steps ({overlap_steps}) must be in [0, local.inner_steps '
+                        f'({steps_per_round})): an exchange lands inside the next round')
+    if fragments < 1:
+      raise ConfigError(f'local.fragments must be >= 1, got {fragments}')
     if not (cutoff == 0 or cutoff >= 1):
       raise ConfigError(f'local.cutoff must be 0 (never cut) or >= 1 (times the round\'s '
                         f'budget), got {cutoff!r}')
@@ -215,38 +247,95 @@ class LocalTrainer(WorkerTrainer):
                         '--strategy=data_parallel')
     self.int8 = bool(int8)
     self._outer = self._combine_program(self._outer_update_int8 if int8 else self._outer_update)
+    # Streaming: the exchange in fragments synced in turn, on a background thread while the
+    # next round's first overlap_steps inner steps run.
+    self.overlap_steps, self.fragments = int(overlap_steps), int(fragments)
+    if (self.overlap_steps or self.fragments > 1) and self.fused_layout.separate:
+      raise ConfigError('local.overlap_steps and local.fragments need every parameter whole '
+                        'inside a worker (data parallel inside it): this layout splits some')
+    self._bounds = self.fused_layout.buckets(
+        -(-4 * self.fused_size // self.fragments) if self.fragments > 1 else None)
+    self._pieces = [self._piece_program(a, b) for a, b in self._bounds]
+    self._apply_outer = jax.jit(
+        lambda train, pieces: self._outer_step(
+            train, *self.fused_layout.unpack(jnp.concatenate(pieces), [])),
+        out_shardings=(self.layout.shardings, NamedSharding(self.mesh, PartitionSpec())))
+    trainable_local = split_trainable(params_local, like=self.layout.abstract.params)[0]
+    self._rebase = jax.jit(self._rebased, donate_argnums=1, out_shardings=params_local)
+    self._params_abstract = trainable
+    self._unrow_params = jax.jit(lambda t: jax.tree.map(lambda x: x[0], t),
+                                 out_shardings=trainable_local)
+    self._params_stacked = jax.tree.map(
+        lambda a, s: NamedSharding(self.mesh, stacked_spec(s.spec, a.ndim + 1)),
+        trainable, trainable_local)
+    self._background = Background('local-exchange')
+    self._inflight: _Inflight | None = None
+    self._anchor: TrainState | None = None     # the round's outer state, once known
+    self._carry: tuple[int, PyTree, PyTree] | None = None   # (next round, params, inner state)
 
   # -- state -------------------------------------------------------------------------------------
 
   def init_state(self) -> LocalState:
-    """The outer state `WorkerTrainer.init_state` makes, and every worker's fresh inner state."""
+    """The outer state `WorkerTrainer.init_state` makes, and every worker's fresh inner state
+    (and, overlapping, an empty pending exchange: no rows in its head)."""
     outer = super().init_state()
-    inner = self._init_inner(self.local_view(outer.params))
-    return LocalState(outer.step, outer.params, outer.opt_state, self._stack_rows(inner))
+    local = self.local_view(outer.params)
+    pending = None
+    if self.overlap_steps:
+      pending = {'fused': self._stack_fused(self._zero()[0]),
+                 'at_send': self._stack_rows(split_trainable(self._copy(local))[0],
+                                             self._params_abstract, self._params_stacked)}
+    return LocalState(outer.step, outer.params, outer.opt_state,
+                      self._stack_rows(self._init_inner(local)), pending)
 
   def abstract_state(self) -> LocalState:
     outer = self.layout.abstract_state()
-    inner = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct((self.workers, *a.shape), a.dtype, sharding=s),
-        self._inner_abstract, self._inner_stacked)
-    return LocalState(outer.step, outer.params, outer.opt_state, inner)
 
-  def _stack_rows(self, inner: PyTree) -> PyTree:
-    """This worker's inner state as its row of the stacked global arrays (no copy beyond the
-    leading axis)."""
-    rows = self._row(inner)
+    def stacked(a, s):
+      return jax.ShapeDtypeStruct((self.workers, *a.shape), a.dtype, sharding=s)
+
+    pending = None
+    if self.overlap_steps:
+      pending = {'fused': jax.ShapeDtypeStruct((self.workers * self.fused_size,), jnp.float32,
+                                               sharding=self._fused_stacked),
+                 'at_send': jax.tree.map(stacked, self._params_abstract, self._params_stacked)}
+    return LocalState(outer.step, outer.params, outer.opt_state,
+                      jax.tree.map(stacked, self._inner_abstract, self._inner_stacked), pending)
+
+  def settle(self) -> None:
+    """Waits until an exchange in flight has finished its collectives (it still lands at its
+    step): what a caller does before collectives of its own, such as a checkpoint's."""
+    if self._inflight is not None:
+      self._inflight.future.exception()
+
+  def close(self) -> None:
+    """Waits for an exchange in flight, then drops queued background compiles."""
+    if self._inflight is not None:
+      self._inflight.future.exception()
+      self._inflight = None
+    self._background.close()
+    super().close()
+
+  def _stack_rows(self, tree: PyTree, abstract: PyTree = None, shardings: PyTree = None
+                  ) -> PyTree:
+    """This worker's ``tree`` (by default its inner state) as its row of the stacked global
+    arrays (no copy beyond the leading axis)."""
+    abstract = self._inner_abstract if abstract is None else abstract
+    shardings = self._inner_stacked if shardings is None else shardings
+    rows = self._row(tree)
     return jax.tree.map(
         lambda x, a, s: jax.make_array_from_single_device_arrays(
             (self.workers, *a.shape), s, [shard.data for shard in x.addressable_shards]),
-        rows, self._inner_abstract, self._inner_stacked)
+        rows, abstract, shardings)
 
-  def _own_row(self, stacked: PyTree) -> PyTree:
-    """This worker's row of the stacked inner state, as arrays on its local mesh (a copy)."""
+  def _own_row(self, stacked: PyTree, unrow=None) -> PyTree:
+    """This worker's row of a stacked tree (by default the inner state), as arrays on its local
+    mesh (a copy)."""
     def local(x, s):
       sharding = NamedSharding(self.local_mesh, PartitionSpec(*s.spec))
       return jax.make_array_from_single_device_arrays(
           (1, *x.shape[1:]), sharding, [shard.data for shard in x.addressable_shards])
-    return self._unrow(jax.tree.map(local, stacked, self._local_row_specs(stacked)))
+    return (unrow or self._unrow)(jax.tree.map(local, stacked, self._local_row_specs(stacked)))
 
   def _local_row_specs(self, stacked: PyTree) -> PyTree:
     """The local-mesh sharding of one row of each stacked leaf: its spec without ``'proc'``."""
@@ -294,6 +383,51 @@ class LocalTrainer(WorkerTrainer):
                            out_specs=PartitionSpec(), check_vma=False)(fused)
     return self._outer_step(state, *self.fused_layout.unpack(summed, separate))
 
+  def _piece_program(self, a: int, b: int):
+    """Elements ``[a, b)`` of every worker's fused buffer summed over workers (the head's
+    exactly, the rest in 8 bits under ``int8``): one fragment of a streamed exchange."""
+    head = self.fused_layout.head
+
+    def total(f):
+      parts = []
+      if a < head:
+        parts.append(lax.psum(f[a:min(b, head)], PROC))
+      if b > max(a, head):
+        rest = f[max(a, head):b]
+        parts.append(gathered_int8_sum(rest, PROC) if self.int8 else lax.psum(rest, PROC))
+      return jnp.concatenate(parts)
+
+    return jax.jit(jax.shard_map(total, mesh=self.mesh, in_specs=PartitionSpec(PROC),
+                                 out_specs=PartitionSpec(), check_vma=False))
+
+  def _rebased(self, new: PyTree, now: PyTree, sent: PyTree) -> PyTree:
+    """θ_new + (θ_now − θ_sent): the landed outer parameters and the inner steps taken since
+    the exchange left (the other leaves as they are now)."""
+    fixed = split_trainable(now)[1]
+    moved = jax.tree.map(lambda a, b, c: (a + (b - c)).astype(a.dtype), split_trainable(new)[0],
+                         split_trainable(now)[0], split_trainable(sent)[0])
+    return merge_trainable(moved, fixed)
+
+  def _reduce(self, anchor: TrainState, fused: jax.Array) -> tuple[TrainState, jax.Array]:
+    """The outer exchange in fragments, one after the other, each paced by the links, then the
+    outer step: (the new outer state, the summed head). Run on the background thread when
+    overlapped."""
+    pieces = []
+    for (a, b), program in zip(self._bounds, self._pieces, strict=True):
+      with self._piece_time(a, b):
+        pieces.append(jax.block_until_ready(program(fused)))
+    return jax.block_until_ready(self._apply_outer(anchor, pieces))
+
+  def _piece_time(self, a: int, b: int):
+    if self.pace is None:
+      return contextlib.nullcontext()
+    head = self.fused_layout.head
+    if self.int8:
+      values = b - max(a, head)
+      return self.pace.exchange(4 * max(min(b, head) - a, 0) + int8_bytes(values) if values else
+                                4 * (b - a), Collective.ALL_GATHER)
+    return self.pace.exchange(4 * (b - a))
+
   def _outer_step(self, state: TrainState, head: jax.Array, summed: PyTree):
     rows = head[np.asarray([self._layout_head.slots(w)[3] for w in range(self.workers)])]
     total = jnp.maximum(rows.sum(), 1e-30)
@@ -335,14 +469,26 @@ class LocalTrainer(WorkerTrainer):
     return nnx.merge(self.graphdef, self.local_view(state.params))
 
   def _begin(self, state: LocalState, step: int) -> _Round:
+    """This worker's round from ``step``: its parameters and inner state carried from the last
+    round when it overlapped, else from ``state`` (a start or a resume; a resume of an
+    overlapped run sends the exchange it saved pending again)."""
     if step % self.steps_per_round:
       raise ConfigError(f'local SGD resumes at a round\'s start: step {step} is not a multiple '
-                        f'of local.steps {self.steps_per_round}')
-    return _Round(step, self._copy(self.local_view(state.params)), self._own_row(state.inner))
+                        f'of local.inner_steps {self.steps_per_round}')
+    if self._carry is not None and self._carry[0] == step:
+      return _Round(step, self._carry[1], self._carry[2])
+    self._anchor, self._inflight = TrainState(state.step, state.params, state.opt_state), None
+    params = self._copy(self.local_view(state.params))
+    if self.overlap_steps and int(state.step) > 0:  # every round's end sent one
+      sent = merge_trainable(self._own_row(state.pending['at_send'], self._unrow_params),
+                             split_trainable(params)[1])
+      self._send(self._anchor, state.pending['fused'], step, sent)
+      params = self._copy(sent)
+    return _Round(step, params, self._own_row(state.inner))
 
   def step(self, state: LocalState, work: Work, shares) -> tuple[LocalState, StepStats]:
     """One inner step of this worker's on its rows of ``work``; at a round's last step, the
-    outer exchange and update too (every worker joins it)."""
+    outer exchange (every worker joins it), blocking or sent to land ``overlap_steps`` later."""
     s, h = work.step, self.steps_per_round
     if self._round is None or not self._round.start <= s < self._round.start + h:
       self._round = self._begin(state, s)
@@ -354,7 +500,7 @@ class LocalTrainer(WorkerTrainer):
     cut = (self.cutoff > 0 and not first
            and rnd.busy_s + rnd.last_busy_s > self.cutoff * self._budget_s)
     data_s = compute_s = slept = compile_s = 0.0
-    rows = 0
+    rows, loss = 0, jnp.float32(math.nan)
     if not cut:
       part = partial_gradient(self, state, work, shares)
       rows, data_s, compile_s = part.rows, part.data_s, part.compile_s
@@ -373,40 +519,104 @@ class LocalTrainer(WorkerTrainer):
       rnd.sampled &= part.sampled
       rnd.exact &= part.exact
       rnd.load = part.load
+    timing = dict(data_s=data_s, compute_s=compute_s, slept=slept, compile_s=compile_s, rows=rows)
+    if self._inflight is not None and s + 1 == self._inflight.land:
+      return state, self._land(rnd, s, start, timing)
     if s + 1 < rnd.start + h:
-      end = time.perf_counter()
-      local = WorkerTiming(step=s + 1, worker=self.worker, share=rows, slowdown=1.0,
-                           data_s=data_s, compute_s=compute_s, dilation_s=slept,
-                           collective_s=0.0, step_s=end - start, compile_s=compile_s)
-      own = [0.0] * self.workers
-      own[self.worker] = compute_s + slept
-      return state, StepStats(s, shares, tuple(own), iter_s=end - start,
-                              sampled=(False,) * self.workers, compile_s=compile_s,
-                              loss=jnp.float32(math.nan) if not rows else loss, local=local)
-    return self._exchange(state, rnd, s, start, data_s, compute_s, slept, compile_s, rows)
+      return state, self._own_stats(s, shares, start, timing, loss)
+    if self.overlap_steps:
+      return self._submit(rnd, s), self._own_stats(s, shares, start, timing, loss)
+    return self._exchange(state, rnd, s, start, timing)
 
-  def _exchange(self, state: LocalState, rnd: _Round, s: int, start: float, data_s: float,
-                compute_s: float, slept: float, compile_s: float, rows: int):
+  def _own_stats(self, s: int, shares, start: float, timing: dict, loss) -> StepStats:
+    """A step without an exchange: this worker's own numbers only (no other worker's are known,
+    so none is a sample a policy could learn from)."""
+    end = time.perf_counter()
+    busy = timing['compute_s'] + timing['slept']
+    own = [0.0] * self.workers
+    own[self.worker] = busy
+    return StepStats(s, shares, tuple(own), iter_s=end - start, sampled=(False,) * self.workers,
+                     compile_s=timing['compile_s'], loss=loss,
+                     local=self._timing(s, start, end, timing, 0.0))
+
+  def _timing(self, s: int, start: float, end: float, timing: dict,
+              collective_s: float) -> WorkerTiming:
+    return WorkerTiming(step=s + 1, worker=self.worker, share=timing['rows'], slowdown=1.0,
+                        data_s=timing['data_s'], compute_s=timing['compute_s'],
+                        dilation_s=timing['slept'], collective_s=collective_s,
+                        step_s=end - start, compile_s=timing['compile_s'])
+
+  def _packed(self, rnd: _Round, anchor: PyTree):
+    """This worker's weighted pseudo-gradient against ``anchor`` with the round's numbers in
+    its slots of the head, stacked over workers: what the exchange sums."""
     h = self.steps_per_round
     weight = rnd.rows / h
-    packed = self._pseudo(self.local_view(state.params), rnd.params,
+    packed = self._pseudo(self.local_view(anchor), rnd.params,
                           jnp.float32(0.0) + rnd.loss / h, jnp.float32(weight))
-    fused, separate = self.stacked(packed, busy_s=rnd.busy_s / h, load=rnd.load,
-                                   sampled=2.0 if rnd.exact else float(rnd.sampled), rows=weight,
-                                   compile_s=rnd.compile_s)
+    return self.stacked(packed, busy_s=rnd.busy_s / h, load=rnd.load,
+                        sampled=2.0 if rnd.exact else float(rnd.sampled), rows=weight,
+                        compile_s=rnd.compile_s)
+
+  def _learned(self, head) -> dict[str, np.ndarray]:
+    head = self.read_head(head)
+    self._budget_s = self.steps_per_round * statistics.median(head['busy_s'].tolist())
+    return head
+
+  def _exchange(self, state: LocalState, rnd: _Round, s: int, start: float, timing: dict):
+    """The blocking outer exchange at a round's end: the new state and the round's stats."""
+    fused, separate = self._packed(rnd, state.params)
     inner = self._stack_rows(rnd.opt_state)
     combine = time.perf_counter()
-    with self._exchange_time():
-      outer, head = jax.block_until_ready(self._outer(
-          TrainState(state.step, state.params, state.opt_state), fused, separate))
+    anchor = TrainState(state.step, state.params, state.opt_state)
+    if self.fragments > 1:
+      outer, head = self._reduce(anchor, fused)
+    else:
+      with self._exchange_time():
+        outer, head = jax.block_until_ready(self._outer(anchor, fused, separate))
     end = time.perf_counter()
     self._round = None
-    head = self.read_head(head)
-    self._budget_s = h * statistics.median(head['busy_s'].tolist())
-    local = WorkerTiming(step=s + 1, worker=self.worker, share=rows, slowdown=1.0,
-                         data_s=data_s, compute_s=compute_s, dilation_s=slept,
-                         collective_s=end - combine, step_s=end - start, compile_s=compile_s)
+    head = self._learned(head)
     step = jax.device_put(np.int32(s + 1), self.layout.shardings.step)
-    stats = dataclasses.replace(self.stats(s, head, end - start, compile_s, local),
-                                bytes=self.exchange_bytes)
+    stats = dataclasses.replace(
+        self.stats(s, head, end - start, timing['compile_s'],
+                   self._timing(s, start, end, timing, end - combine)),
+        bytes=self.exchange_bytes)
     return LocalState(step, outer.params, outer.opt_state, inner), stats
+
+  def _send(self, anchor: TrainState, fused: jax.Array, step: int, sent: PyTree) -> None:
+    self._inflight = _Inflight(self._background.submit(self._reduce, anchor, fused),
+                               step + self.overlap_steps, sent)
+
+  def _submit(self, rnd: _Round, s: int) -> LocalState:
+    """An overlapped round's end: its exchange sent to the background thread, this worker
+    going on from its own parameters. The state returned holds the round's outer state before
+    the exchange and the exchange pending (each worker's buffer and parameters at sending), so
+    a checkpoint of it resumes exactly: the exchange is sent again."""
+    anchor = self._anchor
+    fused, _ = self._packed(rnd, anchor.params)
+    sent = self._copy(rnd.params)
+    pending = {'fused': fused,
+               'at_send': self._stack_rows(split_trainable(sent)[0], self._params_abstract,
+                                           self._params_stacked)}
+    step = jax.device_put(np.int32(s + 1), self.layout.shardings.step)
+    state = LocalState(step, anchor.params, anchor.opt_state,
+                       self._stack_rows(rnd.opt_state), pending)
+    self._send(anchor, fused, s + 1, sent)
+    self._carry, self._round = (s + 1, rnd.params, rnd.opt_state), None
+    return state
+
+  def _land(self, rnd: _Round, s: int, start: float, timing: dict) -> StepStats:
+    """Waits for the exchange in flight, moves this worker onto the new outer parameters with
+    the inner steps it took since (`_rebased`), and returns the step's stats with every
+    worker's numbers of the round the exchange closed."""
+    waited = time.perf_counter()
+    outer, head = self._inflight.future.result()
+    rnd.params = self._rebase(self.local_view(outer.params), rnd.params, self._inflight.at_send)
+    jax.block_until_ready(rnd.params)
+    end = time.perf_counter()
+    self._anchor, self._inflight = outer, None
+    head = self._learned(head)
+    return dataclasses.replace(
+        self.stats(s, head, end - start, timing['compile_s'],
+                   self._timing(s, start, end, timing, end - waited)),
+        bytes=self.exchange_bytes)
