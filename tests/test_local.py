@@ -132,6 +132,14 @@ def test_bad_local_fields_are_one_line_errors(field, value, message):
     run.LocalConfig(**{field: value})
 
 
+def test_an_exchange_lands_inside_the_next_round():
+  with pytest.raises(ConfigError, match=r'local.overlap_steps \(4\) must be below '
+                                        r'local.inner_steps \(4\)'):
+    run.LocalConfig(inner_steps=4, overlap_steps=4)
+  with pytest.raises(ConfigError, match='local.fragments must be >= 1'):
+    run.LocalConfig(fragments=0)
+
+
 def test_local_sgd_is_refused_outside_mode_shares_and_with_the_scheduler(tmp_path):
   spmd = run.override(_config(inner_steps=4), ['parallelism.mode=spmd'])
   with pytest.raises(ConfigError, match=r'mode spmd takes no local\.inner_steps'):
@@ -280,3 +288,15 @@ def test_a_streamed_run_of_two_workers_resumes_to_the_uninterrupted_one(tmp_path
   a, b = run.load_model(tmp_path / 'whole'), run.load_model(tmp_path / 'part')
   batch = models.make_task('mlp').data.global_batch(0, 0, 16)
   np.testing.assert_array_equal(np.asarray(a(batch['x'])), np.asarray(b(batch['x'])))
+
+
+def test_round_policy_learns_where_an_overlapped_exchange_lands():
+  rules = ShareRules(64, 2, 8)
+  policy = balance.RoundPolicy(balance.make_policy('proportional', rules), 4, offset=2)
+  shares, state = policy.update(policy.init(), None)
+  slow = (1.0, 3.0)
+  for step in range(5):  # the first round's step 1 (no exchange yet) and rounds' last steps
+    shares, state = policy.update(state, StepStats(step, (32, 32), slow))
+    assert tuple(shares) == (32, 32)
+  moved, _ = policy.update(state, StepStats(5, (32, 32), slow))   # round 0's, landed
+  assert moved[0] > moved[1]
