@@ -11,9 +11,8 @@ user does. Two kinds of runs, both measured:
   heterogeneity-aware rounds compute something else (their shares and cutoffs follow the hosts),
   and LB-BSP computes BSP's steps (exact; `tests/test_workers.py`), so they share BSP's curve.
 - **Step times**: each method on the same hosts with the links where one ring all-reduce of the
-  model costs ``ratio`` × an undisturbed host's step, for `Setup.window` steps (whole rounds),
-  timed by the chief's telemetry (``step_s``, every step's wall time on worker 0) after
-  `Setup.skip` steps (compiles, LB-BSP's first moves).
+  model costs ``ratio`` × an undisturbed host's step, timed on the chief's wall clock after
+  the first steps (compiles, LB-BSP's first moves; `Setup.steps_timed`).
 
 Time to target = the curve's steps to BSP's evaluation loss at its last step × the method's
 mean step time at the ratio: measured steps times measured seconds, from two runs.
@@ -69,9 +68,6 @@ class Setup:
     inner_steps: H of local SGD.
     outer, outer_lr, outer_momentum, cutoff: local SGD's outer optimizer and cutoff.
     eval_every: steps between evaluations of a curve.
-    window, skip: a step-time run's steps, and the first ones it does not count (local SGD
-      and LB-BSP: whole rounds, after LB-BSP's first moves; BSP and the all-reduce scheduler,
-      whose steps are all alike: half of each).
     model_bytes: float32 bytes of the model's parameters (read from the first curve run).
   """
 
@@ -84,15 +80,21 @@ class Setup:
   outer_momentum: float = 0.9
   cutoff: float = 1.5
   eval_every: int = 20
-  window: int = 60
-  skip: int = 20
   global_batch: int = 32
 
   def steps_timed(self, method: str) -> tuple[int, int]:
-    """(window, skip) of ``method``'s step-time runs."""
+    """(steps, skip) of ``method``'s step-time runs: BSP and the all-reduce scheduler, whose
+    steps are all alike, from step 10 to 30; LB-BSP after its first moves; local SGD over
+    whole rounds after two; the heterogeneity-aware rounds after five (their policy learns
+    once a round)."""
+    h = self.inner_steps
     if method in ('bsp', 'allreduce-overlap'):
-      return self.window // 2, self.skip // 2
-    return self.window, self.skip
+      return 30, 10
+    if method == 'lbbsp':
+      return 40, 20
+    if method == 'diloco-hetero':
+      return 8 * h, 5 * h
+    return 4 * h, 2 * h
 
   def options(self, method: str) -> dict[str, str]:
     """``--set`` options of ``method``."""
@@ -197,14 +199,20 @@ def steps_to(curve: Sequence[tuple[int, float]], target: float) -> int | None:
 
 
 def step_time_s(workdir: pathlib.Path, skip: int) -> float:
-  """Mean wall seconds a step after the first ``skip``, on worker 0 (its telemetry's
-  ``step_s``: under local SGD a round's steps and its exchange, waits included)."""
-  times = [json.loads(line)['step_s'] for line in
-           (workdir / 'telemetry.jsonl').read_text().splitlines()
-           if json.loads(line)['worker'] == 0 and json.loads(line)['step'] > skip]
-  if not times:
-    raise RuntimeError(f'{workdir}: no step after {skip} in its telemetry')
-  return sum(times) / len(times)
+  """Mean wall seconds a step after the first ``skip``: the chief's clock from the end of step
+  ``skip`` to the end of the last (``metrics.jsonl``'s ``returned_s``). Not one worker's own
+  step times: the emulated links pad each worker's exchange from its own arrival, so under
+  local SGD a fast worker leaves an exchange early and its steps' sum over a round is not the
+  round's."""
+  returned = {}
+  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
+    row = json.loads(line)
+    if 'returned_s' in row:
+      returned[int(row['step'])] = float(row['returned_s'])
+  last = max(returned, default=0)
+  if skip not in returned or last <= skip:
+    raise RuntimeError(f'{workdir}: no step after {skip} in its metrics')
+  return (returned[last] - returned[skip]) / (last - skip)
 
 
 def model_bytes() -> int:

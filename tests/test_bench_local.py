@@ -82,12 +82,15 @@ def test_a_runs_curve_and_step_time_are_read_from_its_files(tmp_path):
   (tmp_path / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
   assert lb.eval_curve(tmp_path) == [(20, 2.5), (40, 2.25)]
   assert lb.steps_to(lb.eval_curve(tmp_path), 2.3) == 40 and lb.steps_to([(20, 3.0)], 2) is None
-  telemetry = [{'step': s, 'worker': w, 'step_s': 0.1 * s + w} for s in range(1, 5)
-               for w in range(2)]
-  (tmp_path / 'telemetry.jsonl').write_text('\n'.join(json.dumps(r) for r in telemetry))
-  assert lb.step_time_s(tmp_path, skip=2) == pytest.approx(0.35)
-  with pytest.raises(RuntimeError, match='no step after 4'):
-    lb.step_time_s(tmp_path, skip=4)
+  (tmp_path / 'metrics.jsonl').write_text('\n'.join(json.dumps(
+      {'step': s, 'loss': 1.0, 'returned_s': 10.0 + 0.5 * s + (2.0 if s > 3 else 0.0)})
+      for s in range(1, 7)))
+  assert lb.step_time_s(tmp_path, skip=2) == pytest.approx((13.0 + 2.0 - 11.0) / 4)
+  with pytest.raises(RuntimeError, match='no step after 6'):
+    lb.step_time_s(tmp_path, skip=6)
+  setup = lb.Setup(inner_steps=20)
+  assert setup.steps_timed('bsp') == (30, 10) and setup.steps_timed('diloco') == (80, 40)
+  assert setup.steps_timed('diloco-hetero') == (160, 100)
 
 
 def test_the_virtual_clock_rows_at_1024_workers():

@@ -136,7 +136,7 @@ def test_an_exchange_lands_inside_the_next_round():
   with pytest.raises(ConfigError, match=r'local.overlap_steps \(4\) must be below '
                                         r'local.inner_steps \(4\)'):
     run.LocalConfig(inner_steps=4, overlap_steps=4)
-  with pytest.raises(ConfigError, match='local.fragments must be >= 1'):
+  with pytest.raises(ConfigError, match=r'local\.fragments must be >= 1'):
     run.LocalConfig(fragments=0)
 
 

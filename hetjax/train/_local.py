@@ -27,6 +27,14 @@ outer optimizer's state, and every worker's inner optimizer state stacked over w
 own parameters and inner state live on its local mesh (`_Round`); the state the loop holds is
 the round start's, so a checkpoint taken inside a round saves the round's start, and a resume
 runs the round again from its first step.
+
+**Streaming** (``overlap_steps`` τ, ``fragments``). A round's exchange leaves at its end, in
+fragments of the fused buffer (one collective each, each paced by the links), on a background
+thread, while every worker goes on from its own parameters. It lands τ steps into the next
+round: each worker takes θ_new + (θ − θ_sent), the outer parameters and the inner steps it took
+since. The state at a round's end holds the outer state before that exchange and the exchange
+itself pending (each worker's buffer and θ_sent), so a checkpoint of it resumes exactly (the
+exchange is sent again); `settle` waits for its collectives before a caller issues its own.
 """
 
 from __future__ import annotations
@@ -172,9 +180,17 @@ class LocalTrainer(WorkerTrainer):
       all-gathered, summed dequantized): a quarter of the bytes, one ring pass; the head (loss,
       rows, times) exactly. Only where every parameter is whole inside a worker (data
       parallel), as the one fused buffer carries them.
+    overlap_steps: streaming: a round's exchange runs on a background thread and lands this
+      many steps into the next round, each worker rebasing its parameters onto the new outer
+      ones (θ_new + θ − θ_sent); the state at a round's end then holds it pending (module
+      docstring). 0: the exchange blocks.
+    fragments: the exchange in about this many pieces of the fused buffer, one collective each,
+      each paced by the links.
 
   Raises:
-    ConfigError: workers of different device counts, or a bad ``steps_per_round``/``cutoff``.
+    ConfigError: workers of different device counts, a bad ``steps_per_round``, ``cutoff``,
+      ``overlap_steps`` or ``fragments``, or int8, overlap or fragments with parameters split
+      inside a worker.
   """
 
   def __init__(
