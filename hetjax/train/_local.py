@@ -233,6 +233,7 @@ class LocalTrainer(WorkerTrainer):
         float(cutoff)
     self._round: _Round | None = None
     self._budget_s = math.inf
+    self._inner_ran = False
     trainable = split_trainable(self.layout.abstract.params)[0]
     local_params = jax.tree.map(lambda s: NamedSharding(self.local_mesh, s),
                                 split_trainable(self.layout.param_specs,
@@ -522,6 +523,8 @@ class LocalTrainer(WorkerTrainer):
       rows, data_s, compile_s = part.rows, part.data_s, part.compile_s
       began = time.perf_counter()
       if rows:
+        rnd.sampled &= self._inner_ran   # its first call compiles
+        self._inner_ran = True
         rnd.params, rnd.opt_state, loss = self._inner_step(
             rnd.params, rnd.opt_state, *part.packed,
             jnp.float32(self.global_batch / rows))
@@ -574,8 +577,11 @@ class LocalTrainer(WorkerTrainer):
                         compile_s=rnd.compile_s)
 
   def _learned(self, head) -> dict[str, np.ndarray]:
+    """The summed head as named host arrays; the cutoff's budget from it where every worker's
+    round was a clean sample (no compile in it, as a run's first round has)."""
     head = self.read_head(head)
-    self._budget_s = self.steps_per_round * statistics.median(head['busy_s'].tolist())
+    if (head['sampled'] > 0.5).all():
+      self._budget_s = self.steps_per_round * statistics.median(head['busy_s'].tolist())
     return head
 
   def _exchange(self, state: LocalState, rnd: _Round, s: int, start: float, timing: dict):
