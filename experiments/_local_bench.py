@@ -105,8 +105,8 @@ class Setup:
                   'local.outer_momentum': str(self.outer_momentum)})
       if method == 'diloco-hetero':
         out['local.cutoff'] = str(self.cutoff)
-      if method == 'diloco-stream':   # half a round to land in
-        out['local.overlap_steps'] = str(self.inner_steps // 2)
+      if method == 'diloco-stream':   # a quarter of a round to land in
+        out['local.overlap_steps'] = str(self.inner_steps // 4)
     return out
 
   def network(self, ratio: float, model_bytes: int) -> str:
@@ -158,13 +158,19 @@ def curve_for(method: str, hosts: str) -> str:
 
 
 def launch(setup: Setup, run: dict, root: pathlib.Path, network: str | None,
-           cache: pathlib.Path | None, timeout: float) -> pathlib.Path:
-  """Runs ``run`` on `WORKERS` local workers; returns its run directory.
+           cache: pathlib.Path | None, timeout: float, reuse: bool = False) -> pathlib.Path:
+  """Runs ``run`` on `WORKERS` local workers; returns its run directory. ``reuse``: a run
+  whose directory under ``root`` holds a finished run of its steps (``summary.json``) is not
+  run again (a bench continued after an interruption, or re-run for some of its methods).
 
   Raises:
     RuntimeError: the job failed (the cause and the log named).
   """
   workdir = root / run['id']
+  summary = workdir / 'summary.json'
+  if reuse and summary.is_file() and json.loads(summary.read_text()).get(
+      'final_step') == run['steps']:
+    return workdir
   workdir.mkdir(parents=True, exist_ok=True)
   # A first overlapped step compiles its reductions: on two loaded cores past the watchdog's
   # 10 s floor; the bench measures steps, not stalls.

@@ -9,7 +9,7 @@ all-reduce of the model costs 1×, 4× and 16× that step. Methods: ``bsp`` (uni
 all-reduce a step), ``lbbsp`` (shares from predicted speeds), ``allreduce-overlap`` (the
 all-reduce scheduler), ``diloco`` (local SGD: ``--inner_steps`` steps alone, then the outer
 step, uniform shares), ``diloco-int8`` (its exchange in 8 bits), ``diloco-stream`` (its exchange
-in 4 fragments on a background thread, landing half a round later) and ``diloco-hetero``
+in 4 fragments on a background thread, landing a quarter of a round later) and ``diloco-hetero``
 (LB-BSP's shares held a round, ``--cutoff``).
 
 Each method's curve (evaluation every 20 steps) comes from one run without emulated links
@@ -54,6 +54,8 @@ _OUTER_LR = flags.DEFINE_float('outer_lr', 1.0, 'its learning rate')
 _OUTER_MOMENTUM = flags.DEFINE_float('outer_momentum', 0.9, "nesterov's momentum")
 _CUTOFF = flags.DEFINE_float('cutoff', 1.5, "the heterogeneity-aware rounds' cutoff")
 _TIMEOUT = flags.DEFINE_float('timeout_s', 900.0, 'each launched run')
+_REUSE = flags.DEFINE_bool('reuse', False, 'with --keep: do not run again the runs already '
+                           'finished there (delete a run\'s directory to run it again)')
 
 
 def main() -> None:
@@ -71,13 +73,13 @@ def main() -> None:
     curves = {}
     for run in lb.curve_runs(setup, hosts):
       curves[run['id']] = lb.eval_curve(lb.launch(setup, run, root, None, cache,
-                                                  _TIMEOUT.value))
+                                                  _TIMEOUT.value, _REUSE.value))
       print(f'{run["id"]}: {len(curves[run["id"]])} evaluations, last '
             f'{curves[run["id"]][-1][1]:.4f} ({time.perf_counter() - start:.0f} s)', flush=True)
     times: dict[tuple[str, float, str], list[float]] = {}
     for run in lb.timing_runs(setup, hosts, ratios, repeats):
       workdir = lb.launch(setup, run, root, setup.network(run['ratio'], nbytes), cache,
-                          _TIMEOUT.value)
+                          _TIMEOUT.value, _REUSE.value)
       times.setdefault((run['hosts'], run['ratio'], run['method']), []).append(
           lb.step_time_s(workdir, run['skip']))
   table = lb.rows(setup, curves, times, nbytes)

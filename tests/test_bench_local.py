@@ -47,7 +47,7 @@ def test_runs_share_curves_where_the_computation_is_the_same():
   assert [r['method'] for r in timing[:len(lb.METHODS)]] == list(lb.METHODS)  # interleaved
   stream = dict(a.removeprefix('--set=').split('=', 1) for a in setup.command(
       'diloco-stream', pathlib.Path('x'), 600, None, True) if a.startswith('--set='))
-  assert stream['local.overlap_steps'] == '10' and stream['local.fragments'] == '4'
+  assert stream['local.overlap_steps'] == '5' and stream['local.fragments'] == '4'
 
 
 def _curve(*losses, every=20):

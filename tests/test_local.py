@@ -321,3 +321,19 @@ def test_a_worker_slowed_inside_a_round_is_cut_and_weighed_by_its_rows():
   assert rounds == [batch, batch, batch // 2]   # mean rows a step over each round
   assert local._budget_s == pytest.approx(0.02 + 0.08, rel=0.25)   # the cut round's two steps
   assert int(state.step) == 12
+
+
+def test_checkpoints_settle_an_exchange_in_flight_only_where_they_save():
+  from hetjax.run._runner import _settled
+
+  settled, saved = [], []
+
+  class Program:
+    def settle(self):
+      settled.append(step)
+
+  hook = _settled(train.Hook(lambda info: saved.append(info.step)), Program(), every=4)
+  for step in range(1, 11):
+    hook.fn(train.StepInfo(step, None, None, until=10))
+  assert saved == list(range(1, 11))               # the checkpoint's hook runs every step
+  assert settled == [4, 5, 8, 9, 10]               # where it saves, and where that commits

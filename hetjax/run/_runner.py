@@ -176,8 +176,8 @@ def _drive(built: Built, config: Config, ctx: runtime.WorkerContext, channel, wo
                                                                timed)])
     if sampler is not None:
       hooks.append(timed(sampler, 'sample'))
-    hooks += [timed(_settled(ckpt.hook(meta, every=config.checkpoint.every), program),
-                    'checkpoint'),
+    hooks += [timed(_settled(ckpt.hook(meta, every=config.checkpoint.every), program,
+                             config.checkpoint.every), 'checkpoint'),
               train_lib.Hook(lambda i: segment.setdefault('first', list(i.stats.rows))),
               train_lib.Hook(lambda i: segment.__setitem__('last', list(i.stats.rows)))]
     if built.measure_speed is not None:
@@ -278,13 +278,22 @@ def _started(workdir: pathlib.Path, called: float) -> float:
     return called
 
 
-def _settled(hook: train_lib.Hook, program) -> train_lib.Hook:
-  """``hook`` after the program's collectives in flight have finished (``program.settle()``,
-  where it has one: local SGD's overlapped exchange), so that the checkpoint's own collectives
-  (its checksums) never run beside them: gloo pairs collectives in the order each process
-  issues them."""
+def _settled(hook: train_lib.Hook, program, every: int) -> train_lib.Hook:
+  """``hook`` (the checkpoint's, run after every step) after the program's collectives in
+  flight have finished (``program.settle()``, where it has one: local SGD's overlapped
+  exchange) at the steps it saves at and the step after (when a background save commits), so
+  that the checkpoint's own collectives (its checksums) never run beside them: gloo pairs
+  collectives in the order each process issues them. Other steps keep their overlap."""
   settle = getattr(program, 'settle', None)
   if settle is None:
     return hook
-  return train_lib.Hook(lambda info: (settle(), hook.fn(info)), every=hook.every,
-                        at_end=hook.at_end)
+
+  def due(step: int, until: int | None) -> bool:
+    return step > 0 and (step % every == 0 or step == until)
+
+  def run(info: train_lib.StepInfo) -> None:
+    if due(info.step, info.until) or due(info.step - 1, info.until):
+      settle()
+    hook.fn(info)
+
+  return train_lib.Hook(run, every=hook.every, at_end=hook.at_end)
