@@ -408,8 +408,8 @@ class LocalConfig:
     outer_lr: the outer learning rate (DiLoCo's 0.7; ``sgd`` at 1.0 takes the average).
     outer_momentum: Nesterov's momentum.
     cutoff: a worker starts no inner step that would end past ``cutoff`` × the round's budget
-      (the previous round's median busy time a step × inner_steps) and joins the exchange
-      with the rows it has (0: never cut; else >= 1).
+      (the last clean round's median busy time a step × inner_steps; a round with a compile is
+      not clean) and joins the exchange with the rows it has (0: never cut; else >= 1).
     exchange: the outer exchange's precision: ``'float32'`` (an all-reduce) or ``'int8'`` (8
       bits, a scale a block of 256, all-gathered: a quarter of the bytes; data parallel inside
       each worker).
