@@ -34,7 +34,7 @@ import numpy as np
 
 from experiments import _comm_bench
 from hetjax import balance, emulation, models, runtime, sharding, simulation
-from hetjax.bench import QUANT_BLOCK
+from hetjax.bench import int8_bytes
 from hetjax.core import ShareRules, ring_bytes
 
 WORKERS = 4
@@ -233,8 +233,7 @@ def wire_bytes(setup: Setup, method: str, nbytes: int) -> float:
   `Setup.inner_steps` under local SGD, in 8 bits a ring all-gather of a byte a value and a
   scale a block (the exchange's size, not a measurement)."""
   if method == 'diloco-int8':
-    values = nbytes // 4
-    return (WORKERS - 1) * (values + 4 * -(-values // QUANT_BLOCK)) / setup.inner_steps
+    return (WORKERS - 1) * int8_bytes(nbytes // 4) / setup.inner_steps
   per = ring_bytes(nbytes, WORKERS)
   return per / setup.inner_steps if method in LOCAL else per
 

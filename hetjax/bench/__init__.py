@@ -30,6 +30,7 @@ from hetjax.train._flops import matmul_equations as matmul_equations
 from hetjax.train._flops import matmul_flops as matmul_flops
 from hetjax.train._flops import step_flops as step_flops
 from hetjax.train._int8 import QUANT_BLOCK as QUANT_BLOCK
+from hetjax.train._int8 import int8_bytes as int8_bytes
 from hetjax.train._int8 import quantize_int8 as quantize_int8
 from hetjax.train._matmul_time import MatmulTime as MatmulTime
 from hetjax.train._matmul_time import TimedMatmul as TimedMatmul
@@ -53,6 +54,7 @@ __all__ = [
     'flops_ratio',
     'fsdp_notice',
     'group_factors',
+    'int8_bytes',
     'local_worker_info',
     'matmul_equations',
     'matmul_flops',
